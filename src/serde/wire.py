@@ -1,0 +1,57 @@
+"""Encode and decode schema Structs as JSON bytes. Codecs are built once and reused."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from . import schema
+from .errors import MalformedArtifactError
+
+__all__ = ["encode", "decode", "decode_json", "to_builtins"]
+
+T = TypeVar("T")
+
+# order="deterministic" sorts map keys: byte-stable output without a sort pass of our own.
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoders: dict[type, msgspec.json.Decoder] = {}
+_raw_decoder = msgspec.json.Decoder()
+
+
+def encode(obj: Any) -> bytes:
+    """Encode a Struct (or plain JSON data) to compact, deterministic JSON bytes."""
+    return _encoder.encode(obj)
+
+
+def decode(data: bytes | str, type_: type[T], *, where: str = "artifact") -> T:
+    """Decode JSON bytes into ``type_``; a schema mismatch raises MalformedArtifactError."""
+    dec = _decoders.get(type_)
+    if dec is None:
+        dec = _decoders[type_] = msgspec.json.Decoder(type_)
+    try:
+        return dec.decode(data)
+    except msgspec.ValidationError as e:
+        raise MalformedArtifactError(
+            f"{where}: does not match schema {type_.__name__}: {e}. "
+            "The file is damaged or was written by an incompatible tool."
+        ) from None
+    except msgspec.DecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+
+
+def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
+    """Decode JSON bytes into plain dicts/lists (for upgraders)."""
+    try:
+        return _raw_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+
+
+def to_builtins(obj: Any) -> Any:
+    """Struct -> plain dicts/lists, exactly as it would be written."""
+    return msgspec.to_builtins(obj)
+
+
+# Touch the schema so circular imports surface here, not deep inside a load.
+assert schema.ExportedProgram
