@@ -1,0 +1,91 @@
+"""Public API: ``save`` and ``load``."""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+import torch
+from torch.export import ExportedProgram
+
+from . import archive
+from .artifact import Artifact, read_artifact, write_artifact
+from .errors import SerializeError, UnsupportedConstructError
+from .program import deserialize_program, serialize_program
+from .weights import deserialize_weights, serialize_weights
+
+__all__ = ["save", "load", "to_artifact_parts", "from_artifact"]
+
+PathOrFile = str | os.PathLike | BinaryIO
+
+
+def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False) -> None:
+    """Save ``ep`` as a pt2serde artifact.
+
+    Args:
+        ep: the program, as returned by ``torch.export.export``.
+        f: a path (written atomically: a crash never leaves a partial file there) or a binary
+            file object.
+        debug_info: also keep debug-only metadata (stack traces, provenance) in a separate
+            ``debug.json`` member that fingerprints and ``pt2serde diff`` ignore.
+
+    Raises:
+        UnsupportedConstructError: ``ep`` holds something the schema cannot express; the message
+            names the node and the construct.
+        SerializeError: any other failure, e.g. the file cannot be written.
+    """
+    if not isinstance(ep, ExportedProgram):
+        raise SerializeError(f"save() expects a torch.export.ExportedProgram, got {type(ep).__name__}")
+    program, weights, payloads, debug = to_artifact_parts(ep, debug_info=debug_info)
+    write_artifact(f, program, weights, payloads, debug, torch_version=str(torch.__version__))
+
+
+def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
+    """``ep`` -> (program Struct, weights Struct, payload members, debug info or None)."""
+    program = serialize_program(ep)
+    tensor_constants = {}
+    for name, c in ep.constants.items():
+        if not isinstance(c, torch.Tensor):
+            raise UnsupportedConstructError(
+                f"constants[{name!r}]: a {type(c).__qualname__} constant cannot be stored; "
+                "register an encoder for custom objects (see the README)"
+            )
+        tensor_constants[name] = c
+    weights, payloads = serialize_weights(ep.state_dict, tensor_constants, ep.example_inputs)
+    program, debug = _canonicalize(program, debug_info)
+    return program, weights, payloads, debug
+
+
+def _canonicalize(program, debug_info: bool):
+    try:
+        from canonical.canonicalize import canonicalize
+    except ImportError:  # canonical form not available yet
+        return program, None
+    return canonicalize(program, keep_debug=debug_info)
+
+
+def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> ExportedProgram:
+    """Load an artifact written by :func:`save` (any supported schema version).
+
+    Raises:
+        ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
+            convert it once with ``pt2serde import``).
+        MalformedArtifactError, UnsafeArtifactError: the file is damaged or hostile.
+        SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
+        UnknownOperatorError: an operator is not registered in this process.
+    """
+    return from_artifact(read_artifact(f, limits=limits))
+
+
+def from_artifact(a: Artifact) -> ExportedProgram:
+    """Build the ExportedProgram described by a decoded artifact."""
+    state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
+    program = a.program
+    if a.debug is not None:
+        try:
+            from canonical.debuginfo import attach_debug_info
+        except ImportError:
+            pass
+        else:
+            program = attach_debug_info(program, a.debug)
+    return deserialize_program(program, state_dict, constants, example_inputs)

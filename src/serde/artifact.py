@@ -1,0 +1,95 @@
+"""Artifacts as schema Structs, without torch: verify -> upgrade (plain dicts) -> decode, and encode -> write.
+
+``read_artifact`` is what ``load``, ``show``, ``diff``, ``check`` and ``upgrade`` share.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import msgspec
+
+from . import archive, schema, wire
+from .errors import MalformedArtifactError
+from .upgrade import check_readable, upgrade_documents
+from .version import SCHEMA_VERSION
+
+__all__ = ["Artifact", "read_artifact", "write_artifact", "encode_members"]
+
+Source = str | os.PathLike | BinaryIO | bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A verified artifact at the current schema version."""
+
+    manifest: schema.Manifest
+    program: schema.ExportedProgram
+    weights: schema.Weights
+    debug: Any | None
+    contents: archive.ArchiveContents
+    written_version: tuple[int, int]
+
+    def payload(self, sha256: str) -> memoryview:
+        """Raw bytes of the storage with this content hash."""
+        return self.contents.member(archive.payload_name(sha256))
+
+
+def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Artifact:
+    """Read, verify, upgrade and decode an artifact.
+
+    Raises:
+        SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
+        MalformedArtifactError / UnsafeArtifactError (damaged or hostile), SchemaVersionError
+        (outside the supported window), UpgradeError (no upgrader step).
+    """
+    contents = archive.read_archive(src, limits=limits)
+    version = contents.schema_version
+    check_readable(version)
+    names = [archive.PROGRAM, archive.WEIGHTS] + ([archive.DEBUG] if archive.DEBUG in contents else [])
+    if version[0] == SCHEMA_VERSION[0]:
+        # Same major: unknown optional fields from a newer minor are ignored by the typed decoder.
+        program = wire.decode(contents.member(archive.PROGRAM), schema.ExportedProgram, where=archive.PROGRAM)
+        weights = wire.decode(contents.member(archive.WEIGHTS), schema.Weights, where=archive.WEIGHTS)
+        debug = (wire.decode_json(contents.member(archive.DEBUG), where=archive.DEBUG)
+                 if archive.DEBUG in contents else None)
+    else:
+        docs = {n.removesuffix(".json"): wire.decode_json(contents.member(n), where=n) for n in names}
+        docs = upgrade_documents(docs, version)
+        program = _convert(docs["program"], schema.ExportedProgram, archive.PROGRAM)
+        weights = _convert(docs["weights"], schema.Weights, archive.WEIGHTS)
+        debug = docs.get("debug")
+    pv = (program.schema_version.major, program.schema_version.minor)
+    if pv[0] != SCHEMA_VERSION[0]:
+        raise MalformedArtifactError(
+            f"program.json: schema_version {pv[0]}.{pv[1]} disagrees with the manifest's "
+            f"{version[0]}.{version[1]}; the file was assembled from different artifacts"
+        )
+    return Artifact(contents.manifest, program, weights, debug, contents, version)
+
+
+def _convert(doc: Any, type_: type, where: str) -> Any:
+    try:
+        return msgspec.convert(doc, type_)
+    except msgspec.ValidationError as e:
+        raise MalformedArtifactError(f"{where}: after upgrading, does not match schema {type_.__name__}: {e}") from None
+
+
+def encode_members(program: schema.ExportedProgram, weights: schema.Weights, debug: Any | None = None
+                   ) -> dict[str, bytes]:
+    """JSON members of an artifact (payloads are added by the caller)."""
+    members = {archive.PROGRAM: wire.encode(program), archive.WEIGHTS: wire.encode(weights)}
+    if debug is not None:
+        members[archive.DEBUG] = wire.encode(debug)
+    return members
+
+
+def write_artifact(dest: str | os.PathLike | BinaryIO, program: schema.ExportedProgram, weights: schema.Weights,
+                   payloads: dict[str, Any], debug: Any | None = None, *, torch_version: str) -> None:
+    """Encode and write an artifact atomically (payloads: member name -> bytes)."""
+    members: dict[str, Any] = encode_members(program, weights, debug)
+    members.update(payloads)
+    version = (program.schema_version.major, program.schema_version.minor)
+    archive.write_archive(dest, members, schema_version=version, torch_version=torch_version)

@@ -1,0 +1,107 @@
+"""``torch.export.ExportedProgram`` <-> ``schema.ExportedProgram`` (the weights travel separately)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._export.verifier import TrainingIRVerifier, Verifier
+from torch.export.exported_program import ExportedProgram, _create_graph_module_for_export
+
+from . import schema
+from .errors import MalformedArtifactError, UnsupportedConstructError
+from .graph import GraphReader, GraphWriter
+from .metadata import deserialize_custom, serialize_custom
+from .signature import (
+    constant_input_names,
+    deserialize_module_call_graph,
+    deserialize_signature,
+    module_call_graph_names,
+    serialize_module_call_graph,
+    serialize_signature,
+)
+from .values import SymbolicContext, serialize_range_constraints
+from .version import SCHEMA_VERSION
+
+__all__ = ["serialize_program", "deserialize_program"]
+
+# Verifier dialects we know; loading never resolves a verifier class by name any other way.
+_VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
+
+
+def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
+    """Serialize the graph, signature, module call graph and range constraints of ``ep``."""
+    gm = ep.graph_module
+    custom = gm.meta.get("custom")
+    dialects = []
+    for v in ep.verifiers:
+        if v.dialect not in _VERIFIERS:
+            raise UnsupportedConstructError(
+                f"verifiers: dialect {v.dialect!r} is unknown; supported dialects: {sorted(_VERIFIERS)}"
+            )
+        dialects.append(v.dialect)
+    return schema.ExportedProgram(
+        graph_module=schema.GraphModule(
+            graph=GraphWriter(gm).write(),
+            custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
+            signature=serialize_signature(ep.graph_signature),
+            module_call_graph=serialize_module_call_graph(ep.module_call_graph),
+        ),
+        opset_version={"aten": torch._C._get_max_operator_version()},
+        range_constraints=serialize_range_constraints(ep.range_constraints),
+        schema_version=schema.SchemaVersion(major=SCHEMA_VERSION[0], minor=SCHEMA_VERSION[1]),
+        verifiers=dialects,
+        torch_version=str(torch.__version__),
+    )
+
+
+def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.Tensor],
+                        constants: dict[str, Any], example_inputs: Any) -> ExportedProgram:
+    """Rebuild an ExportedProgram; ``state_dict``/``constants`` come from the weights member."""
+    gm_s = p.graph_module
+    ctx = SymbolicContext(p.range_constraints)
+    reader = GraphReader(ctx)
+    graph = reader.read(
+        gm_s.graph,
+        constant_input_names=constant_input_names(gm_s.signature),
+        extra_refs=module_call_graph_names(gm_s.module_call_graph),
+    )
+    gm = _create_graph_module_for_export(reader.root, graph)
+    if gm_s.custom is not None:
+        gm.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
+    signature = deserialize_signature(gm_s.signature)
+    verifiers = []
+    for d in p.verifiers:
+        v = _VERIFIERS.get(d)
+        if v is None:
+            raise MalformedArtifactError(f"program.verifiers: unknown dialect {d!r}; known: {sorted(_VERIFIERS)}")
+        verifiers.append(v)
+    params = {s.target for s in signature.input_specs if s.kind.name == "PARAMETER"}
+    return ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=signature,
+        state_dict=_as_parameters(state_dict, params),
+        range_constraints=ctx.range_constraints(),
+        module_call_graph=deserialize_module_call_graph(gm_s.module_call_graph),
+        example_inputs=example_inputs,
+        constants=constants,
+        verifiers=verifiers or None,
+    )
+
+
+def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dict[str, torch.Tensor]:
+    """Parameters become nn.Parameter; names that view the same memory share one object (tied weights)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: dict[tuple, torch.Tensor] = {}
+    for name, t in state_dict.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        shared = seen.get(key)
+        if shared is not None and (name in params) == isinstance(shared, torch.nn.Parameter):
+            out[name] = shared
+            continue
+        if name in params and not isinstance(t, torch.nn.Parameter):
+            t = torch.nn.Parameter(t, requires_grad=t.requires_grad)
+        seen.setdefault(key, t)
+        out[name] = t
+    return out
