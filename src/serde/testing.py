@@ -1,0 +1,437 @@
+"""Testing helpers for round trips: compare two ExportedPrograms, or save/load one and compare.
+
+``assert_programs_equal`` matches the two graphs structurally (anchored at the inputs, in order,
+and at the outputs, then by op and arguments), so it holds across consistent renaming of nodes
+and symbols and across reordering of independent nodes. It checks ops, arguments, names (through
+the renaming, or exactly with ``exact_names=True``), tensor metas with symbolic shapes, the
+signature, range constraints, the module call graph, selected node metadata, bit-equal weights
+and their aliasing, and outputs on the example inputs.
+
+Example::
+
+    from serde.testing import assert_roundtrip
+    ep = torch.export.export(model, args)
+    assert_roundtrip(ep)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+
+__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA"]
+
+DEFAULT_METADATA = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+
+
+class ProgramMismatch(AssertionError):
+    """Two programs differ; the message says where."""
+
+
+def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: Iterable[str] | None = None,
+                     inputs: Any = None, **kwargs: Any) -> ExportedProgram:
+    """Save ``ep`` (to memory), load it back, assert the two are equal, return the loaded program.
+
+    With ``debug_info=True`` (the default here) stack traces are kept and compared too.
+    """
+    import serde
+
+    buf = io.BytesIO()
+    serde.save(ep, buf, debug_info=debug_info)
+    loaded = serde.load(buf.getvalue())
+    if metadata is None:
+        metadata = DEFAULT_METADATA + (("stack_trace",) if debug_info else ())
+    assert_programs_equal(ep, loaded, metadata=metadata, inputs=inputs, **kwargs)
+    return loaded
+
+
+def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names: bool = False,
+                          metadata: Iterable[str] = DEFAULT_METADATA, inputs: Any = None,
+                          run: bool = True, rtol: float | None = None, atol: float | None = None) -> None:
+    """Raise ProgramMismatch if ``a`` and ``b`` differ (see the module docstring).
+
+    Args:
+        inputs: ``(args, kwargs)`` to run both programs on; default: ``a.example_inputs``.
+        run: set False to skip running the programs.
+    """
+    c = _Comparer(exact_names, tuple(metadata))
+    c.graphs(a.graph_module, b.graph_module, "graph")
+    c.signature(a, b)
+    c.range_constraints(a, b)
+    c.module_call_graph(a, b)
+    c.tensors(a.state_dict, b.state_dict, "state_dict")
+    c.tensors({k: v for k, v in a.constants.items() if isinstance(v, torch.Tensor)},
+              {k: v for k, v in b.constants.items() if isinstance(v, torch.Tensor)}, "constants")
+    if run:
+        _compare_outputs(a, b, inputs, rtol, atol)
+
+
+# ---------------------------------------------------------------- structure
+
+
+class _Comparer:
+    def __init__(self, exact_names: bool, metadata: tuple[str, ...]) -> None:
+        self.exact = exact_names
+        self.metadata = metadata
+        self.names: dict[str, str] = {}     # a name -> b name, across all graphs
+        self.symbols: dict[sympy.Symbol, sympy.Symbol] = {}
+
+    def fail(self, where: str, msg: str) -> None:
+        raise ProgramMismatch(f"{where}: {msg}")
+
+    # -- names and symbols
+
+    def name(self, a: str, b: str, where: str) -> None:
+        if self.exact and a != b:
+            self.fail(where, f"name {a!r} != {b!r}")
+        prev = self.names.get(a)
+        if prev is None:
+            if b in self._taken():
+                self.fail(where, f"{a!r} maps to {b!r}, which another name already maps to")
+            self.names[a] = b
+        elif prev != b:
+            self.fail(where, f"{a!r} was renamed {prev!r} before, now {b!r}")
+
+    def _taken(self) -> set[str]:
+        return set(self.names.values())
+
+    def expr(self, a: Any, b: Any, where: str) -> None:
+        ea, eb = _to_sympy(a), _to_sympy(b)
+        if isinstance(ea, sympy.Symbol) and isinstance(eb, sympy.Symbol) and ea not in self.symbols:
+            if self.exact and ea.name != eb.name:
+                self.fail(where, f"symbol {ea} != {eb}")
+            self.symbols[ea] = eb
+        unmapped = [s for s in ea.free_symbols if s not in self.symbols]
+        fresh = [s for s in getattr(eb, "free_symbols", ()) if s not in self.symbols.values()]
+        if len(unmapped) == 1 and len(fresh) == 1:
+            # e.g. a derived dim 2*s40 vs 2*s0: the lone new symbol on each side must correspond.
+            if self.exact and unmapped[0].name != fresh[0].name:
+                self.fail(where, f"symbol {unmapped[0]} != {fresh[0]}")
+            self.symbols[unmapped[0]] = fresh[0]
+        for s in ea.free_symbols:
+            if s not in self.symbols:
+                self.fail(where, f"symbol {s} of {ea} has no counterpart yet (compared with {eb})")
+        mapped = ea.xreplace(self.symbols)
+        if mapped == eb:
+            return
+        if isinstance(mapped, sympy.Expr) and isinstance(eb, sympy.Expr) and sympy.simplify(mapped - eb) == 0:
+            return
+        if mapped.is_Float and eb.is_Float and mapped != mapped and eb != eb:  # both nan
+            return
+        self.fail(where, f"symbolic value {ea} (renamed: {mapped}) != {eb}")
+
+    # -- values
+
+    def val(self, a: Any, b: Any, where: str) -> None:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+                self.fail(where, f"value {type(a).__name__} != {type(b).__name__}")
+            for what in ("dtype", "device", "requires_grad", "layout"):
+                if getattr(a, what) != getattr(b, what):
+                    self.fail(where, f"{what} {getattr(a, what)} != {getattr(b, what)}")
+            if a.dim() != b.dim():
+                self.fail(where, f"rank {a.dim()} != {b.dim()}")
+            for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)):
+                self.expr(x, y, f"{where}.sizes[{i}]")
+            for i, (x, y) in enumerate(zip(a.stride(), b.stride(), strict=True)):
+                self.expr(x, y, f"{where}.strides[{i}]")
+            self.expr(a.storage_offset(), b.storage_offset(), f"{where}.storage_offset")
+        elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            if len(a) != len(b):
+                self.fail(where, f"{len(a)} values != {len(b)}")
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                self.val(x, y, f"{where}[{i}]")
+        elif isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(
+                a, torch.Tensor):
+            self.expr(a, b, where)
+        elif hasattr(a, "class_fqn"):
+            if a.class_fqn != getattr(b, "class_fqn", None):
+                self.fail(where, f"custom object class {a.class_fqn} != {getattr(b, 'class_fqn', None)}")
+        elif a != b:
+            self.fail(where, f"value {a!r} != {b!r}")
+
+    def arg(self, a: Any, b: Any, where: str, todo: list) -> None:
+        if isinstance(a, torch.fx.Node) or isinstance(b, torch.fx.Node):
+            if not (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node)):
+                self.fail(where, f"argument {a!r} != {b!r}")
+            todo.append((a, b, where))
+        elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            if len(a) != len(b):
+                self.fail(where, f"list of {len(a)} != list of {len(b)}")
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                self.arg(x, y, f"{where}[{i}]", todo)
+        elif isinstance(a, dict) and isinstance(b, dict):
+            if list(a) != list(b):
+                self.fail(where, f"keys {list(a)} != {list(b)}")
+            for k in a:
+                self.arg(a[k], b[k], f"{where}[{k!r}]", todo)
+        elif isinstance(a, float) and isinstance(b, float):
+            if not (a == b or (a != a and b != b)) or str(a) != str(b):
+                self.fail(where, f"{a!r} != {b!r}")
+        elif type(a) is not type(b) or a != b:
+            self.fail(where, f"argument {a!r} ({type(a).__name__}) != {b!r} ({type(b).__name__})")
+
+    # -- graphs
+
+    def graphs(self, ga: torch.fx.GraphModule, gb: torch.fx.GraphModule, where: str) -> None:
+        pa = [n for n in ga.graph.nodes if n.op == "placeholder"]
+        pb = [n for n in gb.graph.nodes if n.op == "placeholder"]
+        if len(pa) != len(pb):
+            self.fail(where, f"{len(pa)} inputs != {len(pb)}")
+        pairs: dict[torch.fx.Node, torch.fx.Node] = {}
+        todo: list = [(x, y, f"{where}.inputs[{i}]") for i, (x, y) in enumerate(zip(pa, pb, strict=True))]
+        oa, ob = ga.graph.output_node(), gb.graph.output_node()
+        self.arg(oa.args, ob.args, f"{where}.outputs", todo)
+        self._drain(ga, gb, pairs, todo, where)
+        # Nodes not reachable from the outputs (in-place updates, asserts): match by op and mapped args.
+        live_a = [n for n in ga.graph.nodes if n not in pairs and n.op != "output" and not _dead_getitem(n)]
+        rest_b = [n for n in gb.graph.nodes if n not in pairs.values() and n.op != "output" and not _dead_getitem(n)]
+        progress = True
+        while live_a and progress:
+            progress = False
+            for n in list(live_a):
+                for m in rest_b:
+                    if m.target == n.target and self._args_match(n, m, pairs):
+                        todo.append((n, m, f"{where}.nodes[{n.name!r}]"))
+                        self._drain(ga, gb, pairs, todo, where)
+                        live_a = [x for x in live_a if x not in pairs]
+                        rest_b = [x for x in rest_b if x not in pairs.values()]
+                        progress = True
+                        break
+                if progress:
+                    break
+        if live_a or rest_b:
+            self.fail(where, f"unmatched nodes: only in first {[n.name for n in live_a]}, "
+                             f"only in second {[n.name for n in rest_b]}")
+
+    def _args_match(self, n: torch.fx.Node, m: torch.fx.Node, pairs: dict) -> bool:
+        def norm(v: Any, rename: bool) -> Any:
+            if isinstance(v, torch.fx.Node):
+                return id(pairs.get(v)) if rename else id(v)
+            if isinstance(v, (list, tuple)):
+                return tuple(norm(x, rename) for x in v)
+            if isinstance(v, dict):
+                return tuple((k, norm(x, rename)) for k, x in v.items())
+            return v
+        try:
+            return norm((n.args, n.kwargs), True) == norm((m.args, m.kwargs), False)
+        except TypeError:
+            return False
+
+    def _drain(self, ga, gb, pairs: dict, todo: list, where: str) -> None:
+        while todo:
+            x, y, w = todo.pop()
+            prev = pairs.get(x)
+            if prev is not None:
+                if prev is not y:
+                    self.fail(w, f"node {x.name!r} pairs with both {prev.name!r} and {y.name!r}")
+                continue
+            pairs[x] = y
+            w = f"{where}.nodes[{x.name!r}]"
+            if x.op != y.op or (x.op != "get_attr" and x.target != y.target and x.op != "placeholder"):
+                self.fail(w, f"{x.op} {x.target} != {y.op} {y.target}")
+            self.name(x.name, y.name, w)
+            self.val(x.meta.get("val"), y.meta.get("val"), f"{w}.val")
+            if x.op == "get_attr":
+                self.graphs(getattr(ga, x.target), getattr(gb, y.target), f"{w}.subgraph")
+                continue
+            self.arg(x.args, y.args, f"{w}.args", todo)
+            self.arg(x.kwargs, y.kwargs, f"{w}.kwargs", todo)
+            if x.op == "call_function" and x.target is not operator.getitem:
+                for key in self.metadata:
+                    ma, mb = _meta(x, key), _meta(y, key)
+                    if ma != mb:
+                        self.fail(f"{w}.meta[{key!r}]", f"{ma!r} != {mb!r}")
+
+    # -- program-level
+
+    def _spec_arg_name(self, a: Any) -> str | None:
+        return getattr(a, "name", None)
+
+    def signature(self, a: ExportedProgram, b: ExportedProgram) -> None:
+        for what in ("input_specs", "output_specs"):
+            sa, sb = getattr(a.graph_signature, what), getattr(b.graph_signature, what)
+            if len(sa) != len(sb):
+                self.fail(f"signature.{what}", f"{len(sa)} specs != {len(sb)}")
+            for i, (x, y) in enumerate(zip(sa, sb, strict=True)):
+                w = f"signature.{what}[{i}]"
+                if x.kind != y.kind or x.target != y.target or getattr(x, "persistent", None) != getattr(
+                        y, "persistent", None):
+                    self.fail(w, f"{x} != {y}")
+                if type(x.arg) is not type(y.arg):
+                    self.fail(w, f"argument {x.arg} != {y.arg}")
+                na, nb = self._spec_arg_name(x.arg), self._spec_arg_name(y.arg)
+                if hasattr(x.arg, "value"):
+                    if x.arg.value != y.arg.value:
+                        self.fail(w, f"constant {x.arg.value!r} != {y.arg.value!r}")
+                    if na and nb:
+                        self.name(na, nb, w)
+                elif na is not None:
+                    self.name(na, nb, w)
+
+    def range_constraints(self, a: ExportedProgram, b: ExportedProgram) -> None:
+        rb = {str(k): v for k, v in b.range_constraints.items()}
+        if len(a.range_constraints) != len(b.range_constraints):
+            self.fail("range_constraints", f"{dict(a.range_constraints)} != {dict(b.range_constraints)}")
+        for k, v in a.range_constraints.items():
+            missing = [s for s in k.free_symbols if s not in self.symbols]
+            if missing:
+                self.fail("range_constraints", f"symbol(s) {missing} of {k} do not occur in the graph")
+            key = str(k.xreplace(self.symbols))
+            if key not in rb:
+                self.fail("range_constraints", f"{k} (renamed {key}) missing in second: {sorted(rb)}")
+            if (v.lower, v.upper) != (rb[key].lower, rb[key].upper):
+                self.fail(f"range_constraints[{k}]", f"{v} != {rb[key]}")
+
+    def module_call_graph(self, a: ExportedProgram, b: ExportedProgram) -> None:
+        from serde.treespec import serialize_treespec
+
+        ea, eb = a.module_call_graph, b.module_call_graph
+        if [e.fqn for e in ea] != [e.fqn for e in eb]:
+            self.fail("module_call_graph", f"{[e.fqn for e in ea]} != {[e.fqn for e in eb]}")
+        for x, y in zip(ea, eb, strict=True):
+            w = f"module_call_graph[{x.fqn!r}]"
+            if (x.signature is None) != (y.signature is None):
+                self.fail(w, "signature present in only one program")
+            if x.signature is None:
+                continue
+            sx, sy = x.signature, y.signature
+            for what in ("inputs", "outputs"):
+                la, lb = getattr(sx, what), getattr(sy, what)
+                if len(la) != len(lb):
+                    self.fail(f"{w}.{what}", f"{len(la)} != {len(lb)}")
+                for i, (p, q) in enumerate(zip(la, lb, strict=True)):
+                    if type(p) is not type(q):
+                        self.fail(f"{w}.{what}[{i}]", f"{p} != {q}")
+                    if hasattr(p, "value"):
+                        if p.value != q.value:
+                            self.fail(f"{w}.{what}[{i}]", f"{p} != {q}")
+                    elif p.name in self.names or self.exact:
+                        self.name(p.name, q.name, f"{w}.{what}[{i}]")
+            for what in ("in_spec", "out_spec"):
+                if serialize_treespec(getattr(sx, what)) != serialize_treespec(getattr(sy, what)):
+                    self.fail(f"{w}.{what}", f"{getattr(sx, what)} != {getattr(sy, what)}")
+            if sx.forward_arg_names != sy.forward_arg_names:
+                self.fail(f"{w}.forward_arg_names", f"{sx.forward_arg_names} != {sy.forward_arg_names}")
+
+    def tensors(self, a: dict, b: dict, where: str) -> None:
+        if sorted(a) != sorted(b):
+            self.fail(where, f"names {sorted(a)} != {sorted(b)}")
+        for k in a:
+            x, y = a[k], b[k]
+            w = f"{where}[{k!r}]"
+            if (x.dtype, tuple(x.shape), x.stride(), x.storage_offset(), x.requires_grad) != (
+                    y.dtype, tuple(y.shape), y.stride(), y.storage_offset(), y.requires_grad):
+                self.fail(w, f"{x.dtype}{list(x.shape)} stride {x.stride()} offset {x.storage_offset()} "
+                             f"requires_grad {x.requires_grad} != {y.dtype}{list(y.shape)} stride {y.stride()} "
+                             f"offset {y.storage_offset()} requires_grad {y.requires_grad}")
+            if isinstance(x, torch.nn.Parameter) != isinstance(y, torch.nn.Parameter):
+                self.fail(w, "nn.Parameter in only one program")
+            if not _bits_equal(x, y):
+                self.fail(w, "tensor bits differ")
+        # Aliasing: names that share storage in `a` must share storage in `b`, and only those.
+        ka = _alias_groups(a)
+        kb = _alias_groups(b)
+        if ka != kb:
+            self.fail(where, f"storage sharing differs: {sorted(ka)} != {sorted(kb)}")
+
+
+def _to_sympy(v: Any) -> sympy.Basic:
+    if hasattr(v, "node"):
+        return v.node.expr
+    if isinstance(v, bool):
+        return sympy.true if v else sympy.false
+    if isinstance(v, int):
+        return sympy.Integer(v)
+    if isinstance(v, float):
+        return sympy.Float(v)
+    return v
+
+
+def _dead_getitem(n: torch.fx.Node) -> bool:
+    return n.op == "call_function" and n.target is operator.getitem and not n.users
+
+
+def _meta(n: torch.fx.Node, key: str) -> Any:
+    v = n.meta.get(key)
+    if v is None:
+        return None
+    if key == "nn_module_stack":
+        return {k: (p, _type_name(t)) for k, (p, t) in v.items()}
+    if key == "source_fn_stack":
+        return [(name, _type_name(fn)) for name, fn in v]
+    if key == "torch_fn":
+        return tuple(v)
+    return v
+
+
+def _type_name(t: Any) -> str:
+    if isinstance(t, str):
+        return t
+    return f"{getattr(t, '__module__', '')}.{getattr(t, '__qualname__', getattr(t, '__name__', str(t)))}"
+
+
+def _bits_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    x, y = x.detach(), y.detach()
+    if x.numel() == 0:
+        return y.numel() == 0
+    if x.dtype == torch.bool:
+        return torch.equal(x, y)
+    # Compare raw bytes element-wise so that nan payloads and -0.0 count.
+    bx = x.reshape(-1).contiguous().view(torch.uint8)
+    by = y.reshape(-1).contiguous().view(torch.uint8)
+    return torch.equal(bx, by)
+
+
+def _alias_groups(d: dict[str, torch.Tensor]) -> set[tuple[str, ...]]:
+    groups: dict[int, list[str]] = {}
+    for k, t in d.items():
+        groups.setdefault(t.untyped_storage().data_ptr(), []).append(k)
+    return {tuple(sorted(v)) for v in groups.values() if len(v) > 1}
+
+
+# ---------------------------------------------------------------- running
+
+
+def _compare_outputs(a: ExportedProgram, b: ExportedProgram, inputs: Any, rtol: float | None,
+                     atol: float | None) -> None:
+    if inputs is None:
+        inputs = a.example_inputs
+    if inputs is None:
+        return
+    args, kwargs = inputs
+    ma, mb = a.module(), b.module()
+    ia = copy.deepcopy((args, kwargs))
+    ib = copy.deepcopy((args, kwargs))
+    with torch.no_grad():
+        oa = ma(*ia[0], **ia[1])
+        ob = mb(*ib[0], **ib[1])
+    _assert_close(oa, ob, "outputs", rtol, atol)
+    _assert_close(ia, ib, "inputs after the call (user input mutation)", rtol, atol)
+    _assert_close(dict(ma.named_buffers()), dict(mb.named_buffers()), "buffers after the call", rtol, atol)
+
+
+def _assert_close(x: Any, y: Any, where: str, rtol: float | None, atol: float | None) -> None:
+    lx, sx = pytree.tree_flatten(x)
+    ly, sy = pytree.tree_flatten(y)
+    if len(lx) != len(ly) or str(sx) != str(sy):
+        raise ProgramMismatch(f"{where}: structure {sx} != {sy}")
+    for i, (p, q) in enumerate(zip(lx, ly, strict=True)):
+        if isinstance(p, torch.Tensor):
+            exact = not (p.is_floating_point() or p.is_complex())
+            try:
+                torch.testing.assert_close(p, q, rtol=0 if exact else rtol, atol=0 if exact else atol,
+                                           equal_nan=True)
+            except AssertionError as e:
+                raise ProgramMismatch(f"{where}[{i}]: {e}") from None
+        elif p != q and not (isinstance(p, float) and p != p and q != q):
+            raise ProgramMismatch(f"{where}[{i}]: {p!r} != {q!r}")
