@@ -340,7 +340,7 @@ class GraphView:
             path = md.nn_module_stack[-1].path
             if path:
                 notes.append(_text(path))
-        if md.custom is not None:
+        if md.custom not in (None, "{}"):  # "{}" is what an empty custom dict is stored as
             notes.append(f"custom={_quote(md.custom)}")
         return f"  # {' '.join(notes)}" if notes else ""
 
