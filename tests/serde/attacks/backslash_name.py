@@ -1,0 +1,15 @@
+"""Backslash name: ..\\..\\evil.bat is a traversal on Windows extractors."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, manifest_json, raw_zip
+
+from serde.archive import UnsafeMemberNameError
+
+ERROR = UnsafeMemberNameError
+MATCH = r"could escape an extraction directory"
+
+
+def build(base: Base) -> bytes:
+    members = {**base.members, "..\\..\\evil.bat": b"echo pwned\r\n"}
+    return raw_zip(sorted(members.items()) + [("manifest.json", manifest_json(members))])

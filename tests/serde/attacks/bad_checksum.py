@@ -1,0 +1,18 @@
+"""Bad checksum: manifest.json records a sha256 for program.json that its bytes do not have."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, entry, patch
+
+from serde.archive import ChecksumMismatchError
+
+ERROR = ChecksumMismatchError
+MATCH = r"member 'program\.json' is corrupt: its sha256 is [0-9a-f]{64}, but manifest\.json records"
+
+
+def build(base: Base) -> bytes:
+    m = entry(base.archive, "manifest.json")
+    text = base.archive[m.data_start:m.data_start + m.size]
+    at = m.data_start + text.index(b'"program.json":{"sha256":"') + len(b'"program.json":{"sha256":"')
+    digit = base.archive[at:at + 1]
+    return patch(base.archive, at, b"0" if digit != b"0" else b"1")

@@ -1,0 +1,17 @@
+"""Unlisted member: the zip holds a debug.json that manifest.json does not list (smuggled in later)."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, manifest_json, raw_zip
+
+from serde.archive import ManifestMismatchError
+
+ERROR = ManifestMismatchError
+MATCH = r"member 'debug\.json' is in the archive but not listed in manifest\.json"
+
+
+def build(base: Base) -> bytes:
+    files = dict(base.members)
+    files["manifest.json"] = manifest_json(base.members)
+    files["debug.json"] = b'{"note": "added after saving"}'
+    return raw_zip(sorted(files.items()))

@@ -1,0 +1,14 @@
+"""Not a zip: an executable (ELF header) renamed to model.pt2s."""
+
+from __future__ import annotations
+
+from _attack_kit import Base
+
+from serde.archive import NotAnArchiveError
+
+ERROR = NotAnArchiveError
+MATCH = r"is not a pt2serde archive \(not a zip file\)"
+
+
+def build(base: Base) -> bytes:
+    return b"\x7fELF\x02\x01\x01" + bytes(4089)

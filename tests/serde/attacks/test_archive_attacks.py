@@ -1,0 +1,80 @@
+"""Runs every attack file in this folder against the real loader and against `pt2serde check`.
+
+Each attack module defines ``ERROR`` (the exact error class expected), ``MATCH`` (a regex the message
+must contain), ``build(base) -> bytes`` and optionally ``LOAD_ONLY = True``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from _attack_kit import Base, make_base
+
+from serde import schema, wire
+from serde.archive import read_archive
+from serde.cmd_check import verify
+from serde.errors import SerializeError
+from serde.weights import deserialize_weights
+
+HERE = Path(__file__).parent
+ATTACKS = sorted(p.stem for p in HERE.glob("*.py") if not p.name.startswith(("_", "test_")))
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"attack_{name}", HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _load(path: Path) -> None:
+    """What serde.load does with the archive and weights (program decoding is not under attack here)."""
+    contents = read_archive(path)
+    weights = wire.decode(contents.member("weights.json"), schema.Weights, where="weights.json")
+    deserialize_weights(weights, contents.member)
+
+
+@pytest.fixture(scope="module")
+def base() -> Base:
+    return make_base()
+
+
+def test_base_artifact_is_valid(base: Base, tmp_path: Path) -> None:
+    # The harness must start from a file that loads; otherwise every attack "passes" for free.
+    path = tmp_path / "base.pt2s"
+    path.write_bytes(base.archive)
+    _load(path)
+    assert verify(path).storages == len(base.weights["storages"])
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_attack_is_rejected(name: str, base: Base, tmp_path: Path) -> None:
+    attack = _module(name)
+    data = attack.build(base)
+    assert data != base.archive
+    path = tmp_path / f"{name}.pt2s"
+    path.write_bytes(data)
+    with pytest.raises(SerializeError) as info:
+        _load(path)
+    assert type(info.value) is attack.ERROR, f"{name}: got {type(info.value).__name__}: {info.value}"
+    assert re.search(attack.MATCH, str(info.value)), str(info.value)
+    assert repr(str(path)) in str(info.value) or "weights." in str(info.value), "message must say where"
+    if not getattr(attack, "LOAD_ONLY", False):
+        with pytest.raises(attack.ERROR, match=attack.MATCH):
+            verify(path)
+
+
+def test_every_attack_is_documented() -> None:
+    readme = (HERE / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)\.py` \|", readme, flags=re.M))
+    assert listed == set(ATTACKS)
+
+
+def test_every_attack_states_its_error_and_purpose() -> None:
+    for name in ATTACKS:
+        mod = _module(name)
+        assert issubclass(mod.ERROR, SerializeError) and mod.ERROR is not SerializeError, name
+        assert mod.__doc__ and mod.__doc__.strip(), name

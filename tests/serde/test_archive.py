@@ -1,0 +1,419 @@
+"""serde.archive: deterministic aligned zips, full verification on read, atomic saves; `pt2serde check`."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from serde import archive, cmd_check, schema, wire
+from serde.archive import (
+    ALIGNMENT,
+    ArtifactIOError,
+    ChecksumMismatchError,
+    FormatVersionError,
+    Limits,
+    MissingMemberError,
+    NotAnArchiveError,
+    SizeLimitError,
+    UnknownMemberError,
+    UnsafeMemberNameError,
+    payload_name,
+    read_archive,
+    write_archive,
+)
+from serde.errors import MalformedArtifactError, SerializeError
+from serde.version import FORMAT_VERSION, SCHEMA_VERSION
+
+TORCH = "2.13.0"
+
+
+def _payload(data: bytes) -> tuple[str, bytes]:
+    return payload_name(hashlib.sha256(data).hexdigest()), data
+
+
+def _members(seed: int = 0, n_payloads: int = 5) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    members = {"program.json": b'{"graph": "g"}', "weights.json": b'{"storages": []}', "debug.json": b"{}"}
+    for i in range(n_payloads):
+        # Sizes chosen so that padding takes many different lengths (the 6..69-byte pad paths).
+        members.update([_payload(rng.randbytes(rng.randrange(0, 300) + i))])
+    return members
+
+
+def _zip_layout(data: bytes) -> list[dict]:
+    """Our own reading of the zip directory, independent of serde.archive."""
+    eocd = len(data) - 22
+    assert data[eocd:eocd + 4] == b"PK\x05\x06"
+    n, _, cd_off = struct.unpack_from("<HII", data, eocd + 10)
+    out, pos = [], cd_off
+    for _ in range(n):
+        (sig, made_by, _, flags, method, mtime, mdate, _, csize, usize, nlen, elen, clen, _, _, ext_attr,
+         lho) = struct.unpack_from("<4sHHHHHHIIIHHHHHII", data, pos)
+        assert sig == b"PK\x01\x02"
+        name = data[pos + 46:pos + 46 + nlen].decode()
+        lnlen, lelen = struct.unpack_from("<HH", data, lho + 26)
+        out.append(dict(name=name, flags=flags, method=method, time=mtime, date=mdate, csize=csize,
+                        usize=usize, attr=ext_attr, made_by=made_by, lho=lho, data=lho + 30 + lnlen + lelen))
+        pos += 46 + nlen + elen + clen
+    return out
+
+
+def _to_bytes(members: dict[str, bytes], **kw) -> bytes:
+    buf = io.BytesIO()
+    write_archive(buf, members, schema_version=kw.get("schema_version", (1, 0)), torch_version=TORCH)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- round trip and layout
+
+
+def test_round_trip_through_a_path(tmp_path: Path) -> None:
+    members = _members()
+    path = tmp_path / "m.pt2s"
+    write_archive(path, members, schema_version=SCHEMA_VERSION, torch_version=TORCH)
+    got = read_archive(path)
+    assert set(got.names) == set(members) | {"manifest.json"}
+    assert got.names == tuple(sorted(got.names))
+    for name, data in members.items():
+        assert bytes(got.member(name)) == data
+    assert got.schema_version == SCHEMA_VERSION
+    m = got.manifest
+    assert (m.format, m.format_version, m.torch_version) == ("pt2serde", FORMAT_VERSION, TORCH)
+    assert m.members == {k: schema.Member(sha256=hashlib.sha256(v).hexdigest(), size=len(v))
+                         for k, v in members.items()}
+
+
+def test_golden_bytes() -> None:
+    members = {
+        "program.json": b'{"program": 1}',
+        "weights.json": b'{"weights": 2}',
+        **dict([_payload(bytes(range(256)) * 3), _payload(b"\x00" * 10), _payload(b"")]),
+    }
+    data = _to_bytes(members)
+    # Pinned: any change to the layout (padding, headers, manifest encoding) must be deliberate and
+    # come with a FORMAT_VERSION decision.
+    assert hashlib.sha256(data).hexdigest() == GOLDEN_SHA256
+    assert len(data) == GOLDEN_SIZE
+
+
+GOLDEN_SHA256 = "2a129100bfc340266ca9323a5b41d41cdf00e0d94013891625742002da2b9d58"
+GOLDEN_SIZE = 2732
+
+
+def test_same_members_in_any_order_give_identical_bytes() -> None:
+    members = _members(seed=1, n_payloads=12)
+    items = list(members.items())
+    expected = _to_bytes(members)
+    rng = random.Random(7)
+    for _ in range(5):
+        rng.shuffle(items)
+        assert _to_bytes(dict(items)) == expected
+    # bytes, bytearray and memoryview inputs are the same content.
+    assert _to_bytes({k: memoryview(bytearray(v)) for k, v in items}) == expected
+    assert _to_bytes(members) != _to_bytes({**members, "program.json": b'{"graph": "h"}'})
+
+
+def test_layout_is_aligned_sorted_stored_and_fixed(tmp_path: Path) -> None:
+    for seed in range(4):
+        data = _to_bytes(_members(seed=seed, n_payloads=20))
+        layout = _zip_layout(data)
+        names = [e["name"] for e in layout]
+        assert names == sorted(names)
+        prev_end = 0
+        for e in layout:
+            assert e["data"] % ALIGNMENT == 0, e
+            assert (e["method"], e["flags"], e["time"], e["date"]) == (0, 0, 0, (1 << 5) | 1)
+            assert e["csize"] == e["usize"]
+            assert e["attr"] == 0o100644 << 16
+            assert e["lho"] == prev_end  # contiguous: nothing hidden between members
+            prev_end = e["data"] + e["usize"]
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            assert z.testzip() is None  # CRCs are right for other tools
+            assert [i.date_time for i in z.infolist()] == [(1980, 1, 1, 0, 0, 0)] * len(layout)
+            assert [i.header_offset for i in z.infolist()] == [e["lho"] for e in layout]
+
+
+def test_zip64_records_are_written_and_read() -> None:
+    members = _members(seed=3, n_payloads=6)
+    for limit in (1, 200):  # every size/offset in zip64, or only some of them
+        data = b"".join(bytes(c) for c in archive._plan(members, (1, 0), TORCH, limit))
+        got = read_archive(data)
+        for name, value in members.items():
+            assert bytes(got.member(name)) == value
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            assert z.testzip() is None
+            assert {n: z.read(n) for n in members} == members
+            for info in z.infolist():
+                lnlen, lelen = struct.unpack_from("<HH", data, info.header_offset + 26)
+                assert (info.header_offset + 30 + lnlen + lelen) % ALIGNMENT == 0
+        assert data[-42:-38] == b"PK\x06\x07"
+
+
+def test_file_objects_and_bytes(tmp_path: Path) -> None:
+    members = _members()
+    data = _to_bytes(members)
+    path = tmp_path / "a.pt2s"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        assert bytes(read_archive(f).member("program.json")) == members["program.json"]
+    from_bytes = read_archive(data)
+    assert from_bytes.member("program.json").readonly
+    with pytest.raises(ArtifactIOError, match="binary"):
+        write_archive(io.StringIO(), members, schema_version=(1, 0), torch_version=TORCH)
+
+
+def test_members_are_zero_copy_aligned_views_of_one_buffer(tmp_path: Path) -> None:
+    import ctypes
+
+    members = _members(seed=5, n_payloads=8)
+    path = tmp_path / "a.pt2s"
+    write_archive(path, members, schema_version=(1, 0), torch_version=TORCH)
+    got = read_archive(path)
+    owners = {id(got.member(n).obj) for n in got.names}
+    assert len(owners) == 1
+    for name in got.names:
+        view = got.member(name)
+        assert not view.readonly
+        if len(view):
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
+            assert addr % ALIGNMENT == 0, name
+
+
+def test_manifest_version_checks() -> None:
+    data = _to_bytes(_members())
+    newer = data.replace(b'"format_version":1', f'"format_version":{FORMAT_VERSION + 1}'.encode())
+    assert newer != data
+    with pytest.raises(FormatVersionError, match=r"format version 2, but this pt2serde reads format versions 1\.\.1"):
+        read_archive(newer)
+    other = data.replace(b'"format":"pt2serde"', b'"format":"pt2serdX"')
+    with pytest.raises(SerializeError, match="names format 'pt2serdX'"):
+        read_archive(other)
+
+
+# ---------------------------------------------------------------- writer input validation
+
+
+@pytest.mark.parametrize("name, error", [
+    ("../x", UnsafeMemberNameError), ("/abs", UnsafeMemberNameError), ("data\\x", UnsafeMemberNameError),
+    ("a\x00b", UnsafeMemberNameError), ("notes.txt", UnknownMemberError), ("data/ABC", UnknownMemberError),
+    ("manifest.json", UnknownMemberError),
+])
+def test_writer_rejects_bad_names(name: str, error: type, tmp_path: Path) -> None:
+    with pytest.raises(error, match="write_archive"):
+        write_archive(tmp_path / "x.pt2s", {**_members(), name: b"1"}, schema_version=(1, 0), torch_version=TORCH)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writer_requires_program_and_weights() -> None:
+    with pytest.raises(MissingMemberError, match="'weights.json'"):
+        _to_bytes({"program.json": b"{}"})
+
+
+# ---------------------------------------------------------------- reader edge cases
+
+
+def test_limits_are_enforced() -> None:
+    members = _members(seed=2)
+    data = _to_bytes(members)
+    big = max(len(v) for k, v in members.items() if k.startswith("data/"))
+    with pytest.raises(SizeLimitError, match="max_file_bytes"):
+        read_archive(data, limits=Limits(max_file_bytes=len(data) - 1))
+    with pytest.raises(SizeLimitError, match="max_members"):
+        read_archive(data, limits=Limits(max_members=len(members)))
+    with pytest.raises(SizeLimitError, match="max_member_bytes"):
+        read_archive(data, limits=Limits(max_member_bytes=big - 1))
+    with pytest.raises(SizeLimitError, match="max_json_bytes"):
+        read_archive(data, limits=Limits(max_json_bytes=10))
+    read_archive(data, limits=Limits(max_file_bytes=len(data), max_members=len(members) + 1,
+                                     max_member_bytes=big, max_json_bytes=1 << 20))
+
+
+def test_every_truncation_is_a_clean_error() -> None:
+    data = _to_bytes(_members(seed=4, n_payloads=2))
+    for cut in range(0, len(data), 7):
+        with pytest.raises((MalformedArtifactError, NotAnArchiveError)):
+            read_archive(data[:cut])
+
+
+def test_missing_files_and_directories(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactIOError, match="cannot read"):
+        read_archive(tmp_path / "nope.pt2s")
+    with pytest.raises(ArtifactIOError, match="cannot read"):
+        read_archive(tmp_path)
+    with pytest.raises(NotAnArchiveError):
+        read_archive(b"")
+
+
+def test_misnamed_payload_is_caught_on_read() -> None:
+    # write_archive trusts content addresses (no second hash on save); the reader does not.
+    data = _to_bytes({**_members(), payload_name("0" * 64): b"not zeros"})
+    with pytest.raises(ChecksumMismatchError, match="member 'data/0000"):
+        read_archive(data)
+
+
+def test_member_lookup_of_absent_name() -> None:
+    got = read_archive(_to_bytes(_members()))
+    with pytest.raises(MissingMemberError, match="'data/"):
+        got.member(payload_name("f" * 64))
+
+
+def test_torch_export_save_is_recognised(tmp_path: Path) -> None:
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sin()
+
+    path = tmp_path / "torch.pt2"
+    torch.export.save(torch.export.export(Tiny(), (torch.ones(2),)), path)
+    assert archive.is_torch_export_archive(path)
+    ours = tmp_path / "ours.pt2s"
+    write_archive(ours, _members(), schema_version=(1, 0), torch_version=TORCH)
+    assert not archive.is_torch_export_archive(ours)
+    assert not archive.is_torch_export_archive(b"plain text")
+
+
+# ---------------------------------------------------------------- atomic saves
+
+_WRITER = """
+import hashlib, random, sys
+from serde.archive import write_archive, payload_name
+data = bytes(range(256)) * (int(sys.argv[2]) // 256)
+members = {"program.json": b"{}", "weights.json": b"{}", payload_name(hashlib.sha256(data).hexdigest()): data}
+write_archive(sys.argv[1], members, schema_version=(1, 0), torch_version="new")
+"""
+
+
+def _temps(directory: Path, target: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.startswith(f".{target.name}.") and p.suffix == ".tmp"]
+
+
+@pytest.mark.parametrize("previous", [True, False])
+def test_killed_save_leaves_previous_file_or_nothing(tmp_path: Path, previous: bool) -> None:
+    target = tmp_path / "model.pt2s"
+    old = _to_bytes(_members(seed=9))
+    if previous:
+        target.write_bytes(old)
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(128 << 20)])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            temps = _temps(tmp_path, target)
+            if temps and temps[0].stat().st_size > 0:
+                break
+            assert proc.poll() is None, "the writer finished before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert _temps(tmp_path, target), "the kill landed after the rename: the test did not test anything"
+    if previous:
+        assert target.read_bytes() == old
+        read_archive(target)
+    else:
+        assert not target.exists()
+
+
+def test_completed_save_replaces_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "model.pt2s"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o640)
+    subprocess.run([sys.executable, "-c", _WRITER, str(target), "100000"], check=True)
+    assert read_archive(target).manifest.torch_version == "new"
+    assert _temps(tmp_path, target) == []
+    assert target.stat().st_mode & 0o777 == 0o640  # the replaced file's mode is kept
+    fresh = tmp_path / "fresh.pt2s"
+    write_archive(fresh, _members(), schema_version=(1, 0), torch_version=TORCH)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.pt2s", "model.pt2s"]
+
+
+def test_failed_save_removes_its_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    with pytest.raises(ArtifactIOError, match="nothing was written there"):
+        write_archive(target, _members(), schema_version=(1, 0), torch_version=TORCH)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert (target / "keep").read_text() == "x"
+    with pytest.raises(ArtifactIOError, match="cannot create a temporary file"):
+        write_archive(tmp_path / "no" / "dir.pt2s", _members(), schema_version=(1, 0), torch_version=TORCH)
+
+
+# ---------------------------------------------------------------- pt2serde check
+
+
+def _check_members(schema_version: tuple[int, int] = (1, 0)) -> dict[str, bytes]:
+    graph = schema.Graph(inputs=[], outputs=[], nodes=[], tensor_values={}, sym_int_values={},
+                         sym_bool_values={}, is_single_tensor_return=False, custom_obj_values={},
+                         sym_float_values={})
+    program = schema.ExportedProgram(
+        graph_module=schema.GraphModule(graph=graph, signature=schema.GraphSignature(input_specs=[], output_specs=[]),
+                                        module_call_graph=[]),
+        opset_version={}, range_constraints={},
+        schema_version=schema.SchemaVersion(major=schema_version[0], minor=schema_version[1]),
+        verifiers=[], torch_version=TORCH)
+    name_a, a = _payload(bytes(range(64)))
+    name_b, b = _payload(bytes(24))
+    weights = schema.Weights(
+        storages=[schema.Storage(sha256=name_a[5:], nbytes=64), schema.Storage(sha256=name_b[5:], nbytes=24)],
+        state_dict={"w": schema.StoredTensor(dtype=schema.ScalarType.FLOAT, sizes=[4, 4], strides=[4, 1],
+                                             storage_offset=0, storage=0, requires_grad=True)},
+        constants={"c": schema.StoredTensor(dtype=schema.ScalarType.LONG, sizes=[3], strides=[1],
+                                            storage_offset=0, storage=1, requires_grad=False)})
+    return {"program.json": wire.encode(program), "weights.json": wire.encode(weights), name_a: a, name_b: b}
+
+
+def test_check_reports_versions_and_sizes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "ok.pt2s"
+    write_archive(path, _check_members(), schema_version=(1, 0), torch_version=TORCH)
+    report = cmd_check.verify(path)
+    assert (report.format_version, report.schema_version, report.torch_version) == (FORMAT_VERSION, (1, 0), TORCH)
+    assert (report.members, report.payload_bytes, report.storages, report.tensors) == (5, 88, 2, 2)
+    assert report.unreferenced_payloads == ()
+    import argparse
+
+    assert cmd_check.run(argparse.Namespace(file=str(path))) == 0
+    out = capsys.readouterr().out
+    assert "schema version:  1.0" in out and "torch version:   2.13.0" in out
+    assert out.rstrip().endswith("OK")
+
+
+def test_check_rejects_inconsistent_artifacts(tmp_path: Path) -> None:
+    path = tmp_path / "bad.pt2s"
+    write_archive(path, _check_members(schema_version=(1, 1)), schema_version=(1, 0), torch_version=TORCH)
+    with pytest.raises(MalformedArtifactError, match="disagrees with manifest.json"):
+        cmd_check.verify(path)
+    members = _check_members()
+    members["program.json"] = b'{"graph_module": 3}'
+    write_archive(path, members, schema_version=(1, 0), torch_version=TORCH)
+    with pytest.raises(MalformedArtifactError, match="program.json: does not match schema ExportedProgram"):
+        cmd_check.verify(path)
+    write_archive(path, _check_members(), schema_version=(SCHEMA_VERSION[0] + 1, 0), torch_version=TORCH)
+    with pytest.raises(SerializeError, match="newer than this pt2serde"):
+        cmd_check.verify(path)
+
+
+def test_check_does_not_import_torch(tmp_path: Path) -> None:
+    path = tmp_path / "ok.pt2s"
+    write_archive(path, _check_members(), schema_version=(1, 0), torch_version=TORCH)
+    code = ("import sys; from serde import cmd_check; r = cmd_check.verify(sys.argv[1]); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; print(r.storages)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "2"
