@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from .errors import SerializeError
-from .thrift import Document, EnumDef, Field, StructDef, ThriftError, Type, parse_file
+from .thrift import NO_DEFAULT, Document, EnumDef, Field, StructDef, ThriftError, Type, parse_file
 
 __all__ = [
     "COMPATIBLE",
@@ -445,17 +445,19 @@ def _py_fields(cls: type, kind: str, conv: _PyTypes, problems: list[Finding]) ->
         if getattr(cfg, opt) != want:
             problems.append(Finding("struct-config", name, f"struct option {opt}={getattr(cfg, opt)!r}; must be {want!r}"))
     try:
-        hints = typing.get_type_hints(cls, include_extras=True)
+        # FieldInfo.type is typing.get_type_hints(cls, include_extras=True)[name]: Annotated kept.
+        infos = msgspec.structs.fields(cls)
     except (NameError, TypeError) as e:
         problems.append(Finding("bad-annotation", name, f"annotations do not resolve: {e}"))
         return []
     out: list[Field] = []
     seen_ids: dict[int, str] = {}
-    for info in msgspec.structs.fields(cls):
+    for info in infos:
         where = f"{name}.{info.encode_name}"
-        ann = hints.get(info.name)
-        ids = [m.value for m in typing.get_args(ann)[1:] if type(m).__name__ == "Id"] \
-            if typing.get_origin(ann) is typing.Annotated else []
+        ann = info.type
+        # Matched by class name so scratch schemas may bring their own Id class.
+        meta = typing.get_args(ann)[1:] if typing.get_origin(ann) is typing.Annotated else ()
+        ids = [m.value for m in meta if type(m).__name__ == "Id"]
         if len(ids) != 1 or not isinstance(ids[0], int):
             problems.append(Finding("no-id", where, "annotate as Annotated[T, Id(n)] with one thrift id"))
             continue
@@ -474,19 +476,15 @@ def _py_fields(cls: type, kind: str, conv: _PyTypes, problems: list[Finding]) ->
                 # Optional without a None default has no IDL spelling.
                 problems.append(Finding("optional-default", where, "an Optional field must default to None"))
                 continue
-            default = _NO
+            default = NO_DEFAULT
         if kind == "union":
             if not optional:
                 problems.append(Finding("union-member", where, "a union member must be Optional[...] = None"))
                 continue
             optional = False
-        f = Field(fid, info.encode_name, ftype, optional) if default is _NO else \
-            Field(fid, info.encode_name, ftype, optional, msgspec.to_builtins(default))
-        out.append(f)
+        wire_default = default if default is NO_DEFAULT else msgspec.to_builtins(default)
+        out.append(Field(fid, info.encode_name, ftype, optional, wire_default))
     return out
-
-
-_NO: Any = object()
 
 
 def _py_default(info: msgspec.structs.FieldInfo) -> Any:
@@ -494,7 +492,7 @@ def _py_default(info: msgspec.structs.FieldInfo) -> Any:
         return info.default
     if info.default_factory is not msgspec.NODEFAULT:
         return info.default_factory()
-    return _NO
+    return NO_DEFAULT
 
 
 # ---------------------------------------------------------------- IDL vs Python

@@ -25,6 +25,7 @@ __all__ = [
     "EnumDef",
     "Document",
     "BASE_TYPES",
+    "NO_DEFAULT",
     "parse",
     "parse_file",
     "parse_type",
@@ -72,7 +73,8 @@ class Type:
         return out
 
 
-_NO_DEFAULT: Any = object()
+# Field.default when the IDL declares none (None cannot be the marker: it is not a thrift constant).
+NO_DEFAULT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -83,12 +85,12 @@ class Field:
     name: str
     type: Type
     optional: bool = False
-    default: Any = _NO_DEFAULT
+    default: Any = NO_DEFAULT
     line: int = field(default=0, compare=False)
 
     @property
     def has_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
+        return self.default is not NO_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ class Document:
                             name=str(f["name"]),
                             type=parse_type(f["type"], where=f"{where}: {name}.{f['name']}"),
                             optional=bool(f.get("optional", False)),
-                            default=f.get("default", _NO_DEFAULT),
+                            default=f.get("default", NO_DEFAULT),
                         )
                         for f in t["fields"]
                     )
@@ -425,7 +427,7 @@ class _Parser:
                 raise self.error(it, f"{where}: field id {fid} is already used by {name}.{ids[fid]}")
             if nt.text in names:
                 raise self.error(nt, f"{where}: field name is declared twice")
-            default = _NO_DEFAULT
+            default = NO_DEFAULT
             if self.accept("="):
                 if kind == "union":
                     raise self.error(self.peek(), f"union {name}: members cannot have defaults")

@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import itertools
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,13 +85,8 @@ class Scratch:
 
     def module(self):
         src = self.py_source if self.py_source is not None else generate_module_source(self.thrift)
-        name = self.last_module = f"_scratch_schema_{next(_counter)}"
-        path = self.root / f"{name}.py"
-        path.write_text(src)
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        self.monkeypatch.setitem(sys.modules, name, mod)  # get_type_hints resolves names through it
-        spec.loader.exec_module(mod)
+        mod = _load_module(src, self.root)
+        self.last_module = mod.__name__
         return mod
 
     def check(self, **kw):
@@ -115,11 +111,35 @@ class Scratch:
         (d / "NOTE.md").write_text("written by a test\n")
 
 
+_modules: dict[str, object] = {}
+_baseline: dict[str, bytes] = {}
+
+
+def _load_module(src: str, where: Path):
+    """Import generated source once per distinct text (the modules are never modified)."""
+    mod = _modules.get(src)
+    if mod is None:
+        name = f"_scratch_schema_{next(_counter)}"
+        path = where / f"{name}.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # get_type_hints resolves names through sys.modules
+        spec.loader.exec_module(mod)
+        _modules[src] = mod
+    return mod
+
+
 @pytest.fixture
 def scratch(tmp_path, monkeypatch):
     (tmp_path / "schema.thrift").write_text((REPO / "schema.thrift").read_text())
     s = Scratch(tmp_path, monkeypatch)
-    s.snapshot()
+    snap = tmp_path / "src/serde/schema_snapshot.json"
+    if "snapshot" not in _baseline:
+        s.snapshot()
+        _baseline["snapshot"] = snap.read_bytes()
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    snap.write_bytes(_baseline["snapshot"])
     return s
 
 
@@ -440,6 +460,8 @@ def _edit_py(scratch, old: str, new: str) -> None:
 PY_EDITS = [
     pytest.param("index: Annotated[Optional[int], Id(20)]", "index: Annotated[Optional[int], Id(21)]",
                  {("id-mismatch", "Device.index")}, id="id"),
+    pytest.param("index: Annotated[Optional[int], Id(20)]", "index: Annotated[Optional[int], Id(10)]",
+                 {("id-mismatch", "Device.index"), ("duplicate-id", "Device.index")}, id="duplicate-id"),
     pytest.param("index: Annotated[Optional[int], Id(20)]", "index: Annotated[Optional[str], Id(20)]",
                  {("type-mismatch", "Device.index")}, id="type"),
     pytest.param("index: Annotated[Optional[int], Id(20)] = None", "index: Annotated[int, Id(20)]",
@@ -567,3 +589,13 @@ def test_find_root_walks_up(tmp_path):
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
     assert schema_check.find_root(sub) == tmp_path.resolve()
+
+
+def test_schema_tools_do_not_import_torch():
+    code = (
+        "import sys, serde.thrift, serde.schema_check, serde.cmd_schema, serde.upgrade, upgraders._helpers\n"
+        "from serde.schema_check import check, find_root\n"
+        "check(find_root())\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
