@@ -650,7 +650,8 @@ def _classify_struct(o: StructDef, n: StructDef, retired: set[int]) -> list[Chan
             elif o.kind == "union":
                 out.append(Change(COMPATIBLE, "member-added", where, f"new union member `{_decl(b)}`"))
             elif b.optional or b.has_default:
-                out.append(Change(COMPATIBLE, "field-added", where, f"new field with a default `{_decl(b)}`"))
+                what = "optional field" if b.optional else "field with a default"
+                out.append(Change(COMPATIBLE, "field-added", where, f"new {what} `{_decl(b)}`"))
             else:
                 out.append(Change(BREAKING, "required-field-added", where,
                                   f"new required field `{_decl(b)}`; old artifacts lack it (make it optional "
