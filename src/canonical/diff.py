@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -391,33 +392,37 @@ def _align(ga: schema.Graph, gb: schema.Graph, vmap: dict[str, str]) -> dict[int
         if j is not None and j not in taken and nb[j].target == node.target:
             link(i, j)
 
-    def by_key(key_b: Callable[[schema.Node], object], key_a: Callable[[schema.Node], object],
-               same_target: bool) -> None:
-        index: dict[object, list[int]] = {}
-        for j, node in enumerate(nb):
-            if j not in taken:
-                index.setdefault(key_b(node), []).append(j)
+    def by_key(key_b: Callable[[schema.Node], object], key_a: Callable[[schema.Node], object]) -> None:
+        keys_b = {j: key_b(node) for j, node in enumerate(nb) if j not in taken}
+        index: dict[object, deque[int]] = {}
+        for j, k in keys_b.items():
+            index.setdefault(k, deque()).append(j)
         progress = True
         while progress:
             progress = False
             for i, node in enumerate(na):
                 if i in match:
                     continue
-                cands = [j for j in index.get(key_a(node), ()) if j not in taken
-                         and (nb[j].target == node.target) == same_target]
-                if cands:
-                    # Among equal candidates prefer the one with the same name, then the first.
-                    link(i, next((j for j in cands if nb[j].name == node.name), cands[0]))
+                k = key_a(node)
+                # Among equal candidates prefer the one with the same name, then the first.
+                j = by_name.get(node.name)
+                if j is None or j in taken or keys_b.get(j) != k:
+                    cands = index.get(k)
+                    while cands and cands[0] in taken:
+                        cands.popleft()
+                    j = cands[0] if cands else None
+                if j is not None:
+                    link(i, j)
                     progress = True
 
     # 2. same target, same arguments (through the matches so far)
-    by_key(lambda n: (n.target, view_b.args(n)), lambda n: (n.target, view_am.args(n)), True)
+    by_key(lambda n: (n.target, view_b.args(n)), lambda n: (n.target, view_am.args(n)))
     for i, node in enumerate(na):  # 3. same name, different target
         j = by_name.get(node.name)
         if i not in match and j is not None and j not in taken:
             link(i, j)
     # 4. same arguments, different target
-    by_key(lambda n: view_b.args(n), lambda n: view_am.args(n), False)
+    by_key(lambda n: view_b.args(n), lambda n: view_am.args(n))
     return match
 
 

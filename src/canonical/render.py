@@ -21,6 +21,7 @@ Layout of the text (each section is omitted when empty)::
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -49,6 +50,7 @@ __all__ = [
     "sorted_items",
     "render_leaf",
     "contiguous_strides",
+    "member",
 ]
 
 INDENT = "  "
@@ -297,11 +299,13 @@ class GraphView:
 
     def arg(self, a: schema.Argument) -> str:
         """An argument where it is used: value names only."""
-        return _ARG[a.kind](a.value, self._ref)
+        kind, value = member(a)
+        return _ARG[kind](value, self._ref)
 
     def defn(self, a: schema.Argument, *, full: bool = False) -> str:
         """An argument where it is defined: each value name with its type."""
-        return _ARG[a.kind](a.value, lambda n: f"{self._ref(n)}: {self.type_of(n, full=full)}")
+        kind, value = member(a)
+        return _ARG[kind](value, lambda n: f"{self._ref(n)}: {self.type_of(n, full=full)}")
 
     def _ref(self, name: str) -> str:
         return _text(self.rename(name))
@@ -324,7 +328,7 @@ class GraphView:
         """``relu: f32[4]`` when the node defines one value named like itself, else
         ``topk -> (getitem: f32[2], getitem_1: i64[2])``."""
         outs = node.outputs
-        if len(outs) == 1 and defined_names(outs[0]) == [node.name] and outs[0].kind != "as_tensors":
+        if len(outs) == 1 and outs[0].as_tensors is None and defined_names(outs[0]) == [node.name]:
             return self.defn(outs[0])
         if len(outs) == 1:
             defs = self.defn(outs[0])
@@ -393,7 +397,8 @@ def _collect_graphs(a: schema.Argument, found: list[schema.GraphArgument]) -> No
 
 def defined_names(a: schema.Argument) -> list[str]:
     names: list[str] = []
-    _ARG[a.kind](a.value, lambda n: names.append(n) or n)
+    kind, value = member(a)
+    _ARG[kind](value, lambda n: names.append(n) or n)
     return names
 
 
@@ -407,13 +412,13 @@ def _list(items, f) -> str:
 
 
 def _opt_tensor(o: schema.OptionalTensorArgument, name: Fmt) -> str:
-    return "None" if o.kind == "as_none" else name(o.as_tensor.name)
+    return "None" if o.as_tensor is None else name(o.as_tensor.name)
 
 
 def _sym(s: schema.SymIntArgument | schema.SymFloatArgument | schema.SymBoolArgument, name: Fmt) -> str:
-    if s.kind == "as_name":
+    if s.as_name is not None:
         return name(s.as_name)
-    return _scalar(s.value)
+    return _scalar(member(s)[1])
 
 
 _ARG: dict[str, Callable[[object, Fmt], str]] = {
@@ -447,7 +452,7 @@ _ARG: dict[str, Callable[[object, Fmt], str]] = {
     "as_nested_tensors": lambda v, name: _list(v, lambda ts: _list(ts, lambda t: name(t.name))),
     "as_int_lists": lambda v, name: _list(v, lambda xs: _list(xs, str)),
     "as_string_to_argument": lambda v, name: "{" + ", ".join(
-        f"{_quote(k)}: {_ARG[a.kind](a.value, name)}" for k, a in sorted_items(v)) + "}",
+        f"{_quote(k)}: {_ARG[member(a)[0]](member(a)[1], name)}" for k, a in sorted_items(v)) + "}",
     "as_float_lists": lambda v, name: _list(v, lambda xs: _list(xs, _float)),
 }
 assert set(_ARG) == set(schema.Argument.__struct_fields__), "render: Argument members not covered"
@@ -517,6 +522,15 @@ def render_leaf(leaf: schema.ExampleLeaf, weights: schema.Weights, i: int) -> st
 # ---------------------------------------------------------------- scalars and symbols
 
 
+def member(u: schema.Union) -> tuple[str, object]:
+    """(name, value) of the member a union sets, in one scan (``kind`` + ``value`` take two)."""
+    for f in u.__struct_fields__:
+        v = getattr(u, f)
+        if v is not None:
+            return f, v
+    raise AssertionError("unreachable: unions are validated on construction")
+
+
 def _text(s: str) -> str:
     """A name or path as is, unless it could break the one-line-per-item layout."""
     return s if s.isprintable() and s.strip() == s and s else _quote(s)
@@ -539,11 +553,11 @@ def _scalar(v: object) -> str:
 
 
 def _symint(s: schema.SymInt) -> str:
-    return _text(s.as_expr.expr_str) if s.kind == "as_expr" else str(s.as_int)
+    return str(s.as_int) if s.as_expr is None else _text(s.as_expr.expr_str)
 
 
 def _symscalar(s: schema.SymFloat | schema.SymBool) -> str:
-    return _text(s.as_expr.expr_str) if s.kind == "as_expr" else _scalar(s.value)
+    return _scalar(member(s)[1]) if s.as_expr is None else _text(s.as_expr.expr_str)
 
 
 def _device(d: schema.Device) -> str:
@@ -569,10 +583,10 @@ _ATOM = re.compile(r"[A-Za-z_]\w*(\(.*\))?")
 _MAX_POWER = 8
 
 
-def _poly_of(s: schema.SymInt) -> Poly | None:
-    if s.kind == "as_int":
-        return {(): max(s.as_int, 1)}  # row-major strides treat a size-0 dim as 1
-    return _poly(s.as_expr.expr_str.replace("**", "^"))
+def _poly_of(x: int | str) -> Poly | None:
+    if isinstance(x, int):
+        return {(): max(x, 1)}  # row-major strides treat a size-0 dim as 1
+    return _poly(x.replace("**", "^"))
 
 
 def _poly(text: str) -> Poly | None:
@@ -662,6 +676,17 @@ def _depth_zero_caret(text: str) -> bool:
 def _is_contiguous(sizes: list[schema.SymInt], strides: list[schema.SymInt]) -> bool:
     if len(sizes) != len(strides):
         return False
+    return _contiguous_key(tuple(map(_key, sizes)), tuple(map(_key, strides)))
+
+
+def _key(x: schema.SymInt) -> int | str:
+    return x.as_int if x.as_expr is None else x.as_expr.expr_str
+
+
+@functools.lru_cache(maxsize=4096)  # a graph repeats a handful of shapes many times
+def _contiguous_key(sizes: tuple[int | str, ...], strides: tuple[int | str, ...]) -> bool:
+    if not any(isinstance(x, str) for x in sizes + strides):
+        return list(strides) == contiguous_strides(list(sizes))
     expect: Poly = {(): 1}
     for k in range(len(sizes) - 1, -1, -1):
         if _poly_of(strides[k]) != expect:
