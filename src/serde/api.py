@@ -64,6 +64,20 @@ def _canonicalize(program, debug_info: bool):
     return canonicalize(program, keep_debug=debug_info)
 
 
+def _attach_debug(program, debug):
+    import msgspec
+    from canonical.canonicalize import attach_debug
+    from canonical.debuginfo import DebugInfo
+
+    from .errors import MalformedArtifactError
+
+    try:
+        info = msgspec.convert(debug, DebugInfo)
+    except msgspec.ValidationError as e:
+        raise MalformedArtifactError(f"debug.json: does not match the debug-info schema: {e}") from None
+    return attach_debug(program, info)
+
+
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> ExportedProgram:
     """Load an artifact written by :func:`save` (any supported schema version).
 
@@ -82,10 +96,5 @@ def from_artifact(a: Artifact) -> ExportedProgram:
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
     program = a.program
     if a.debug is not None:
-        try:
-            from canonical.debuginfo import attach_debug_info
-        except ImportError:
-            pass
-        else:
-            program = attach_debug_info(program, a.debug)
+        program = _attach_debug(program, a.debug)
     return deserialize_program(program, state_dict, constants, example_inputs)

@@ -41,7 +41,8 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
                      inputs: Any = None, **kwargs: Any) -> ExportedProgram:
     """Save ``ep`` (to memory), load it back, assert the two are equal, return the loaded program.
 
-    With ``debug_info=True`` (the default here) stack traces are kept and compared too.
+    With ``debug_info=True`` (the default here) stack traces and module type names (debug-only
+    metadata) are kept and compared too.
     """
     import serde
 
@@ -49,7 +50,7 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
     serde.save(ep, buf, debug_info=debug_info)
     loaded = serde.load(buf.getvalue())
     if metadata is None:
-        metadata = DEFAULT_METADATA + (("stack_trace",) if debug_info else ())
+        metadata = DEFAULT_METADATA + (("stack_trace", "module_types") if debug_info else ())
     assert_programs_equal(ep, loaded, metadata=metadata, inputs=inputs, **kwargs)
     return loaded
 
@@ -84,6 +85,7 @@ class _Comparer:
         self.metadata = metadata
         self.names: dict[str, str] = {}     # a name -> b name, across all graphs
         self.symbols: dict[sympy.Symbol, sympy.Symbol] = {}
+        self.labels: dict[str, str] = {}    # torch_fn / source_fn_stack labels
 
     def fail(self, where: str, msg: str) -> None:
         raise ProgramMismatch(f"{where}: {msg}")
@@ -248,9 +250,25 @@ class _Comparer:
             self.arg(x.kwargs, y.kwargs, f"{w}.kwargs", todo)
             if x.op == "call_function" and x.target is not operator.getitem:
                 for key in self.metadata:
-                    ma, mb = _meta(x, key), _meta(y, key)
-                    if ma != mb:
-                        self.fail(f"{w}.meta[{key!r}]", f"{ma!r} != {mb!r}")
+                    self.meta(x, y, key, f"{w}.meta[{key!r}]")
+
+    def meta(self, x: torch.fx.Node, y: torch.fx.Node, key: str, where: str) -> None:
+        ma, mb = _meta(x, key), _meta(y, key)
+        if key in ("torch_fn", "source_fn_stack") and ma is not None and mb is not None:
+            # Their first fields are trace-time labels (per-process call counters such as
+            # "linear_3"); canonical artifacts relabel them consistently, so compare through a mapping.
+            pairs = [(ma, mb)] if key == "torch_fn" else list(zip(ma, mb))
+            if len(ma) != len(mb) or any(p[1] != q[1] for p, q in pairs):
+                self.fail(where, f"{ma!r} != {mb!r}")
+            for p, q in pairs:
+                if self.exact and p[0] != q[0]:
+                    self.fail(where, f"label {p[0]!r} != {q[0]!r}")
+                prev = self.labels.setdefault(p[0], q[0])
+                if prev != q[0]:
+                    self.fail(where, f"label {p[0]!r} was relabelled {prev!r} before, now {q[0]!r}")
+            return
+        if ma != mb:
+            self.fail(where, f"{ma!r} != {mb!r}")
 
     # -- program-level
 
@@ -362,11 +380,14 @@ def _dead_getitem(n: torch.fx.Node) -> bool:
 
 
 def _meta(n: torch.fx.Node, key: str) -> Any:
+    if key == "module_types":  # the type half of nn_module_stack: debug metadata
+        stack = n.meta.get("nn_module_stack")
+        return None if stack is None else {k: _type_name(t) for k, (_, t) in stack.items()}
     v = n.meta.get(key)
     if v is None:
         return None
     if key == "nn_module_stack":
-        return {k: (p, _type_name(t)) for k, (p, t) in v.items()}
+        return {k: p for k, (p, _) in v.items()}
     if key == "source_fn_stack":
         return [(name, _type_name(fn)) for name, fn in v]
     if key == "torch_fn":

@@ -189,9 +189,16 @@ class Annotated(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x):
-        with torch.fx.traceback.annotate({"stage": "encoder", "tags": [1, 2], "ok": True}):
-            y = self.lin(x)
-        return F.relu(y) * 3
+        return F.relu(self.lin(x)) * 3
+
+
+def _annotate(ep: ExportedProgram) -> ExportedProgram:
+    """Attach user metadata the way users do after export: node.meta["custom"]."""
+    for n in ep.graph.nodes:
+        if n.op == "call_function" and "linear" in str(n.target):
+            n.meta["custom"] = {"stage": "encoder", "tags": [1, 2], "ok": True}
+    ep.graph_module.meta["custom"] = {"owner": "zoo", "version": 3}
+    return ep
 
 
 _DTYPES = [torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int16,
@@ -282,7 +289,7 @@ CASES: list[Case] = [
                   {"scale": 2.0, "pair": Pair(_r(2), _r(2))}, None),
          tags=("pytree",)),
     Case("nested_modules", lambda: (Nested(), (_r(4, 8),), {}, None), tags=("unflatten",)),
-    Case("annotated", lambda: (Annotated(), (_r(2, 4),), {}, None), tags=("metadata",)),
+    Case("annotated", lambda: (Annotated(), (_r(2, 4),), {}, None), post=_annotate, tags=("metadata",)),
     Case("all_dtypes", lambda: (AllDtypes(), (_r(2, 6),), {}, None), tags=("weights",)),
     Case("tied_weights", lambda: (TiedLM(), (torch.randint(0, 50, (2, 7)),), {}, None), tags=("weights",)),
     Case("chain_200", lambda: (Chain(200), (_r(4, 8),), {}, None), tags=("chain",)),

@@ -1,0 +1,120 @@
+"""save -> load -> compare on every zoo case (issue 2 §3)."""
+
+from __future__ import annotations
+
+import functools
+import io
+
+import pytest
+import torch
+
+import serde
+from serde import zoo
+from serde.testing import assert_programs_equal, assert_roundtrip
+
+
+@functools.lru_cache(maxsize=None)
+def exported(name: str):
+    return zoo.export_case(zoo.get(name))
+
+
+@pytest.mark.parametrize("name", [c.name for c in zoo.CASES])
+def test_zoo_roundtrip(name, tmp_path):
+    ep = exported(name)
+    path = tmp_path / f"{name}.pt2s"
+    serde.save(ep, path, debug_info=True)
+    loaded = serde.load(path)
+    assert_programs_equal(ep, loaded, metadata=("nn_module_stack", "source_fn_stack", "torch_fn", "custom",
+                                                "stack_trace", "module_types"))
+    for args, kwargs in zoo.get(name).other_inputs():
+        assert_programs_equal(ep, loaded, inputs=(args, kwargs))
+
+
+def test_save_to_file_object_and_load_from_bytes():
+    ep = exported("mlp")
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    assert_programs_equal(ep, serde.load(buf.getvalue()))
+    buf.seek(0)
+    assert_programs_equal(ep, serde.load(buf))
+
+
+def test_dynamic_shapes_and_range_constraints_come_back_exactly():
+    ep = exported("dynamic_arith")
+    loaded = assert_roundtrip(ep)
+    def ranges(e):
+        return sorted((int(v.lower), str(v.upper)) for v in e.range_constraints.values())
+    assert ranges(loaded) == ranges(ep)
+    shapes = [str(n.meta["val"].shape) for e in (ep, loaded) for n in e.graph.nodes if n.name == "x"]
+    assert shapes[0].replace(str(next(iter(ep.range_constraints)).free_symbols.pop()), "S") == \
+        shapes[1].replace(str(next(iter(loaded.range_constraints)).free_symbols.pop()), "S")
+    # the SymInt output (x.shape[0] * 3 + 1) is computed from the new size
+    out = loaded.module()(torch.randn(10, 8), torch.randn(20, 8))
+    assert out[2] == 31
+    with pytest.raises(Exception, match="Expected input|range|constraint|must be|Guard"):
+        loaded.module()(torch.randn(200, 8), torch.randn(400, 8))  # outside Dim("d", max=64)
+
+
+def test_signature_kinds_are_all_present():
+    seen_in, seen_out = set(), set()
+    for name in ("signature_kinds", "signature_kinds_aten", "input_mutation_aten"):
+        loaded = assert_roundtrip(exported(name))
+        for s in loaded.graph_signature.input_specs:
+            kind = s.kind.name
+            if kind == "BUFFER":
+                kind += "_persistent" if s.persistent else "_nonpersistent"
+            if kind == "USER_INPUT":
+                kind += "_constant" if type(s.arg).__name__ == "ConstantArgument" else "_tensor"
+            seen_in.add(kind)
+        seen_out.update(s.kind.name for s in loaded.graph_signature.output_specs)
+    assert {"PARAMETER", "BUFFER_persistent", "BUFFER_nonpersistent", "CONSTANT_TENSOR",
+            "USER_INPUT_constant", "USER_INPUT_tensor"} <= seen_in
+    assert {"USER_OUTPUT", "BUFFER_MUTATION", "USER_INPUT_MUTATION"} <= seen_out
+
+
+def test_unflatten_works_and_matches():
+    ep = exported("nested_modules")
+    loaded = assert_roundtrip(ep)
+    x = torch.randn(4, 8)
+    u1, u2 = torch.export.unflatten(ep), torch.export.unflatten(loaded)
+    torch.testing.assert_close(u1(x), u2(x))
+    assert [n for n, _ in u1.named_modules()] == [n for n, _ in u2.named_modules()]
+    torch.testing.assert_close(getattr(u2.b, "2")(x), getattr(u1.b, "2")(x))
+
+
+def test_metadata_preserved():
+    loaded = assert_roundtrip(exported("annotated"))
+    customs = [n.meta.get("custom") for n in loaded.graph.nodes if n.meta.get("custom")]
+    assert {"stage": "encoder", "tags": [1, 2], "ok": True} in customs
+    assert loaded.graph_module.meta["custom"] == {"owner": "zoo", "version": 3}
+    lin = [n for n in loaded.graph.nodes if n.op == "call_function" and "linear" in str(n.target)][0]
+    assert lin.meta["nn_module_stack"] and lin.meta["torch_fn"] and lin.meta["stack_trace"]
+
+
+def test_tied_weights_share_storage_after_load():
+    ep = exported("tied_weights")
+    loaded = assert_roundtrip(ep)
+    sd = loaded.state_dict
+    assert sd["head.weight"].untyped_storage().data_ptr() == sd["embed.weight"].untyped_storage().data_ptr()
+    m = loaded.module()
+    assert m.head.weight.data_ptr() == m.embed.weight.data_ptr()
+
+
+def test_all_weight_dtypes_bit_exact_and_views_kept():
+    ep = exported("all_dtypes")
+    loaded = assert_roundtrip(ep)
+    dtypes = {t.dtype for t in list(loaded.state_dict.values()) + list(loaded.constants.values())}
+    for dt in (torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int16,
+               torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
+               torch.float8_e4m3fn, torch.float8_e5m2):
+        assert dt in dtypes, dt
+    w = loaded.state_dict["w_t"]
+    assert not w.is_contiguous() and w.stride() == ep.state_dict["w_t"].stride()
+    s = loaded.state_dict["strided"]
+    assert s.storage_offset() == ep.state_dict["strided"].storage_offset() != 0
+
+
+def test_training_ir_and_decomposed_ir_both_roundtrip():
+    ep = exported("convnet_bn")
+    assert_roundtrip(ep)
+    assert_roundtrip(ep.run_decompositions())
