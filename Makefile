@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/pt2serde demo
 
-test: $(STAMP)
+test: $(STAMP) schema-check
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+
+schema-check: $(STAMP)
+	$(VENV)/bin/pt2serde schema check
 
 test-all: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider

@@ -353,7 +353,7 @@ struct GraphSignature {
 struct TreeSpec {
   10: string type;
   20: optional string context;
-  30: list<TreeSpec> children;
+  30: list<TreeSpec> children = [];
 }
 
 struct ModuleCallSignature {

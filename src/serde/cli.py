@@ -18,8 +18,11 @@ __all__ = ["main"]
 COMMANDS: dict[str, str] = {
     "demo": "serde.cmd_demo",
     "show": "canonical.cmd_show",
+    "diff": "canonical.cmd_diff",
     "check": "serde.cmd_check",
     "schema": "serde.cmd_schema",
+    "upgrade": "serde.cmd_upgrade",
+    "import": "serde.cmd_import",
 }
 
 

@@ -24,14 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 IDL = parse_file(REPO / "schema.thrift")
 PY, PY_PROBLEMS = python_document(schema)
 
-# Known disagreement, reported to the lead: Python defaults TreeSpec.children to [] (and so omits
-# an empty list on the wire) but schema.thrift declares it required with no default.
-_KNOWN = {"TreeSpec"}
-
-
 def _case(name: str):
-    if name in _KNOWN:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="needs `= []` in schema.thrift"))
     return name
 
 

@@ -530,18 +530,13 @@ def test_disagreement_render_is_exact(scratch):
 # ---------------------------------------------------------------- the real repository
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema.thrift lacks `= []` on TreeSpec.children (Python defaults it to []); lead to fix, then "
-           "run `pt2serde schema snapshot --force` and remove this marker",
-)
 def test_real_repository_passes_schema_check():
     r = check(REPO)
     assert r.ok, r.render()
 
 
 def test_real_repository_versioning_is_consistent():
-    # Header, history, snapshot integrity and bump rules; IDL-vs-Python is the xfail above.
+    # Header, history, snapshot integrity and bump rules.
     r = check(REPO)
     assert r.released is not None
     assert r.problems == [], r.render()

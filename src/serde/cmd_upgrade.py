@@ -1,0 +1,33 @@
+"""``pt2serde upgrade``: rewrite an artifact from an older schema version at the current one."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "rewrite an artifact written by an older schema version at the current version"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="artifact to upgrade")
+    p.add_argument("output", help="where to write the upgraded artifact (may equal input)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .artifact import read_artifact, write_artifact
+    from .version import SCHEMA_VERSION
+
+    a = read_artifact(args.input)
+    payloads = {n: a.contents.member(n) for n in a.contents.names if n.startswith("data/")}
+    program = a.program
+    debug = a.debug
+    try:
+        from canonical.canonicalize import canonicalize
+    except ImportError:
+        pass
+    else:
+        program, _ = canonicalize(program)
+    write_artifact(args.output, program, a.weights, payloads, debug, torch_version=a.manifest.torch_version)
+    old = ".".join(map(str, a.written_version))
+    new = ".".join(map(str, SCHEMA_VERSION))
+    print(f"{args.input}: schema {old} -> {new}, wrote {args.output}")
+    return 0
