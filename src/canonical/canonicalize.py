@@ -1,0 +1,509 @@
+"""Canonical form of a program: the same program always gives the same Structs (and bytes).
+
+``canonicalize`` is a pure function on schema Structs (no torch). It
+
+1. orders every graph's nodes by structure (:mod:`canonical.order`);
+2. renames every value, node and subgraph by structure (:mod:`canonical.names`): graph inputs
+   from the signature (``p_<fqn>``, ``b_<fqn>``, ``c_<name>``, ``obj_<name>``, ``token``; user
+   inputs keep their names, which come from ``forward``'s arguments; subgraph inputs are
+   ``arg<k>``), everything else from the operators and their neighbourhood. The new names are
+   applied everywhere: node inputs and outputs, ``Node.name``, graph inputs and outputs, the value
+   tables, the signature, the module call graph and subgraphs, recursively;
+3. renames symbols by first appearance (:mod:`canonical.symbols`) in every expression and in the
+   range constraints;
+4. moves debug-only metadata out of the program (:mod:`canonical.debuginfo`).
+
+It is idempotent, and invariant under consistent renaming of nodes and symbols and under any
+topological reordering of the stored nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from serde import schema
+from serde.errors import MalformedArtifactError
+
+from .debuginfo import (
+    DebugInfo,
+    Labels,
+    ModuleKeys,
+    NodeDebug,
+    canonical_metadata,
+    frame_of,
+    scope_of,
+    with_debug,
+)
+from .names import Namespace, node_names, sanitize
+from .order import GraphIndex, canonical_order, node_key
+from .symbols import SymbolRenamer
+from .walk import DIRECT_LEAF_KINDS, argument_names, argument_subgraphs, rename_argument
+
+__all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
+
+_HOP_PREFIX = "torch.ops.higher_order."
+
+
+def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
+                 ) -> tuple[schema.ExportedProgram, DebugInfo | None]:
+    """Canonical form of ``program`` (the input is not modified).
+
+    Args:
+        program: any decoded program.
+        keep_debug: also return the debug-only metadata removed from the program.
+
+    Returns:
+        ``(canonical program, DebugInfo or None)``; DebugInfo only when ``keep_debug``.
+
+    Raises:
+        MalformedArtifactError: the program is inconsistent (a value defined twice or never
+            defined, a dependency cycle, signature and graph inputs that disagree, a bad
+            symbolic expression).
+    """
+    gm = program.graph_module
+    sig = gm.signature
+    where = "graph_module.graph"
+    g = gm.graph
+    if len(sig.input_specs) != len(g.inputs):
+        raise MalformedArtifactError(
+            f"graph_module.signature.input_specs: {len(sig.input_specs)} specs for {len(g.inputs)} graph "
+            "inputs; there must be one spec per graph input. The artifact is damaged."
+        )
+    input_names, reserved = _main_input_names(g, sig)
+    attrs = {fqn.split(".")[0] for fqn in _state_names(sig)}
+    plan = _Plan(g, input_names, reserved, where, attrs)
+
+    syms = SymbolRenamer()
+    plan.see_symbols(syms)
+    syms.see_remaining(program.range_constraints, "range_constraints")
+
+    debug: dict[str, NodeDebug] | None = {} if keep_debug else None
+    graph = plan.rewrite(syms, ModuleKeys(), debug, "")
+    vctx = plan.rename_ctx("graph_module.signature")
+    signature = schema.GraphSignature(
+        input_specs=[_rename_input_spec(s, vctx) for s in sig.input_specs],
+        output_specs=[_rename_output_spec(s, vctx) for s in sig.output_specs],
+    )
+    mcg = []
+    for k, e in enumerate(gm.module_call_graph):
+        s = e.signature
+        if s is not None:
+            vctx.where = f"graph_module.module_call_graph[{k}].signature"
+            s = schema.ModuleCallSignature(
+                inputs=[rename_argument(a, vctx) for a in s.inputs],
+                outputs=[rename_argument(a, vctx) for a in s.outputs],
+                in_spec=s.in_spec, out_spec=s.out_spec, forward_arg_names=s.forward_arg_names,
+            )
+        mcg.append(schema.ModuleCallEntry(fqn=e.fqn, signature=s))
+    ranges = {syms.text(k, f"range_constraints[{k!r}]"): v for k, v in program.range_constraints.items()}
+    out = schema.ExportedProgram(
+        graph_module=schema.GraphModule(graph=graph, custom=gm.custom, signature=signature, module_call_graph=mcg),
+        opset_version=dict(sorted(program.opset_version.items())),
+        range_constraints=dict(sorted(ranges.items())),
+        schema_version=program.schema_version,
+        verifiers=program.verifiers,
+        torch_version=program.torch_version,
+    )
+    return out, (DebugInfo(nodes=dict(sorted(debug.items()))) if debug is not None else None)
+
+
+def attach_debug(program: schema.ExportedProgram, debug: DebugInfo) -> schema.ExportedProgram:
+    """``program`` (canonical) with the debug-only metadata from ``canonicalize`` put back.
+
+    Nodes that ``debug`` does not mention are left as they are.
+    """
+    if not debug.nodes:
+        return program
+    gm = program.graph_module
+    graph = _attach_graph(gm.graph, debug.nodes, "")
+    return schema.ExportedProgram(
+        graph_module=schema.GraphModule(graph=graph, custom=gm.custom, signature=gm.signature,
+                                        module_call_graph=gm.module_call_graph),
+        opset_version=program.opset_version, range_constraints=program.range_constraints,
+        schema_version=program.schema_version, verifiers=program.verifiers,
+        torch_version=program.torch_version,
+    )
+
+
+# ---------------------------------------------------------------- graph inputs
+
+
+def _user_name(spec: Any, arg: schema.Argument) -> None:
+    return None
+
+
+def _prefixed(prefix: str, attr: str) -> Any:
+    return lambda spec, arg: prefix + sanitize(getattr(spec.value, attr))
+
+
+# InputSpec member -> new name of its graph input (None: keep the stored name, it is API).
+_INPUT_NAMING = {
+    "user_input": _user_name,
+    "parameter": _prefixed("p_", "parameter_name"),
+    "buffer": _prefixed("b_", "buffer_name"),
+    "tensor_constant": _prefixed("c_", "tensor_constant_name"),
+    "custom_obj": _prefixed("obj_", "custom_obj_name"),
+    "constant_input": _user_name,
+    "token": lambda spec, arg: "token",
+}
+assert set(_INPUT_NAMING) == set(schema.InputSpec.__struct_fields__)
+
+
+def _main_input_names(g: schema.Graph, sig: schema.GraphSignature) -> tuple[list[list[str]], set[str]]:
+    """New names of the top graph's inputs (per input, per name it defines), and reserved names."""
+    reserved: set[str] = set()
+    for a, spec in zip(g.inputs, sig.input_specs, strict=True):
+        if _INPUT_NAMING[spec.kind](spec, a) is None:
+            reserved.update(argument_names(a))
+        if spec.kind == "constant_input":
+            reserved.add(spec.constant_input.name)
+    ns = Namespace(reserved)
+    out: list[list[str]] = []
+    for i, (a, spec) in enumerate(zip(g.inputs, sig.input_specs, strict=True)):
+        cand = _INPUT_NAMING[spec.kind](spec, a)
+        names = list(argument_names(a))
+        if cand is None:
+            out.append(names)
+        else:
+            if len(names) != 1:
+                raise MalformedArtifactError(
+                    f"graph_module.graph.inputs[{i}]: a {spec.kind} input must name one value, "
+                    f"it names {len(names)}. The artifact is damaged."
+                )
+            out.append([ns.claim(cand)])
+    return out, ns.used
+
+
+def _state_names(sig: schema.GraphSignature) -> list[str]:
+    out = []
+    for s in sig.input_specs:
+        v = s.value
+        for attr in ("parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name"):
+            name = getattr(v, attr, None)
+            if name:
+                out.append(name)
+    return out
+
+
+# ---------------------------------------------------------------- one graph
+
+
+def _digest(parts: Any) -> bytes:
+    return hashlib.blake2b(repr(parts).encode(), digest_size=12).digest()
+
+
+class _LocalCtx:
+    """Key visitor that hides references (their producers are hashed separately)."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+
+    def value(self, name: str) -> str:
+        return "."
+
+    def subgraph(self, ga: schema.GraphArgument) -> bytes:
+        return self.plan.sub[ga.name].fingerprint
+
+
+class _RankCtx:
+    """Key visitor that writes references as canonical positions."""
+
+    def __init__(self, plan: _Plan, rank: list[int]) -> None:
+        self.plan, self.rank = plan, rank
+
+    def value(self, name: str) -> tuple:
+        idx = self.plan.idx
+        p = idx.producer[name]
+        return ("in", -p - 1) if p < 0 else (self.rank[p], idx.leaf_index[name])
+
+    def subgraph(self, ga: schema.GraphArgument) -> bytes:
+        return self.plan.sub[ga.name].fingerprint
+
+
+class _RenameCtx:
+    """Rename visitor: references through the value map, subgraphs to their canonical form."""
+
+    def __init__(self, plan: _Plan, where: str) -> None:
+        self.plan, self.where = plan, where
+        self.values = plan.value_map
+
+    def value(self, name: str) -> str:
+        new = self.values.get(name)
+        if new is None:
+            raise MalformedArtifactError(
+                f"{self.where}: refers to {name!r}, which no node or input of {self.plan.where} defines. "
+                "The artifact is damaged or was written by a faulty tool."
+            )
+        return new
+
+    def subgraph(self, ga: schema.GraphArgument) -> schema.GraphArgument:
+        return self.plan.sub_args[ga.name]
+
+
+class _Plan:
+    """Canonical order and names of one graph (and, recursively, of its subgraphs)."""
+
+    def __init__(self, g: schema.Graph, input_names: list[list[str]], reserved: set[str], where: str,
+                 attrs: set[str]) -> None:
+        self.graph, self.where = g, where
+        self.idx = idx = GraphIndex(g, where)
+        nodes = g.nodes
+        # Subgraphs first: the parent's order and names use their fingerprints.
+        self.sub: dict[str, _Plan] = {}
+        for i, node in enumerate(nodes):
+            for j, na in enumerate(node.inputs):
+                for ga in argument_subgraphs(na.arg):
+                    if ga.name not in self.sub:
+                        sub_inputs = [[f"arg{k}" if m == 0 else f"arg{k}_{m}" for m, _ in enumerate(argument_names(a))]
+                                      for k, a in enumerate(ga.graph.inputs)]
+                        reserved_sub = {n for ns in sub_inputs for n in ns}
+                        self.sub[ga.name] = _Plan(ga.graph, sub_inputs, reserved_sub,
+                                                  f"{where}.nodes[{i}].inputs[{j}].graph", set())
+        stacks = [frame_of(n.metadata) for n in nodes]
+        self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)
+        rank = [0] * len(nodes)
+        for r, i in enumerate(order):
+            rank[i] = r
+
+        # Names: inputs as given, then nodes, then multi-output values, then subgraphs.
+        self.value_map: dict[str, str] = {}
+        for a, new in zip(g.inputs, input_names, strict=True):
+            for old, nn in zip(argument_names(a), new, strict=True):
+                self.value_map[old] = nn
+        ns = Namespace(reserved)
+        local = _LocalCtx(self)
+        producers = []
+        for i in range(len(nodes)):
+            row = []
+            for r in idx.refs[i]:
+                p = idx.producer[r]
+                row.append((p, idx.leaf_index[r]) if p >= 0 else (self.value_map[r], 0))
+            producers.append(row)
+        self.node_names = node_names(
+            order, [n.target for n in nodes], [scope_of(n.metadata) for n in nodes],
+            [node_key(n, local) for n in nodes], producers, ns,
+        )
+        for i in order:
+            node, name = nodes[i], self.node_names[i]
+            leaves = idx.leaves[i]
+            if len(node.outputs) == 1 and len(leaves) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
+                    _single_return(node)):
+                self.value_map[leaves[0][2]] = name
+            else:
+                for k, (_, _, old) in enumerate(leaves):
+                    self.value_map[old] = ns.claim(f"{name}_{k}")
+        sub_ns = Namespace(attrs)
+        sub_ns.used |= ns.used
+        self.sub_names: dict[str, str] = {}
+        for i in order:
+            k = 0
+            for na in nodes[i].inputs:
+                for ga in argument_subgraphs(na.arg):
+                    if ga.name not in self.sub_names:
+                        stem = self.node_names[i].lstrip("_") or "graph"
+                        suffix = sanitize(na.name) if na.name else f"graph{k}"
+                        self.sub_names[ga.name] = sub_ns.claim(f"{stem}_{suffix}")
+                    k += 1
+        rctx = _RankCtx(self, rank)
+        self.fingerprint = _digest((
+            len(g.inputs),
+            tuple(node_key(nodes[i], rctx) for i in order),
+            tuple(rctx.value(r) for r in idx.output_refs),
+        ))
+        self.sub_args: dict[str, schema.GraphArgument] = {}
+
+    def rename_ctx(self, where: str) -> _RenameCtx:
+        return _RenameCtx(self, where)
+
+    # -- symbols
+
+    def see_symbols(self, syms: SymbolRenamer) -> None:
+        g, idx = self.graph, self.idx
+        for a in g.inputs:
+            for name in argument_names(a):
+                self._see_value(name, syms)
+        seen_sub: set[str] = set()
+        for i in self.order:
+            for na in g.nodes[i].inputs:
+                for ga in argument_subgraphs(na.arg):
+                    if ga.name not in seen_sub:
+                        seen_sub.add(ga.name)
+                        self.sub[ga.name].see_symbols(syms)
+            for _, _, name in idx.leaves[i]:
+                self._see_value(name, syms)
+
+    def _see_value(self, name: str, syms: SymbolRenamer) -> None:
+        g = self.graph
+        m = g.tensor_values.get(name)
+        if m is not None:
+            syms.see_meta(m, f"{self.where}.tensor_values[{name!r}]")
+            return
+        for field in ("sym_int_values", "sym_float_values", "sym_bool_values"):
+            v = getattr(g, field).get(name)
+            if v is not None:
+                syms.see_value(v, f"{self.where}.{field}[{name!r}]")
+                return
+
+    # -- rewriting
+
+    def rewrite(self, syms: SymbolRenamer, keys: ModuleKeys, debug: dict[str, NodeDebug] | None,
+                path: str) -> schema.Graph:
+        g, nodes = self.graph, self.graph.nodes
+        ctx = _RenameCtx(self, self.where)
+        labels = Labels()
+        new_nodes: list[schema.Node] = []
+        prefix = f"{path}/" if path else ""
+        for i in self.order:
+            node, name = nodes[i], self.node_names[i]
+            where = f"{self.where}.nodes[{i}]"
+            # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
+            for na in node.inputs:
+                for ga in argument_subgraphs(na.arg):
+                    if ga.name not in self.sub_args:
+                        sub_name = self.sub_names[ga.name]
+                        sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
+                        self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+            ctx.where = f"{where}.inputs"
+            inputs = [schema.NamedArgument(name=na.name, arg=rename_argument(na.arg, ctx), kind=na.kind)
+                      for na in node.inputs]
+            ctx.where = f"{where}.outputs"
+            outputs = [rename_argument(o, ctx) for o in node.outputs]
+            meta, dbg = canonical_metadata(node.metadata, name, keys, labels)
+            if dbg is not None and debug is not None:
+                debug[prefix + name] = dbg
+            new_nodes.append(schema.Node(
+                target=node.target, inputs=inputs, outputs=outputs, metadata=meta,
+                is_hop_single_tensor_return=node.is_hop_single_tensor_return, name=name,
+            ))
+        ctx.where = f"{self.where}.inputs"
+        new_inputs = [rename_argument(a, ctx) for a in g.inputs]
+        ctx.where = f"{self.where}.outputs"
+        new_outputs = [rename_argument(a, ctx) for a in g.outputs]
+        return schema.Graph(
+            inputs=new_inputs, outputs=new_outputs, nodes=new_nodes,
+            tensor_values=self._table(g.tensor_values, "tensor_values", syms.meta),
+            sym_int_values=self._table(g.sym_int_values, "sym_int_values", syms.value),
+            sym_bool_values=self._table(g.sym_bool_values, "sym_bool_values", syms.value),
+            is_single_tensor_return=g.is_single_tensor_return,
+            custom_obj_values=self._table(
+                g.custom_obj_values, "custom_obj_values",
+                lambda v: schema.CustomObjArgument(name=self.value_map[v.name], class_fqn=v.class_fqn)
+                if v.name in self.value_map else v),
+            sym_float_values=self._table(g.sym_float_values, "sym_float_values", syms.value),
+        )
+
+    def _table(self, table: dict[str, Any], field: str, f: Any) -> dict[str, Any]:
+        out = {}
+        for k, v in table.items():
+            new = self.value_map.get(k)
+            if new is None:
+                raise MalformedArtifactError(
+                    f"{self.where}.{field}[{k!r}]: no node or input of the graph defines {k!r}; "
+                    "value tables may only describe values of their graph. The artifact is damaged."
+                )
+            out[new] = f(v)
+        return dict(sorted(out.items()))
+
+
+def _single_return(node: schema.Node) -> bool:
+    """Whether the loader binds a node's only output to the node itself (see serde.graph)."""
+    o = node.outputs[0]
+    if node.target.startswith("torch.ops.") and not node.target.startswith(_HOP_PREFIX):
+        return True
+    return bool(node.is_hop_single_tensor_return) or o.kind in ("as_sym_int", "as_sym_float", "as_sym_bool")
+
+
+# ---------------------------------------------------------------- signature
+
+
+def _arg_spec(cls: type, *names: str) -> Any:
+    """Renamer for a spec struct whose ``arg`` is a Tensor/Token/CustomObj argument."""
+    def rename(v: Any, ctx: _RenameCtx) -> Any:
+        a = v.arg
+        if isinstance(a, schema.CustomObjArgument):
+            new_arg = schema.CustomObjArgument(name=ctx.value(a.name), class_fqn=a.class_fqn)
+        else:
+            new_arg = type(a)(name=ctx.value(a.name))
+        fields = {n: getattr(v, n) for n in names}
+        return cls(arg=new_arg, **fields)
+    return rename
+
+
+def _user_arg_spec(cls: type, name_field: str | None = None) -> Any:
+    def rename(v: Any, ctx: _RenameCtx) -> Any:
+        if name_field is None:
+            return cls(arg=rename_argument(v.arg, ctx))
+        return cls(arg=_arg_spec_arg(v.arg, ctx), **{name_field: ctx.value(getattr(v, name_field))})
+    return rename
+
+
+def _arg_spec_arg(a: schema.TensorArgument, ctx: _RenameCtx) -> schema.TensorArgument:
+    return schema.TensorArgument(name=ctx.value(a.name))
+
+
+_INPUT_SPEC_RENAME = {
+    "user_input": _user_arg_spec(schema.UserInputSpec),
+    "parameter": _arg_spec(schema.InputToParameterSpec, "parameter_name"),
+    "buffer": _arg_spec(schema.InputToBufferSpec, "buffer_name", "persistent"),
+    "tensor_constant": _arg_spec(schema.InputToTensorConstantSpec, "tensor_constant_name"),
+    "custom_obj": _arg_spec(schema.InputToCustomObjSpec, "custom_obj_name"),
+    "constant_input": lambda v, ctx: v,
+    "token": _arg_spec(schema.InputTokenSpec),
+}
+_OUTPUT_SPEC_RENAME = {
+    "user_output": _user_arg_spec(schema.UserOutputSpec),
+    "loss_output": _arg_spec(schema.LossOutputSpec),
+    "buffer_mutation": _arg_spec(schema.BufferMutationSpec, "buffer_name"),
+    "gradient_to_parameter": _arg_spec(schema.GradientToParameterSpec, "parameter_name"),
+    "gradient_to_user_input": _user_arg_spec(schema.GradientToUserInputSpec, "user_input_name"),
+    "user_input_mutation": _user_arg_spec(schema.UserInputMutationSpec, "user_input_name"),
+    "token": _arg_spec(schema.OutputTokenSpec),
+    "parameter_mutation": _arg_spec(schema.ParameterMutationSpec, "parameter_name"),
+}
+assert set(_INPUT_SPEC_RENAME) == set(schema.InputSpec.__struct_fields__)
+assert set(_OUTPUT_SPEC_RENAME) == set(schema.OutputSpec.__struct_fields__)
+
+
+def _rename_input_spec(s: schema.InputSpec, ctx: _RenameCtx) -> schema.InputSpec:
+    k = s.kind
+    return schema.InputSpec(**{k: _INPUT_SPEC_RENAME[k](s.value, ctx)})
+
+
+def _rename_output_spec(s: schema.OutputSpec, ctx: _RenameCtx) -> schema.OutputSpec:
+    k = s.kind
+    return schema.OutputSpec(**{k: _OUTPUT_SPEC_RENAME[k](s.value, ctx)})
+
+
+# ---------------------------------------------------------------- debug info
+
+
+class _AttachCtx:
+    def __init__(self, debug: dict[str, NodeDebug], prefix: str) -> None:
+        self.debug, self.prefix = debug, prefix
+
+    def value(self, name: str) -> str:
+        return name
+
+    def subgraph(self, ga: schema.GraphArgument) -> schema.GraphArgument:
+        return schema.GraphArgument(name=ga.name, graph=_attach_graph(ga.graph, self.debug, self.prefix + ga.name))
+
+
+def _attach_graph(g: schema.Graph, debug: dict[str, NodeDebug], path: str) -> schema.Graph:
+    prefix = f"{path}/" if path else ""
+    ctx = _AttachCtx(debug, prefix)
+    nodes = []
+    for n in g.nodes:
+        d = debug.get(prefix + n.name)
+        meta = with_debug(n.metadata, d) if d is not None else n.metadata
+        has_sub = any(argument_subgraphs(na.arg) for na in n.inputs)
+        inputs = [schema.NamedArgument(name=na.name, arg=rename_argument(na.arg, ctx), kind=na.kind)
+                  for na in n.inputs] if has_sub else n.inputs
+        nodes.append(schema.Node(target=n.target, inputs=inputs, outputs=n.outputs, metadata=meta,
+                                 is_hop_single_tensor_return=n.is_hop_single_tensor_return, name=n.name))
+    return schema.Graph(
+        inputs=g.inputs, outputs=g.outputs, nodes=nodes, tensor_values=g.tensor_values,
+        sym_int_values=g.sym_int_values, sym_bool_values=g.sym_bool_values,
+        is_single_tensor_return=g.is_single_tensor_return, custom_obj_values=g.custom_obj_values,
+        sym_float_values=g.sym_float_values,
+    )

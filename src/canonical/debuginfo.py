@@ -1,0 +1,146 @@
+"""Node metadata in canonical form, and the debug-only part kept apart from it.
+
+Debug-only (removed from the canonical program, returned in :class:`DebugInfo` on request):
+``stack_trace`` (absolute paths, line numbers), ``from_node`` (pass names and per-process graph
+ids) and ``ModuleStackEntry.type_name`` (names the module that defined the class, so it changes
+when the same model lives in another file).
+
+Semantic (kept, made stable):
+
+- ``nn_module_stack`` keys and paths, used by ``torch.export.unflatten``. Strict export keys a
+  frame by ``id(module)``, which differs per process; such a key becomes ``L__self__<path>`` (what
+  non-strict export writes), keeping its ``@<call index>`` suffix.
+- ``source_fn_stack`` and ``torch_fn``: their names only group nodes that came from one call
+  (``get_source_partitions`` relies on that) but are numbered in tracing order, so each distinct
+  name is replaced by the canonical name of the first node (canonical order) that carries it.
+- ``custom`` as stored (already JSON with sorted keys).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+from serde import schema
+from serde.schema import Id
+
+from .names import sanitize
+from .order import EMPTY_STACK_KEY
+
+__all__ = ["NodeDebug", "DebugInfo", "ModuleKeys", "Labels", "frame_of", "scope_of", "canonical_metadata",
+           "with_debug"]
+
+
+class NodeDebug(schema.Struct, kw_only=True):
+    """Debug-only metadata of one node."""
+
+    stack_trace: Annotated[Optional[str], Id(10)] = None
+    from_node: Annotated[Optional[str], Id(20)] = None
+    # canonical nn_module_stack key -> module type name
+    module_types: Annotated[Optional[dict[str, str]], Id(30)] = None
+
+
+class DebugInfo(schema.Struct, kw_only=True):
+    """Debug-only metadata of a program, keyed by ``<subgraph path>/<canonical node name>``.
+
+    The subgraph path is the chain of canonical subgraph names from the top graph ("" for the top
+    graph itself, so its nodes are keyed by their bare names).
+    """
+
+    nodes: Annotated[dict[str, NodeDebug], Id(10)] = {}
+
+
+def frame_of(m: schema.NodeMetadata) -> tuple[str, ...] | None:
+    """Module-call frame of a node (its stack keys, outermost first), None when unknown."""
+    stack = m.nn_module_stack
+    if not stack or all(e.key == EMPTY_STACK_KEY for e in stack):
+        return None
+    return tuple(e.key for e in stack)
+
+
+def scope_of(m: schema.NodeMetadata) -> str:
+    """Sanitized path of the innermost module a node runs in ("" at the root or when unknown)."""
+    stack = m.nn_module_stack
+    if not stack or stack[-1].key == EMPTY_STACK_KEY or not stack[-1].path:
+        return ""
+    return sanitize(stack[-1].path)
+
+
+class ModuleKeys:
+    """Program-wide map from stored ``nn_module_stack`` keys to stable ones."""
+
+    def __init__(self) -> None:
+        self._bases: dict[str, str] = {}
+        self._taken: set[str] = set()
+
+    def key(self, key: str, path: str) -> str:
+        base, at, call = key.partition("@")
+        new = self._bases.get(base)
+        if new is None:
+            new = f"L__self__{path}" if base.isdigit() else base
+            cand, k = new, 0
+            while cand in self._taken:
+                k += 1
+                cand = f"{new}_{k}"
+            self._bases[base] = cand
+            self._taken.add(cand)
+            new = cand
+        return new + at + call
+
+
+class Labels:
+    """Per-graph maps from stored source-function names to canonical ones."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, dict[str, str]] = {"source_fn": {}, "torch_fn": {}}
+        self._taken: dict[str, set[str]] = {"source_fn": set(), "torch_fn": set()}
+
+    def label(self, field: str, name: str, node_name: str) -> str:
+        m = self._maps[field]
+        new = m.get(name)
+        if new is None:
+            taken = self._taken[field]
+            new, k = node_name, 0
+            while new in taken:
+                k += 1
+                new = f"{node_name}_{k}"
+            m[name] = new
+            taken.add(new)
+        return new
+
+
+def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys, labels: Labels,
+                       ) -> tuple[schema.NodeMetadata, NodeDebug | None]:
+    """(canonical metadata, debug-only part or None) of one node."""
+    stack = None
+    types: dict[str, str] = {}
+    if m.nn_module_stack is not None:
+        stack = []
+        for e in m.nn_module_stack:
+            k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
+            stack.append(schema.ModuleStackEntry(key=k, path=e.path))
+            if e.type_name is not None:
+                types[k] = e.type_name
+    sfs = None
+    if m.source_fn_stack is not None:
+        sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)
+               for s in m.source_fn_stack]
+    tfn = None
+    if m.torch_fn is not None:
+        tfn = schema.SourceFn(name=labels.label("torch_fn", m.torch_fn.name, node_name),
+                              target=m.torch_fn.target)
+    meta = schema.NodeMetadata(nn_module_stack=stack, source_fn_stack=sfs, torch_fn=tfn, custom=m.custom)
+    if m.stack_trace is None and m.from_node is None and not types:
+        return meta, None
+    return meta, NodeDebug(stack_trace=m.stack_trace, from_node=m.from_node, module_types=types or None)
+
+
+def with_debug(m: schema.NodeMetadata, d: NodeDebug) -> schema.NodeMetadata:
+    """Canonical metadata ``m`` with debug-only fields ``d`` put back."""
+    stack = m.nn_module_stack
+    if stack is not None and d.module_types:
+        stack = [schema.ModuleStackEntry(key=e.key, path=e.path, type_name=d.module_types.get(e.key))
+                 for e in stack]
+    return schema.NodeMetadata(
+        stack_trace=d.stack_trace, nn_module_stack=stack, source_fn_stack=m.source_fn_stack,
+        torch_fn=m.torch_fn, custom=m.custom, from_node=d.from_node,
+    )

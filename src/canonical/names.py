@@ -1,0 +1,143 @@
+"""Canonical names for nodes, their output values and subgraphs: readable, stable and local.
+
+A plain per-op counter in topological order (``add``, ``add_1``, ...) cascades: inserting one
+``add`` renumbers every later one, and every line that mentions them changes in a diff. Here a
+node's name depends only on the node itself and its neighbourhood, never on a global position:
+
+1. ``base``: the operator name (``torch.ops.aten.linear.default`` -> ``linear``,
+   ``_operator.mul`` -> ``mul``, ``torch.ops.higher_order.cond`` -> ``cond``).
+2. If no other node in the graph has the same base, the name is the base: ``linear``.
+3. Otherwise, if the node runs inside a module (innermost ``nn_module_stack`` path) and no other
+   node with this base runs in that module, the name is ``<module path>_<base>``:
+   ``layers_0_attn_q_proj_linear``.
+4. Otherwise a four-letter tag is appended, derived from a hash of the node's *local structure*:
+   its target, module path and constant arguments, and the same of its producers up to
+   :data:`RADIUS` steps upstream (graph inputs by their fixed names): ``add_kqzt``. Tags use
+   consonants only, so they never read as ordinals or words.
+5. Nodes whose names are still equal (exactly the same local structure, or a tag collision) get
+   ordinal suffixes ``_1``, ``_2`` in canonical order, counted among those nodes only.
+6. A final collision pass (canonical order) keeps names unique and avoids Python keywords,
+   builtins and names the FX code generator reserves, by appending ``_`` or ``_<k>``.
+
+Inserting one node into a chain therefore renames only the new node and the nodes within
+``RADIUS`` steps downstream of it (plus, rarely, members of a tie group or a base that stops being
+unique), so a diff of ``pt2serde show`` stays a few lines long.
+
+Output values: a node's single output carries the node's name; a node with several outputs (or a
+list output) names them ``<node>_<k>``. Subgraphs are ``<node>_graph<k>`` (or
+``<node>_<argument name>``) in the parent graph's namespace.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import keyword
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["RADIUS", "op_base", "sanitize", "Namespace", "node_names", "ILLEGAL_NAMES"]
+
+RADIUS = 2
+
+_TAG_ALPHABET = "bcdfghjklmnpqrstvwxz"
+_TAG_LEN = 4
+
+# Names a generated FX forward() cannot bind: keywords, builtins, FX's own imports, `self`.
+ILLEGAL_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
+    {"inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree", "math", "self", "operator"}
+)
+
+_NOT_IDENT = re.compile(r"[^0-9A-Za-z_]+")
+
+
+def sanitize(text: str) -> str:
+    """``text`` as a Python identifier: other characters become ``_``; never starts with a digit."""
+    s = _NOT_IDENT.sub("_", text)
+    if not s:
+        return "_"
+    return "_" + s if s[0].isdigit() else s
+
+
+def op_base(target: str) -> str:
+    """Readable operator name of a node target (overload dropped)."""
+    parts = target.split(".")
+    if len(parts) >= 4 and parts[0] == "torch" and parts[1] == "ops":
+        return sanitize(parts[3])
+    return sanitize(parts[-1])
+
+
+def _tag(digest: bytes) -> str:
+    v = int.from_bytes(digest[:8], "little")
+    out = []
+    for _ in range(_TAG_LEN):
+        v, r = divmod(v, len(_TAG_ALPHABET))
+        out.append(_TAG_ALPHABET[r])
+    return "".join(out)
+
+
+def _digest(parts: Any) -> bytes:
+    return hashlib.blake2b(repr(parts).encode(), digest_size=12).digest()
+
+
+class Namespace:
+    """Unique names within one graph; a taken or illegal candidate gets a suffix."""
+
+    def __init__(self, reserved: set[str] | None = None) -> None:
+        self.used: set[str] = set(reserved or ())
+
+    def claim(self, candidate: str) -> str:
+        if candidate in ILLEGAL_NAMES:
+            candidate += "_"
+        name, k = candidate, 0
+        while name in self.used:
+            k += 1
+            name = f"{candidate}_{k}"
+        self.used.add(name)
+        return name
+
+
+def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[str],
+               local_keys: Sequence[Any], producers: Sequence[Sequence[Any]],
+               namespace: Namespace) -> list[str]:
+    """Canonical name of every node (indexed like the stored node list), claimed in ``namespace``.
+
+    Args:
+        order: canonical order (stored node indices).
+        targets: per node, its target string.
+        scopes: per node, its sanitized innermost module path ("" at the root).
+        local_keys: per node, a name-free key of its target and constant arguments.
+        producers: per node, per reference in argument order: ``(node index, output index)`` for
+            a node's value, or ``(input name, 0)`` for a graph input (its canonical name).
+        namespace: receives the names (graph inputs already reserved in it).
+    """
+    n = len(targets)
+    bases = [op_base(t) for t in targets]
+    sig: list[bytes] = [_digest((targets[i], scopes[i], local_keys[i])) for i in range(n)]
+    for _ in range(RADIUS):
+        prev = sig
+        sig = [
+            _digest((prev[i], tuple((prev[p] if isinstance(p, int) else p, j) for p, j in producers[i])))
+            for i in range(n)
+        ]
+    by_base = Counter(bases)
+    by_scope = Counter(zip(scopes, bases, strict=True))
+    candidates: list[str] = [""] * n
+    for i in range(n):
+        b, s = bases[i], scopes[i]
+        if by_base[b] == 1:
+            candidates[i] = b
+        elif s and by_scope[(s, b)] == 1:
+            candidates[i] = f"{s}_{b}"
+        else:
+            candidates[i] = f"{s}_{b}_{_tag(sig[i])}" if s else f"{b}_{_tag(sig[i])}"
+    seen: Counter[str] = Counter()
+    names: list[str] = [""] * n
+    for i in order:
+        c = candidates[i]
+        k = seen[c]
+        seen[c] += 1
+        names[i] = namespace.claim(c if k == 0 else f"{c}_{k}")
+    return names

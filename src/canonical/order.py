@@ -1,0 +1,318 @@
+"""Canonical topological order of one graph's nodes, decided by structure alone.
+
+The order is a function of the graph's structure, never of node names or of the stored order:
+
+1. **Demand order.** A post-order depth-first walk from the graph outputs (in output order),
+   visiting each node's inputs in argument order, numbers every node that an output depends on.
+   Chains stay together and each value is computed just before its first use, so the order reads
+   like the program and small edits move few lines.
+2. **Side nodes.** Nodes no output depends on (runtime asserts, ``sym_constrain_range``...) are
+   placed as early as their inputs allow, as torch places them; ties among them are broken by a
+   name-free structural hash of what they compute (upstream) and of how their values are used
+   (downstream).
+3. **Module frames.** ``torch.export.unflatten`` needs the nodes of one module call to be
+   contiguous. Nodes are grouped by their ``nn_module_stack`` keys and each call frame is scheduled
+   as one block inside its parent frame (a topological sort of blocks, each block recursively), so a
+   frame is never split. Nodes without a stack join the innermost frame common to their users.
+   A level whose blocks depend on each other in a cycle (only possible if the stored order already
+   split a frame) falls back to scheduling its nodes individually.
+
+The only arbitrary choice left is between nodes whose every structural key is equal; those are
+interchangeable, and the stored index is used merely to make the run deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from serde import schema
+from serde.errors import MalformedArtifactError
+
+from .walk import argument_key, argument_names, output_leaves
+
+__all__ = ["GraphIndex", "canonical_order", "EMPTY_STACK_KEY"]
+
+# torch marks nodes whose module stack is unknown with this key (torch._export.passes._node_metadata_hook).
+EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
+
+
+def _digest(parts: Any) -> bytes:
+    return hashlib.blake2b(repr(parts).encode(), digest_size=12).digest()
+
+
+class GraphIndex:
+    """Def-use tables of one graph: who produces each value, who consumes it.
+
+    Raises:
+        MalformedArtifactError: a value defined twice, or a reference to a value never defined.
+    """
+
+    def __init__(self, g: schema.Graph, where: str) -> None:
+        self.graph = g
+        self.where = where
+        n = len(g.nodes)
+        # value name -> producing node index, or -(input position + 1) for a graph input.
+        self.producer: dict[str, int] = {}
+        self.leaf_index: dict[str, int] = {}
+        for pos, a in enumerate(g.inputs):
+            for name in argument_names(a):
+                self._define(name, -(pos + 1), 0, f"{where}.inputs[{pos}]")
+        self.leaves: list[list[tuple[int, str, str]]] = []
+        for i, node in enumerate(g.nodes):
+            leaves = output_leaves(node.outputs)
+            self.leaves.append(leaves)
+            for j, (_, _, name) in enumerate(leaves):
+                self._define(name, i, j, f"{where}.nodes[{i}].outputs")
+        self.refs: list[list[str]] = []
+        self.preds: list[list[int]] = []
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for i, node in enumerate(g.nodes):
+            refs: list[str] = []
+            for j, na in enumerate(node.inputs):
+                for name in argument_names(na.arg):
+                    self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
+                    refs.append(name)
+            self.refs.append(refs)
+            preds = [p for p in (self.producer[r] for r in refs) if p >= 0]
+            self.preds.append(preds)
+            for p in preds:
+                self.succs[p].append(i)
+        self.output_refs: list[str] = []
+        for j, o in enumerate(g.outputs):
+            for name in argument_names(o):
+                self._check_ref(name, f"{where}.outputs[{j}]")
+                self.output_refs.append(name)
+        self.topo = self._topological()
+
+    def _define(self, name: str, producer: int, leaf: int, where: str) -> None:
+        if name in self.producer:
+            raise MalformedArtifactError(
+                f"{where}: value {name!r} is defined twice in {self.where}; every node output and graph "
+                "input needs its own name. The artifact is damaged or was written by a faulty tool."
+            )
+        self.producer[name] = producer
+        self.leaf_index[name] = leaf
+
+    def _check_ref(self, name: str, where: str) -> None:
+        if name not in self.producer:
+            raise MalformedArtifactError(
+                f"{where}: refers to {name!r}, which no node or graph input of {self.where} defines. "
+                "The artifact is damaged or was written by a faulty tool."
+            )
+
+    def _topological(self) -> list[int]:
+        """Some topological order (stored order among ready nodes); raises on a cycle."""
+        n = len(self.preds)
+        indeg = [len(p) for p in self.preds]
+        ready = [i for i in range(n) if indeg[i] == 0]
+        heapq.heapify(ready)
+        out: list[int] = []
+        while ready:
+            i = heapq.heappop(ready)
+            out.append(i)
+            for s in self.succs[i]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, s)
+        if len(out) != n:
+            stuck = min(i for i in range(n) if indeg[i] > 0)
+            raise MalformedArtifactError(
+                f"{self.where}.nodes[{stuck}]: the graph has a dependency cycle through node "
+                f"{self.graph.nodes[stuck].name!r}; a graph must be acyclic."
+            )
+        return out
+
+
+class _HashCtx:
+    """Visitor for structural keys: a reference becomes its producer's hash (or input position)."""
+
+    def __init__(self, idx: GraphIndex, node_hash: list[bytes | None], subgraph_key: Callable) -> None:
+        self.idx, self.node_hash, self.subgraph_key = idx, node_hash, subgraph_key
+
+    def value(self, name: str) -> Any:
+        p = self.idx.producer[name]
+        if p < 0:
+            return ("in", -p - 1)
+        return (self.node_hash[p], self.idx.leaf_index[name])
+
+    def subgraph(self, ga: schema.GraphArgument) -> Any:
+        return self.subgraph_key(ga)
+
+
+def node_key(node: schema.Node, ctx: Any) -> tuple:
+    """Name-free structural key of one node: target and every argument."""
+    return (node.target, tuple((na.name, na.kind, argument_key(na.arg, ctx)) for na in node.inputs))
+
+
+def _structural_hashes(idx: GraphIndex, subgraph_key: Callable) -> list[bytes]:
+    """Per node: hash of what it computes (upstream) combined with how it is used (downstream)."""
+    nodes = idx.graph.nodes
+    n = len(nodes)
+    up: list[bytes | None] = [None] * n
+    ctx = _HashCtx(idx, up, subgraph_key)
+    for i in idx.topo:
+        up[i] = _digest(node_key(nodes[i], ctx))
+    uses: list[list[tuple]] = [[] for _ in range(n)]
+    for pos, name in enumerate(idx.output_refs):
+        p = idx.producer[name]
+        if p >= 0:
+            uses[p].append((b"out", pos, idx.leaf_index[name]))
+    down: list[bytes] = [b""] * n
+    for i in reversed(idx.topo):
+        down[i] = _digest((up[i], sorted(uses[i])))
+        for pos, name in enumerate(idx.refs[i]):
+            p = idx.producer[name]
+            if p >= 0:
+                uses[p].append((down[i], pos, idx.leaf_index[name]))
+    return down
+
+
+def _demand_order(idx: GraphIndex) -> list[int]:
+    """Post-order DFS from the outputs, inputs in argument order (iterative: graphs can be deep)."""
+    state = bytearray(len(idx.preds))  # 0 new, 1 on stack, 2 done
+    out: list[int] = []
+    for name in idx.output_refs:
+        root = idx.producer[name]
+        if root < 0 or state[root]:
+            continue
+        state[root] = 1
+        stack = [(root, 0)]
+        while stack:
+            i, k = stack[-1]
+            preds = idx.preds[i]
+            while k < len(preds) and state[preds[k]]:
+                k += 1
+            if k < len(preds):
+                stack[-1] = (i, k + 1)
+                p = preds[k]
+                state[p] = 1
+                stack.append((p, 0))
+            else:
+                stack.pop()
+                state[i] = 2
+                out.append(i)
+    return out
+
+
+def _frames(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None]) -> list[tuple[str, ...]]:
+    """Module-call frame of every node; nodes without a stack join their users' common frame."""
+    n = len(stacks)
+    frame: list[tuple[str, ...] | None] = list(stacks)
+    for i in reversed(idx.topo):
+        if frame[i] is not None:
+            continue
+        users = [frame[s] for s in idx.succs[i] if frame[s] is not None]
+        if users:
+            frame[i] = _common_prefix(users)
+    for i in idx.topo:  # side nodes without users follow their producers' common frame
+        if frame[i] is None:
+            prods = [frame[p] for p in idx.preds[i] if frame[p] is not None]
+            frame[i] = _common_prefix(prods) if prods else ()
+    return [f if f is not None else () for f in frame][:n]
+
+
+def _common_prefix(paths: list) -> tuple[str, ...]:
+    common = paths[0]
+    for u in paths[1:]:
+        k = 0
+        while k < len(common) and k < len(u) and common[k] == u[k]:
+            k += 1
+        common = common[:k]
+    return common
+
+
+def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
+                    subgraph_key: Callable[[schema.GraphArgument], Any]) -> list[int]:
+    """Canonical order of ``idx``'s nodes (indices into the stored node list).
+
+    Args:
+        idx: def-use tables of the graph.
+        stacks: per node, its module-call frame (``nn_module_stack`` keys, outermost first), or
+            None when unknown.
+        subgraph_key: name-free key of a subgraph argument (for tie-breaking side nodes).
+    """
+    n = len(idx.preds)
+    demand = _demand_order(idx)
+    prio: list[tuple] = [()] * n
+    for rank, i in enumerate(demand):
+        prio[i] = (1, rank)
+    if len(demand) < n:
+        hashes = _structural_hashes(idx, subgraph_key)
+        for i in range(n):
+            if not prio[i]:
+                prio[i] = (0, hashes[i])
+    frames = _frames(idx, stacks)
+    out: list[int] = []
+    _schedule(idx, list(range(n)), 0, frames, prio, out)
+    return out
+
+
+def _schedule(idx: GraphIndex, items: list[int], depth: int, frames: list[tuple[str, ...]],
+              prio: list[tuple], out: list[int]) -> None:
+    """Append ``items`` (all in one frame at ``depth``) to ``out``, child frames as blocks."""
+    unit_of: dict[int, int] = {}
+    units: list[list[int]] = []
+    child_unit: dict[str, int] = {}
+    for i in items:
+        f = frames[i]
+        if len(f) > depth:
+            u = child_unit.get(f[depth])
+            if u is None:
+                u = child_unit[f[depth]] = len(units)
+                units.append([])
+        else:
+            u = len(units)
+            units.append([])
+        units[u].append(i)
+        unit_of[i] = u
+    if len(units) == 1 and len(units[0]) > 1:
+        _schedule(idx, units[0], depth + 1, frames, prio, out)
+        return
+    m = len(units)
+    indeg = [0] * m
+    succ: list[set[int]] = [set() for _ in range(m)]
+    for i in items:
+        ui = unit_of[i]
+        for p in idx.preds[i]:
+            up = unit_of.get(p)
+            if up is not None and up != ui and ui not in succ[up]:
+                succ[up].add(ui)
+                indeg[ui] += 1
+    uprio = [min(prio[i] for i in members) for members in units]
+    heap = [(uprio[u], u) for u in range(m) if indeg[u] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        order.append(u)
+        for s in succ[u]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (uprio[s], s))
+    if len(order) < m:
+        _flat(idx, items, prio, out)  # blocks depend on each other both ways: schedule node by node
+        return
+    for u in order:
+        members = units[u]
+        if len(members) == 1 and len(frames[members[0]]) <= depth:
+            out.append(members[0])
+        else:
+            _schedule(idx, members, depth + 1, frames, prio, out)
+
+
+def _flat(idx: GraphIndex, items: list[int], prio: list[tuple], out: list[int]) -> None:
+    inside = set(items)
+    indeg = {i: sum(1 for p in idx.preds[i] if p in inside) for i in items}
+    heap = [(prio[i], i) for i in items if indeg[i] == 0]
+    heapq.heapify(heap)
+    while heap:
+        _, i = heapq.heappop(heap)
+        out.append(i)
+        for s in idx.succs[i]:
+            if s in inside:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (prio[s], s))

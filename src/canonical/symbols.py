@@ -1,0 +1,111 @@
+"""Canonical symbol names (``s0, s1, ... u0, ... zf0 ...``), assigned by first appearance.
+
+Symbols are renamed program-wide in the order they first appear in the canonical traversal
+(graph inputs in signature order, then nodes in canonical order, each node's subgraphs before its
+outputs; sizes, then strides, then storage offset), keeping their prefix class: ``s`` backed ints,
+``u`` unbacked ints, ``zf``/``zuf`` floats (any other name keeps its non-digit prefix). Symbols that
+appear only in ``range_constraints`` come last, ordered by prefix and stored number.
+
+Known limitation: when one expression introduces several new symbols at once, they are numbered in
+the order the expression text mentions them; the printer sorts commutative terms by name, so that
+order can depend on the stored names. torch introduces symbols one per input dimension, so this
+does not arise for exported programs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from serde import schema, symbolic
+
+from .walk import rename_sym_value, sym_value_exprs
+
+__all__ = ["SymbolRenamer"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PREFIX = re.compile(r"^(.*?)(\d*)$")
+
+
+def _split(name: str) -> tuple[str, int]:
+    m = _PREFIX.match(name)
+    assert m is not None
+    return m.group(1), int(m.group(2)) if m.group(2) else -1
+
+
+class SymbolRenamer:
+    """Collects symbols in traversal order, then renames expression texts consistently."""
+
+    def __init__(self) -> None:
+        self.mapping: dict[str, str] = {}
+        self._next: dict[str, int] = {}
+        self._ordered: dict[str, list[str]] = {}
+        self._renamed: dict[str, str] = {}
+
+    # -- collecting
+
+    def see_text(self, text: str, where: str) -> None:
+        names = self._ordered.get(text)
+        if names is None:
+            free = symbolic.free_symbol_names(text, where=where)
+            names = []
+            for m in _IDENT.finditer(text):
+                s = m.group(0)
+                if s in free and s not in names:
+                    names.append(s)
+            self._ordered[text] = names
+        for s in names:
+            if s not in self.mapping:
+                self._assign(s)
+
+    def see_value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool, where: str) -> None:
+        for text in sym_value_exprs(v):
+            self.see_text(text, where)
+
+    def see_meta(self, m: schema.TensorMeta, where: str) -> None:
+        for s in m.sizes:
+            self.see_value(s, where)
+        for s in m.strides:
+            self.see_value(s, where)
+        self.see_value(m.storage_offset, where)
+
+    def see_remaining(self, names: Iterable[str], where: str) -> None:
+        """Symbols named only by ``names`` (range constraint keys): by prefix, number, name."""
+        rest: list[str] = []
+        for key in names:
+            self.see_text_later(key, where, rest)
+        for s in sorted(rest, key=lambda s: (*_split(s), s)):
+            if s not in self.mapping:
+                self._assign(s)
+
+    def see_text_later(self, text: str, where: str, out: list[str]) -> None:
+        for s in symbolic.free_symbol_names(text, where=where):
+            if s not in self.mapping:
+                out.append(s)
+
+    def _assign(self, s: str) -> None:
+        prefix = _split(s)[0] or "s"
+        k = self._next.get(prefix, 0)
+        self._next[prefix] = k + 1
+        self.mapping[s] = f"{prefix}{k}"
+
+    # -- renaming
+
+    def text(self, text: str, where: str = "expression") -> str:
+        out = self._renamed.get(text)
+        if out is None:
+            out = self._renamed[text] = symbolic.rename_symbols(text, self.mapping, where=where)
+        return out
+
+    def value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool) -> schema.SymInt | schema.SymFloat | schema.SymBool:
+        return rename_sym_value(v, self.text)
+
+    def meta(self, m: schema.TensorMeta) -> schema.TensorMeta:
+        sizes = [self.value(s) for s in m.sizes]
+        strides = [self.value(s) for s in m.strides]
+        off = self.value(m.storage_offset)
+        if (off is m.storage_offset and all(a is b for a, b in zip(sizes, m.sizes, strict=True))
+                and all(a is b for a, b in zip(strides, m.strides, strict=True))):
+            return m
+        return schema.TensorMeta(dtype=m.dtype, sizes=sizes, requires_grad=m.requires_grad, device=m.device,
+                                 strides=strides, storage_offset=off, layout=m.layout)
