@@ -1,0 +1,68 @@
+"""Failures are SerializeError subclasses that say where and how to fix (issue 2 §5)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import serde
+from serde import zoo
+from serde.errors import ForeignArtifactError, SerializeError, UnsupportedConstructError
+
+
+def test_unsupported_node_target_at_save_names_node_and_construct():
+    ep = zoo.export_case(zoo.get("mlp"))
+    relu = [n for n in ep.graph.nodes if n.target == torch.ops.aten.relu.default][0]
+    relu.target = print  # not an operator any loader may resolve
+    with pytest.raises(UnsupportedConstructError) as e:
+        serde.save(ep, io.BytesIO())
+    msg = str(e.value)
+    assert "relu" in msg and "print" in msg
+
+
+def test_unsupported_constant_at_save_says_what_to_do():
+    ep = zoo.export_case(zoo.get("mlp"))
+    ep._constants["weird"] = object()
+    with pytest.raises(UnsupportedConstructError, match="weird"):
+        serde.save(ep, io.BytesIO())
+
+
+def test_save_rejects_non_programs():
+    with pytest.raises(SerializeError, match="ExportedProgram"):
+        serde.save(torch.nn.Linear(2, 2), io.BytesIO())
+
+
+def test_failed_save_leaves_no_file(tmp_path):
+    ep = zoo.export_case(zoo.get("mlp"))
+    [n for n in ep.graph.nodes if n.target == torch.ops.aten.relu.default][0].target = print
+    target = tmp_path / "model.pt2s"
+    with pytest.raises(UnsupportedConstructError):
+        serde.save(ep, target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_torch_export_save_archive_gets_a_clear_message_and_import_converts_it(tmp_path):
+    ep = zoo.export_case(zoo.get("mlp"))
+    pt2 = tmp_path / "model.pt2"
+    torch.export.save(ep, pt2)
+    with pytest.raises(ForeignArtifactError) as e:
+        serde.load(pt2)
+    msg = str(e.value)
+    assert "torch.export.save" in msg and "pt2serde import" in msg
+    out = tmp_path / "model.pt2s"
+    r = subprocess.run([sys.executable, "-m", "serde.cli", "import", str(pt2), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    from serde.testing import assert_programs_equal
+    assert_programs_equal(ep, serde.load(out), metadata=())
+
+
+def test_not_an_archive(tmp_path):
+    p = tmp_path / "x.pt2s"
+    p.write_text("hello")
+    with pytest.raises(SerializeError):
+        serde.load(p)
