@@ -204,8 +204,20 @@ def free_symbol_names(text: str, *, where: str = "expression") -> set[str]:
     return names
 
 
-def rename_symbols(text: str, mapping: dict[str, str], *, where: str = "expression") -> str:
+def rename_symbols(
+    text: str, mapping: dict[str, str], *, normalize_relations: bool = False, where: str = "expression"
+) -> str:
     """Rename symbols (names missing from ``mapping`` stay) and re-print canonically, without sympy.
+
+    The result equals ``print_expr`` of the sympy expression renamed by ``xreplace``, except
+    where sympy orients a relation by symbol names (Piecewise conditions go through
+    ``Relational.canonical``): there the text keeps the orientation it had.
+
+    Args:
+        normalize_relations: also write every relation in one orientation (``Eq``/``Ne``
+            operands sorted, ``a > b`` as ``b < a``, ``a >= b`` as ``b <= a``). Equivalent
+            meaning, independent of the original names; but the parsed sympy object is no longer
+            structurally equal to the original, so use it for comparing, not for storing.
 
     Raises:
         MalformedArtifactError, UnsafeArtifactError: as :func:`parse_expr`, or a new name that
@@ -213,7 +225,10 @@ def rename_symbols(text: str, mapping: dict[str, str], *, where: str = "expressi
     """
     for new in mapping.values():
         _check_symbol_name(new, where, MalformedArtifactError)
-    return _render(_rename(_Parser(text, where).parse(), mapping), where, 0).text
+    tree = _rename(_Parser(text, where).parse(), mapping)
+    if normalize_relations:
+        tree = _normalize_relations(tree, where)
+    return _render(tree, where, 0).text
 
 
 # --- tokenizer and parser ------------------------------------------------------------------------
@@ -378,16 +393,23 @@ class _Parser:
         if kind == "op" and val == "(":
             self._enter(col)
             inner = self._expr(_CMP)
-            kind2, val2, col2 = self._peek()
-            if kind2 == "op" and val2 == ",":  # a Piecewise (expr, cond) pair
-                self._next()
-                cond = self._expr(_CMP)
-                inner = ("ExprCondPair", inner, cond)
             self._expect(")")
             self.depth -= 1
             return inner
         self._fail(f"expected a number, symbol or '(', found {_describe(kind, val)}", col)
         raise AssertionError("unreachable")
+
+    def _pair(self) -> ExprTree:
+        """A Piecewise argument: ``(expr, cond)``. Pairs exist nowhere else in the grammar."""
+        col = self._peek()[2]
+        self._expect("(")
+        self._enter(col)
+        e = self._expr(_CMP)
+        self._expect(",")
+        c = self._expr(_CMP)
+        self._expect(")")
+        self.depth -= 1
+        return ("ExprCondPair", e, c)
 
     def _name(self, name: str, col: int) -> ExprTree:
         is_call = self._peek()[1] == "(" and self._peek()[0] == "op"
@@ -408,7 +430,7 @@ class _Parser:
         args: list[ExprTree] = []
         if not (self._peek()[0] == "op" and self._peek()[1] == ")"):
             while True:
-                args.append(self._expr(_CMP))
+                args.append(self._pair() if name == "Piecewise" else self._expr(_CMP))
                 if len(args) > MAX_CALL_ARGS:
                     self._fail(f"{name}() has more than {MAX_CALL_ARGS} arguments", col)
                 kind, val, c = self._peek()
@@ -425,13 +447,6 @@ class _Parser:
         if len(args) < lo or (hi is not None and len(args) > hi):
             want = str(lo) if lo == hi else f"at least {lo}" if hi is None else f"{lo}..{hi}"
             self._fail(f"{name}() takes {want} argument(s), got {len(args)}", col)
-        for a in args:
-            if (a[0] == "ExprCondPair") != (name == "Piecewise"):
-                self._fail(
-                    "a parenthesized (expr, cond) pair is only allowed as a Piecewise argument"
-                    if a[0] == "ExprCondPair" else "Piecewise arguments must be (expr, cond) pairs",
-                    col,
-                )
         if name == "sqrt":
             return ("Pow", args[0], ("Rational", 1, 2))
         if name in _FLATTEN:
@@ -479,7 +494,7 @@ def _neg(node: ExprTree) -> ExprTree:
         return (_NEG_CONST[op],)
     if op == "Mul":
         first, rest = node[1], node[2:]
-        if first[0] in _COEFF_LEAVES and rest:
+        if (first[0] in _COEFF_LEAVES or first[0] in _NEG_CONST) and rest:
             coeff = _neg(first)
             if coeff == ("Integer", 1):
                 return rest[0] if len(rest) == 1 else ("Mul", *rest)
@@ -545,7 +560,10 @@ def _shape(tree: Any, where: str, depth: int) -> tuple[str, tuple]:
     elif op == "Symbol":
         if len(rest) != 1:
             raise _bad_tree(where, "Symbol takes one name")
-        _check_symbol_name(rest[0], where, MalformedArtifactError)
+        try:
+            _check_symbol_name(rest[0], where, MalformedArtifactError)
+        except MalformedArtifactError:
+            raise _bad_tree(where, f"{rest[0]!r} cannot be a symbol name") from None
     elif op in _CONSTANTS:
         if rest:
             raise _bad_tree(where, f"{op} takes no children")
@@ -641,6 +659,21 @@ def _walk_symbols(tree: ExprTree, visit: Callable[[str], Any]) -> None:
     elif tree[0] not in ("Integer", "Rational", "Float"):
         for ch in tree[1:]:
             _walk_symbols(ch, visit)
+
+
+_FLIP = {"Gt": "Lt", "Ge": "Le"}
+
+
+def _normalize_relations(tree: ExprTree, where: str) -> ExprTree:
+    op = tree[0]
+    if op in ("Integer", "Rational", "Float", "Symbol"):
+        return tree
+    kids = [_normalize_relations(ch, where) for ch in tree[1:]]
+    if op in _FLIP:
+        return (_FLIP[op], kids[1], kids[0])
+    if op in ("Eq", "Ne"):
+        kids.sort(key=lambda k: _render(k, where, 0).text)
+    return (op, *kids)
 
 
 def _rename(tree: ExprTree, mapping: dict[str, str]) -> ExprTree:
