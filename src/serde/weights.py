@@ -224,10 +224,12 @@ def _plain_tensor(t: Any, where: str) -> torch.Tensor:
         raise UnsupportedConstructError(
             f"{where}: tensor subclass {type(t).__qualname__} cannot be stored; convert it to a plain "
             "torch.Tensor before exporting")
-    if t.layout != torch.strided or t.is_quantized or t.is_nested:
+    kind = ("quantized" if t.is_quantized else "nested" if t.is_nested
+            else None if t.layout == torch.strided else str(t.layout).removeprefix("torch."))
+    if kind is not None:
         raise UnsupportedConstructError(
-            f"{where}: {t.layout} tensors cannot be stored; only dense (strided) tensors are supported, "
-            "convert with .to_dense()")
+            f"{where}: {kind} tensors cannot be stored; only dense (strided) tensors with a plain dtype "
+            "are supported (convert with .to_dense() / .dequantize() before exporting)")
     if t.device.type == "meta":
         raise UnsupportedConstructError(f"{where}: a meta tensor has no data to store; materialize it first")
     if t.is_conj() or t.is_neg():

@@ -306,12 +306,17 @@ def test_killed_save_leaves_previous_file_or_nothing(tmp_path: Path, previous: b
     if previous:
         target.write_bytes(old)
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(128 << 20)])
+
+    def writing() -> bool:
+        temps = _temps(tmp_path, target)
+        if temps and temps[0].stat().st_size > 0:
+            return True
+        # A non-atomic writer would touch the target itself; notice that too.
+        return target.exists() != previous or (previous and target.stat().st_size != len(old))
+
     try:
         deadline = time.monotonic() + 120
-        while True:
-            temps = _temps(tmp_path, target)
-            if temps and temps[0].stat().st_size > 0:
-                break
+        while not writing():
             assert proc.poll() is None, "the writer finished before it could be interrupted"
             assert time.monotonic() < deadline
             time.sleep(0.001)
@@ -320,12 +325,12 @@ def test_killed_save_leaves_previous_file_or_nothing(tmp_path: Path, previous: b
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert _temps(tmp_path, target), "the kill landed after the rename: the test did not test anything"
     if previous:
         assert target.read_bytes() == old
         read_archive(target)
     else:
         assert not target.exists()
+    assert _temps(tmp_path, target), "the kill landed after the rename: the test did not test anything"
 
 
 def test_completed_save_replaces_and_leaves_no_temp_files(tmp_path: Path) -> None:
