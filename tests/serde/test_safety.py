@@ -15,7 +15,7 @@ from serde.artifact import read_artifact, write_artifact
 from serde.errors import MalformedArtifactError, UnsafeArtifactError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _artifact_bytes(name: str = "dynamic_arith") -> bytes:
     buf = io.BytesIO()
     serde.save(zoo.export_case(zoo.get(name)), buf)
