@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import io
 import os
 import re
 import struct
@@ -465,7 +466,7 @@ def _aligned_buffer(n: int) -> memoryview:
 
 def _read_all(src: object, limits: Limits) -> memoryview:
     if isinstance(src, (bytes, bytearray, memoryview)):
-        view = memoryview(src).cast("B") if isinstance(src, memoryview) else memoryview(src)
+        view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
         return view
     where = _describe(src)
@@ -479,16 +480,22 @@ def _read_all(src: object, limits: Limits) -> memoryview:
 
 
 def _read_file(f: BinaryIO, limits: Limits, where: str) -> memoryview:
+    if isinstance(f, io.TextIOBase):
+        raise ArtifactIOError(f"cannot read {where}: open the file in binary mode ('rb')")
     try:
         size = os.fstat(f.fileno()).st_size - f.tell()
-        regular = True
-    except (OSError, AttributeError, ValueError):
+        regular = hasattr(f, "readinto")
+    except (OSError, AttributeError, ValueError):  # BytesIO, pipes, wrappers without a real file
         regular = False
     if not regular:
-        data = f.read(limits.max_file_bytes + 1)
-        if not isinstance(data, (bytes, bytearray)):
-            raise ArtifactIOError(f"cannot read {where}: open the file in binary mode ('rb')")
-        _check_file_size(len(data), limits, where)
+        parts, total = [], 0
+        while chunk := f.read(1 << 24):  # bounded reads: read(huge) may preallocate huge
+            if not isinstance(chunk, (bytes, bytearray)):
+                raise ArtifactIOError(f"cannot read {where}: open the file in binary mode ('rb')")
+            parts.append(chunk)
+            total += len(chunk)
+            _check_file_size(total, limits, where)
+        data = b"".join(parts)
         buf = _aligned_buffer(len(data))
         buf[:] = data
         return buf

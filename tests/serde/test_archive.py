@@ -167,6 +167,11 @@ def test_file_objects_and_bytes(tmp_path: Path) -> None:
     path.write_bytes(data)
     with open(path, "rb") as f:
         assert bytes(read_archive(f).member("program.json")) == members["program.json"]
+    assert bytes(read_archive(io.BytesIO(data)).member("weights.json")) == members["weights.json"]
+    with subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE) as pipe:  # not seekable
+        assert read_archive(pipe.stdout).names == read_archive(data).names
+    with open(path) as text, pytest.raises(ArtifactIOError, match=r"binary mode \('rb'\)"):
+        read_archive(text)
     from_bytes = read_archive(data)
     assert from_bytes.member("program.json").readonly
     with pytest.raises(ArtifactIOError, match="binary"):
