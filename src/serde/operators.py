@@ -35,18 +35,20 @@ __all__ = [
 
 # The Python callables torch.export leaves as call_function targets for SymInt/SymFloat/SymBool
 # arithmetic (the dunder methods of torch.SymInt & co. trace to these), plus getitem for
-# multi-output ops. Wire name -> callable; the name is the callable's own module-qualified name.
+# multi-output ops: each was seen in a torch 2.13 export (tests/serde/test_operators.py harvests
+# them). Not here on purpose: operator.xor (export rejects it) and torch._sym_cos & co. (math.cos
+# of a size specializes instead of tracing). Wire name -> callable; the name is the callable's
+# own ``__module__.__name__``, as torch's serializer writes it.
 SYMBOLIC_TARGETS: dict[str, Callable] = {
     **{f"_operator.{n}": getattr(operator, n) for n in (
         "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs",
-        "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "lshift", "rshift", "getitem",
+        "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "lshift", "rshift", "getitem",
     )},
     **{f"math.{n}": getattr(math, n) for n in ("floor", "ceil", "trunc")},
+    "builtins.round": round,
     **{f"torch.{n}": getattr(torch, n) for n in (
         "sym_not", "sym_float", "sym_int", "sym_ite", "sym_max", "sym_min", "sym_sum",
-        # math.<fn>(SymFloat) traces to torch._sym_<fn>; torch.sym_sqrt is the same object.
-        "_sym_sqrt", "_sym_cos", "_sym_cosh", "_sym_sin", "_sym_sinh", "_sym_tan", "_sym_tanh",
-        "_sym_asin", "_sym_acos", "_sym_atan", "_sym_log2",
+        "_sym_sqrt",  # math.sqrt / torch.sym_sqrt of a size; torch.sym_sqrt is this object
     )},
 }
 # Accepted when reading, never written.
