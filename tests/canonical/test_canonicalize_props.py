@@ -1,0 +1,115 @@
+"""Property (issue 4 §2c): any valid topological reordering plus any consistent renaming of nodes
+and symbols gives identical canonical bytes; canonicalizing is idempotent."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from _builders import InputSpecDesc, NodeSpec, Prog, render
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from canonical.canonicalize import canonicalize
+from serde import wire
+
+EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 60
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+UNARY = ["torch.ops.aten.relu.default", "torch.ops.aten.sigmoid.default", "torch.ops.aten.neg.default"]
+BINARY = ["torch.ops.aten.add.Tensor", "torch.ops.aten.mul.Tensor", "torch.ops.aten.sub.Tensor"]
+FRAMES = [None, [("L__self__", "")], [("L__self__", ""), ("L__self__a", "a")],
+          [("L__self__", ""), ("L__self__b", "b")], [("L__self__", ""), ("L__self__a", "a"), ("L__self__a.c", "a.c")]]
+
+
+@st.composite
+def programs(draw) -> Prog:
+    n_in = draw(st.integers(1, 3))
+    inputs = [InputSpecDesc("user", f"x{k}", [f"{{s{k}}}", 4]) for k in range(n_in)]
+    if draw(st.booleans()):
+        inputs.append(InputSpecDesc("param", "lin.weight", [4]))
+    ranges = {f"{{s{k}}}": (draw(st.integers(0, 3)), draw(st.sampled_from([None, 64, 128]))) for k in range(n_in)}
+    nodes: list[NodeSpec] = []
+    tensors: list[tuple] = [("in", k) for k in range(len(inputs))]
+    syms: list[tuple] = []
+    n_unbacked = 0
+    for _ in range(draw(st.integers(1, 24))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "const", "split", "symsize", "assert",
+                                     "nonzero", "full"]))
+        frame = draw(st.sampled_from(FRAMES))
+        i = len(nodes)
+        shape = [f"{{s{draw(st.integers(0, n_in - 1))}}}", 4]
+        if kind == "unary":
+            nodes.append(NodeSpec(draw(st.sampled_from(UNARY)), [draw(st.sampled_from(tensors))], module=frame,
+                                  shape=shape))
+        elif kind == "binary":
+            a, b = draw(st.sampled_from(tensors)), draw(st.sampled_from(tensors))
+            nodes.append(NodeSpec(draw(st.sampled_from(BINARY)), [a, b], module=frame, shape=shape))
+        elif kind == "const":
+            nodes.append(NodeSpec(draw(st.sampled_from(BINARY)),
+                                  [draw(st.sampled_from(tensors)), ("f", draw(st.sampled_from([1.0, 2.0, 0.5])))],
+                                  module=frame, shape=shape))
+        elif kind == "full":
+            nodes.append(NodeSpec("torch.ops.aten.full.default",
+                                  [("ints", [4]), ("f", draw(st.sampled_from([0.0, 1.0])))], module=frame))
+        elif kind == "split":
+            nodes.append(NodeSpec("torch.ops.aten.split.Tensor", [draw(st.sampled_from(tensors)), ("i", 2)],
+                                  out="list:2", shape=[2, 4], module=frame))
+            tensors += [("n", i, 0), ("n", i, 1)]
+            continue
+        elif kind == "symsize":
+            k = draw(st.integers(0, n_in - 1))
+            nodes.append(NodeSpec("torch.ops.aten.sym_size.int", [("in", k), ("i", 0)], out="symint",
+                                  sym_expr=draw(st.sampled_from([f"{{s{k}}}", f"2*{{s{k}}} + 1"])), module=frame))
+            syms.append(("n", i))
+            continue
+        elif kind == "assert":
+            if not syms:
+                continue
+            nodes.append(NodeSpec("torch.ops.aten._assert_scalar.default",
+                                  [("sym", draw(st.sampled_from(syms))), ("str", "check")], out="none", module=frame))
+            continue
+        else:  # nonzero: introduces a fresh unbacked symbol
+            nodes.append(NodeSpec("torch.ops.aten.nonzero.default", [draw(st.sampled_from(tensors))],
+                                  shape=[f"{{u{n_unbacked}}}", 2], module=frame))
+            ranges[f"{{u{n_unbacked}}}"] = (0, None)
+            n_unbacked += 1
+        tensors.append(("n", i))
+    produced = [t for t in tensors if t[0] == "n"] or tensors
+    outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3))
+    if syms and draw(st.booleans()):
+        outputs.append(("sym", syms[0]))
+    return Prog(inputs, nodes, outputs, ranges)
+
+
+def _perturb(p: Prog, rng: random.Random) -> bytes:
+    names: dict[str, str] = {}
+    taken: set[str] = {d.name for d in p.inputs if d.kind == "user"}
+
+    def namer(s: str) -> str:
+        if s in taken and s not in names and s.startswith("x"):
+            return s  # user input names are API: they stay
+        if s not in names:
+            while True:
+                cand = rng.choice(["t", "v", "add", "relu", "mul_", "n"]) + str(rng.randrange(10**5))
+                if cand not in taken:
+                    break
+            taken.add(cand)
+            names[s] = cand
+        return names[s]
+    news = rng.sample(range(100, 999), 8)
+    syms = {f"s{k}": f"s{news[k]}" for k in range(4)} | {f"u{k}": f"u{news[4 + k]}" for k in range(4)}
+    return wire.encode(canonicalize(render(p, rng=rng, namer=namer, syms=syms))[0])
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False), st.randoms(use_true_random=False))
+def test_reordering_and_renaming_never_change_the_bytes(p, rng1, rng2):
+    assert _perturb(p, rng1) == _perturb(p, rng2)
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False))
+def test_idempotent_on_random_programs(p, rng):
+    once, _ = canonicalize(render(p, rng=rng))
+    assert wire.encode(canonicalize(once)[0]) == wire.encode(once)
