@@ -249,7 +249,7 @@ def read_archive(
     records, cd_off = _central_directory(buf, limits, where)
     _reject_foreign(records, where)
     views = _check_members(buf, records, cd_off, limits, where)
-    manifest = _check_manifest(views, limits, where)
+    manifest = _check_manifest(views, where)
     return ArchiveContents(manifest, views)
 
 
@@ -741,7 +741,7 @@ def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
 # ---------------------------------------------------------------- reading: manifest and checksums
 
 
-def _check_manifest(views: dict[str, memoryview], limits: Limits, where: str) -> schema.Manifest:
+def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest:
     for req in _REQUIRED:
         if req not in views:
             raise MissingMemberError(
@@ -761,11 +761,11 @@ def _check_manifest(views: dict[str, memoryview], limits: Limits, where: str) ->
                                      f"{manifest.format_version}; {_FIX}")
     present = set(views) - {MANIFEST}
     listed = set(manifest.members)
-    for name in sorted(present - listed):
-        raise ManifestMismatchError(f"{where}: member {name!r} is in the archive but not listed in "
+    if unlisted := sorted(present - listed):
+        raise ManifestMismatchError(f"{where}: member {unlisted[0]!r} is in the archive but not listed in "
                                     f"{MANIFEST}; the file was modified after saving: {_FIX}")
-    for name in sorted(listed - present):
-        raise ManifestMismatchError(f"{where}: {MANIFEST} lists member {name!r}, but the archive has "
+    if absent := sorted(listed - present):
+        raise ManifestMismatchError(f"{where}: {MANIFEST} lists member {absent[0]!r}, but the archive has "
                                     f"no such member; the file was modified after saving: {_FIX}")
     for name in sorted(listed):
         m = manifest.members[name]
