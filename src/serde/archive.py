@@ -254,10 +254,7 @@ def read_archive(
 
 
 def is_torch_export_archive(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview) -> bool:
-    """True if ``src`` is a zip written by ``torch.export.save`` (or ``torch.save``).
-
-    Only the zip's directory is parsed; nothing in it is loaded.
-    """
+    """True if ``src`` is a zip written by ``torch.export.save`` (or ``torch.save``); loads nothing."""
     try:
         records, _ = _central_directory(_read_all(src, DEFAULT_LIMITS), DEFAULT_LIMITS, _describe(src))
     except SerializeError:

@@ -79,6 +79,7 @@ class _AllDtypes(torch.nn.Module):
         return self.lin(x)
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_every_dtype_is_bit_exact(tmp_path: Path) -> None:
     ep = _export(_AllDtypes(), torch.ones(1, 3))
     assert {t.dtype for t in ep.state_dict.values()} == set(SCALAR_TO_DTYPE.values())
