@@ -117,7 +117,8 @@ class DiffReport(msgspec.Struct, kw_only=True):
                 out.append(f"    + {c.b}")
         if self.changes:
             n = {k: sum(c.kind == k for c in self.changes) for k in ("changed", "added", "removed")}
-            out.append(f"{len(self.changes)} differences: {n['changed']} changed, "
+            plural = "s" if len(self.changes) != 1 else ""
+            out.append(f"{len(self.changes)} difference{plural}: {n['changed']} changed, "
                        f"{n['added']} added, {n['removed']} removed")
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out) + ("\n" if out else "")
