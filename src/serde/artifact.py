@@ -13,7 +13,7 @@ import msgspec
 
 from . import archive, schema, wire
 from .errors import MalformedArtifactError
-from .upgrade import check_readable, upgrade_documents
+from .upgrade import check_readable, document_version, upgrade_documents
 from .version import SCHEMA_VERSION
 
 __all__ = ["Artifact", "read_artifact", "write_artifact", "encode_members"]
@@ -55,19 +55,23 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         weights = wire.decode(contents.member(archive.WEIGHTS), schema.Weights, where=archive.WEIGHTS)
         debug = (wire.decode_json(contents.member(archive.DEBUG), where=archive.DEBUG)
                  if archive.DEBUG in contents else None)
+        _check_agrees((program.schema_version.major, program.schema_version.minor), version)
     else:
         docs = {n.removesuffix(".json"): wire.decode_json(contents.member(n), where=n) for n in names}
+        _check_agrees(document_version(docs["program"], where=archive.PROGRAM), version)
         docs = upgrade_documents(docs, version)
         program = _convert(docs["program"], schema.ExportedProgram, archive.PROGRAM)
         weights = _convert(docs["weights"], schema.Weights, archive.WEIGHTS)
         debug = docs.get("debug")
-    pv = (program.schema_version.major, program.schema_version.minor)
-    if pv[0] != SCHEMA_VERSION[0]:
-        raise MalformedArtifactError(
-            f"program.json: schema_version {pv[0]}.{pv[1]} disagrees with the manifest's "
-            f"{version[0]}.{version[1]}; the file was assembled from different artifacts"
-        )
     return Artifact(contents.manifest, program, weights, debug, contents, version)
+
+
+def _check_agrees(declared: tuple[int, int], manifest: tuple[int, int]) -> None:
+    if declared != manifest:
+        raise MalformedArtifactError(
+            f"{archive.PROGRAM}: schema_version {declared[0]}.{declared[1]} disagrees with manifest.json "
+            f"({manifest[0]}.{manifest[1]}); the file was edited or assembled after saving: re-save it with pt2serde"
+        )
 
 
 def _convert(doc: Any, type_: type, where: str) -> Any:

@@ -6,10 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from . import schema, wire
-from .archive import DEBUG, PROGRAM, WEIGHTS, read_archive
-from .errors import MalformedArtifactError, SchemaVersionError
-from .version import MIN_SUPPORTED, SCHEMA_VERSION
+from .artifact import read_artifact
 from .weights import validate_weights
 
 __all__ = ["HELP", "CheckReport", "verify", "add_arguments", "run"]
@@ -55,19 +52,9 @@ def verify(path: str | os.PathLike) -> CheckReport:
     Raises:
         SerializeError subclasses saying what is wrong and where.
     """
-    contents = read_archive(path)
-    version = contents.schema_version
-    _check_schema_version(version)
-    # TODO(lead): route program.json / weights.json through the upgrader runner before decoding.
-    program = wire.decode(contents.member(PROGRAM), schema.ExportedProgram, where=PROGRAM)
-    weights = wire.decode(contents.member(WEIGHTS), schema.Weights, where=WEIGHTS)
-    if DEBUG in contents:
-        wire.decode_json(contents.member(DEBUG), where=DEBUG)
-    declared = (program.schema_version.major, program.schema_version.minor)
-    if declared != version:
-        raise MalformedArtifactError(
-            f"{PROGRAM}: schema_version {declared[0]}.{declared[1]} disagrees with manifest.json "
-            f"({version[0]}.{version[1]}); the file was edited after saving: re-save it with pt2serde")
+    # The same verify -> upgrade -> decode path as serde.load, without torch.
+    artifact = read_artifact(path)
+    contents, weights, version = artifact.contents, artifact.weights, artifact.written_version
     validate_weights(weights, lambda name: len(contents.member(name)))
     payloads = [n for n in contents.names if n.startswith("data/")]
     used = {f"data/{s.sha256}" for s in weights.storages}
@@ -85,17 +72,6 @@ def verify(path: str | os.PathLike) -> CheckReport:
         tensors=len(weights.state_dict) + len(weights.constants) + n_examples,
         unreferenced_payloads=tuple(n for n in payloads if n not in used),
     )
-
-
-def _check_schema_version(version: tuple[int, int]) -> None:
-    if version[0] > SCHEMA_VERSION[0]:
-        raise SchemaVersionError(
-            f"the artifact uses schema {version[0]}.{version[1]}, newer than this pt2serde "
-            f"(schema {SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}); upgrade pt2serde to read it")
-    if version < MIN_SUPPORTED:
-        raise SchemaVersionError(
-            f"the artifact uses schema {version[0]}.{version[1]}, older than the oldest this pt2serde "
-            f"reads ({MIN_SUPPORTED[0]}.{MIN_SUPPORTED[1]}); load it with an older pt2serde and re-save")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
