@@ -79,6 +79,7 @@ _SYMPY_FUNCS: dict[str, tuple[int, int | None]] = {
     "Eq": (2, 2), "Ne": (2, 2), "Lt": (2, 2), "Le": (2, 2), "Gt": (2, 2), "Ge": (2, 2),
     "And": (1, None), "Or": (1, None), "Not": (1, 1),
     "Abs": (1, 1), "floor": (1, 1), "ceiling": (1, 1), "Piecewise": (1, None),
+    "ITE": (3, 3),  # sympy folds nested Piecewise conditions into ITE
 }
 _FUNCS: dict[str, tuple[int, int | None]] = {**_TORCH_FUNCS, **_SYMPY_FUNCS}
 # Accepted in text only, rewritten while parsing (sympy prints Pow(x, 1/2) as sqrt(x)).
@@ -131,7 +132,7 @@ def print_expr(e: Any) -> str:
     Raises:
         UnsupportedConstructError: ``e`` uses a class or value the text form cannot carry.
     """
-    return tree_to_str(sympy_to_tree(e), where="expression")
+    return _print_cached(_unwrap(e))
 
 
 def parse_expr(text: str, symbol: Callable[[str], Any], *, where: str) -> Any:
@@ -701,7 +702,7 @@ def _sympy_tables() -> tuple[dict[str, Any], dict[type, str], dict[Any, str]]:
         "Eq": sympy.Eq, "Ne": sympy.Ne, "Lt": sympy.Lt, "Le": sympy.Le, "Gt": sympy.Gt,
         "Ge": sympy.Ge, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not,
         "Abs": sympy.Abs, "floor": sympy.floor, "ceiling": sympy.ceiling,
-        "Piecewise": sympy.Piecewise, "ExprCondPair": sympy.functions.elementary.piecewise.ExprCondPair,
+        "Piecewise": sympy.Piecewise, "ITE": sympy.ITE, "ExprCondPair": sympy.functions.elementary.piecewise.ExprCondPair,
     })
     assert set(ctor) == set(_FUNCS) | {"ExprCondPair"}, "constructor table out of sync"
     # Relationals are classes whose names differ from their short spellings.
@@ -783,6 +784,13 @@ class _Builder:
                 f"have more than {_MAX_POWER_BITS} bits; refusing to evaluate it. "
                 "The artifact is damaged or hostile."
             )
+
+
+@functools.lru_cache(maxsize=4096)
+def _print_cached(e: Any) -> str:
+    # Programs repeat the same few size expressions in every tensor meta; sympy objects are
+    # immutable and hash structurally, so caching by the object is safe.
+    return _render(_from_sympy(e, "expression", 0), "expression", 0).text
 
 
 def _unwrap(e: Any) -> Any:
