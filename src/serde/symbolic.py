@@ -388,7 +388,10 @@ class _Parser:
             except ValueError:  # beyond sys.int_max_str_digits
                 self._fail(f"integer literal of {len(val)} digits is too long", col)
         if kind == "float":
-            return ("Float", repr(float(val)))
+            f = float(val)
+            if not math.isfinite(f):
+                self._fail(f"float literal {val!r} overflows a double; write oo for infinity", col)
+            return ("Float", repr(f))
         if kind == "name":
             return self._name(val, col)
         if kind == "op" and val == "(":

@@ -215,6 +215,12 @@ def test_golden_text(expr, text):
 
 
 def test_torch_symbolic_values_and_python_scalars_print():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    a = env.create_unbacked_symint()
+    assert print_expr(a * 2 + 1) == f"2*{a.node.expr} + 1"
+    assert print_expr(a >= 3) == f"{a.node.expr} >= 3"
     assert print_expr(7) == "7"
     assert print_expr(True) == "True"
     assert print_expr(0.25) == "0.25"
@@ -395,6 +401,7 @@ HOSTILE = [
     ("None", UnsafeArtifactError, "keyword 'None'", 1),
     ("", MalformedArtifactError, "end of text", 1),
     ("1" * 5000, MalformedArtifactError, "too long", 1),
+    ("s0 + 1e400", MalformedArtifactError, "overflows a double", 6),
 ]
 
 
