@@ -225,7 +225,7 @@ class AllDtypes(nn.Module):
 
     def forward(self, x):
         acc = x @ self.w_t
-        for name, b in self.named_buffers():
+        for b in self.buffers():
             if b.dtype.is_floating_point and b.dtype.itemsize >= 2 and b.dim() == 2:
                 acc = acc + b.to(torch.float32).sum()
         return acc, self.strided * 2, self.special.isnan().sum()
@@ -293,4 +293,60 @@ CASES: list[Case] = [
     Case("all_dtypes", lambda: (AllDtypes(), (_r(2, 6),), {}, None), tags=("weights",)),
     Case("tied_weights", lambda: (TiedLM(), (torch.randint(0, 50, (2, 7)),), {}, None), tags=("weights",)),
     Case("chain_200", lambda: (Chain(200), (_r(4, 8),), {}, None), tags=("chain",)),
+]
+
+
+# ---------------------------------------------------------------- control flow and data-dependent shapes
+
+
+class CondModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x, y):
+        def true_fn(x, y):
+            return (self.lin(x).relu() + y,)
+
+        def false_fn(x, y):
+            return (x.cos() - y * 2,)
+
+        (out,) = torch.cond(x.sum() > 0, true_fn, false_fn, (x, y))
+        return out
+
+
+class WhileModel(nn.Module):
+    def forward(self, n, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond_fn(i, x):
+            return i < n
+
+        def body_fn(i, x):
+            return i + 1, x * 1.5 + 1
+
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+
+class ItemModel(nn.Module):
+    def forward(self, x, k):
+        n = k.item()
+        torch._check_is_size(n)
+        torch._check(n <= x.shape[0])
+        return x[:n] * 2, x.nonzero()
+
+
+def _both_branches() -> list[tuple[tuple, dict]]:
+    pos = torch.rand(4, 6) + 0.1
+    return [((pos, _r(4, 6)), {}), ((-pos, _r(4, 6)), {}), ((-pos[:3], _r(3, 6)), {})]
+
+
+CASES += [
+    Case("cond", lambda: (CondModel(), (torch.rand(4, 6) + 0.1, _r(4, 6)), {}, ({0: _b}, {0: _b})),
+         other_inputs=_both_branches, tags=("control_flow", "dynamic")),
+    Case("while_loop", lambda: (WhileModel(), (torch.tensor(3), _r(5)), {}, None),
+         other_inputs=lambda: [((torch.tensor(0), _r(5)), {}), ((torch.tensor(6), _r(5)), {})],
+         tags=("control_flow",)),
+    Case("unbacked_item", lambda: (ItemModel(), (_r(8, 3), torch.tensor(5)), {}, None),
+         other_inputs=lambda: [((_r(8, 3), torch.tensor(2)), {})], tags=("unbacked",)),
 ]
