@@ -2,11 +2,14 @@
 
 Nodes are aligned by structure, not by position, in passes over the still unmatched nodes:
 
-1. same name and same target (canonical names are local and stable);
-2. same target and the same arguments, read through the matches found so far (repeated
-   until nothing new matches, so renamed chains are followed from the inputs down);
-3. same name, different target (an op was swapped);
-4. the same arguments, different target.
+1. structure, both ways, until nothing new matches: forward from the inputs (same name, same
+   target and the same arguments, read through the matches so far) and backward from the
+   outputs (the producers of a matched pair's arguments, position by position, when their
+   targets agree);
+2. the same, with the forward pass ignoring names (a candidate with the same name still wins);
+3. same name and same target (canonical names are local and stable), then 2 again;
+4. same name, different target (an op was swapped), then 2 again;
+5. the same arguments, different target, then 2 again.
 
 What is left is removed (only in A) or added (only in B). Subgraphs of matched nodes are
 diffed the same way. Inputs are paired by what they bind (parameter name, buffer name, ...;
@@ -372,59 +375,123 @@ class _Differ:
 
 
 def _align(ga: schema.Graph, gb: schema.Graph, vmap: dict[str, str]) -> dict[int, int]:
-    """Match A node indices to B node indices (the passes in the module docstring).
+    """Match A node indices to B node indices; ``vmap`` (A -> B value names) grows as they match."""
+    return _Aligner(ga, gb, vmap).run()
 
-    ``vmap`` (A value name -> B value name) grows as nodes match.
-    """
-    na, nb = ga.nodes, gb.nodes
-    match: dict[int, int] = {}
-    taken: set[int] = set()
-    view_am, view_b = R.GraphView(ga, _renamer(vmap)), R.GraphView(gb)
 
-    def link(i: int, j: int) -> None:
-        match[i] = j
-        taken.add(j)
-        for oa, ob in zip(na[i].outputs, nb[j].outputs, strict=False):
-            vmap.update(zip(R.defined_names(oa), R.defined_names(ob), strict=False))
+class _Aligner:
+    """The passes of the module docstring. Structure goes first and both ways: forward from the
+    inputs (same target, same matched arguments) and backward from the outputs (the producers of
+    a matched pair's arguments, position by position, when they have the same target). So one
+    inserted or swapped node leaves its neighbours matched even when names around it changed."""
 
-    by_name = {n.name: j for j, n in enumerate(nb)}
-    for i, node in enumerate(na):  # 1. same name, same target
-        j = by_name.get(node.name)
-        if j is not None and j not in taken and nb[j].target == node.target:
-            link(i, j)
+    def __init__(self, ga: schema.Graph, gb: schema.Graph, vmap: dict[str, str]) -> None:
+        self.ga, self.gb, self.vmap = ga, gb, vmap
+        self.na, self.nb = ga.nodes, gb.nodes
+        self.match: dict[int, int] = {}
+        self.taken: set[int] = set()
+        self.view_am, self.view_b = R.GraphView(ga, _renamer(vmap)), R.GraphView(gb)
+        self.by_name = {n.name: j for j, n in enumerate(self.nb)}
+        self.prod_a = _producers(self.na)
+        self.prod_b = _producers(self.nb)
+        self.key_b = {j: (n.target, self.view_b.args(n)) for j, n in enumerate(self.nb)}
+        self.index: dict[object, deque[int]] = {}
+        for j, k in self.key_b.items():
+            self.index.setdefault(k, deque()).append(j)
+        # (A value, B value) pairs that should correspond; the backward pass matches their producers.
+        self.pending: deque[tuple[str, str]] = deque(_pairs(ga.outputs, gb.outputs))
 
-    def by_key(key_b: Callable[[schema.Node], object], key_a: Callable[[schema.Node], object]) -> None:
-        keys_b = {j: key_b(node) for j, node in enumerate(nb) if j not in taken}
-        index: dict[object, deque[int]] = {}
-        for j, k in keys_b.items():
-            index.setdefault(k, deque()).append(j)
-        progress = True
-        while progress:
-            progress = False
-            for i, node in enumerate(na):
-                if i in match:
+    def run(self) -> dict[int, int]:
+        # Same-name structural matches first: with identical ops in a row a name-blind forward
+        # pass would happily pair each node with its neighbour after an insertion.
+        self.structural(strict=True)
+        self.structural(strict=False)
+        for phase in (self.same_name_same_target, self.same_name, self.same_args):
+            phase()
+            self.structural(strict=False)
+        return self.match
+
+    def link(self, i: int, j: int) -> None:
+        self.match[i] = j
+        self.taken.add(j)
+        x, y = self.na[i], self.nb[j]
+        self.vmap.update(_pairs(x.outputs, y.outputs))
+        self.pending.extend(_pairs([a.arg for a in x.inputs], [b.arg for b in y.inputs]))
+
+    def structural(self, strict: bool) -> None:
+        while self.forward(strict) | self.backward():
+            pass
+
+    def forward(self, strict: bool) -> bool:
+        """Match by (target, matched arguments): only to the same name if ``strict``, else
+        preferring the same name, then the first candidate."""
+        progress = False
+        for i, node in enumerate(self.na):
+            if i in self.match:
+                continue
+            k = (node.target, self.view_am.args(node))
+            j = self.by_name.get(node.name)
+            if j is None or j in self.taken or self.key_b[j] != k:
+                if strict:
                     continue
-                k = key_a(node)
-                # Among equal candidates prefer the one with the same name, then the first.
-                j = by_name.get(node.name)
-                if j is None or j in taken or keys_b.get(j) != k:
-                    cands = index.get(k)
-                    while cands and cands[0] in taken:
-                        cands.popleft()
-                    j = cands[0] if cands else None
-                if j is not None:
-                    link(i, j)
-                    progress = True
+                cands = self.index.get(k)
+                while cands and cands[0] in self.taken:
+                    cands.popleft()
+                j = cands[0] if cands else None
+            if j is not None:
+                self.link(i, j)
+                progress = True
+        return progress
 
-    # 2. same target, same arguments (through the matches so far)
-    by_key(lambda n: (n.target, view_b.args(n)), lambda n: (n.target, view_am.args(n)))
-    for i, node in enumerate(na):  # 3. same name, different target
-        j = by_name.get(node.name)
-        if i not in match and j is not None and j not in taken:
-            link(i, j)
-    # 4. same arguments, different target
-    by_key(lambda n: view_b.args(n), lambda n: view_am.args(n))
-    return match
+    def backward(self) -> bool:
+        progress = False
+        while self.pending:
+            a, b = self.pending.popleft()
+            i, j = self.prod_a.get(a), self.prod_b.get(b)
+            if (i is not None and j is not None and i not in self.match and j not in self.taken
+                    and self.na[i].target == self.nb[j].target):
+                self.link(i, j)
+                progress = True
+        return progress
+
+    def same_name_same_target(self) -> None:
+        self._by_name(same_target=True)
+
+    def same_name(self) -> None:
+        self._by_name(same_target=False)
+
+    def _by_name(self, same_target: bool) -> None:
+        for i, node in enumerate(self.na):
+            j = self.by_name.get(node.name)
+            if (i not in self.match and j is not None and j not in self.taken
+                    and (not same_target or self.nb[j].target == node.target)):
+                self.link(i, j)
+
+    def same_args(self) -> None:
+        index: dict[str, deque[int]] = {}
+        for j in range(len(self.nb)):
+            if j not in self.taken:
+                index.setdefault(self.key_b[j][1], deque()).append(j)
+        for i, node in enumerate(self.na):
+            if i in self.match:
+                continue
+            cands = index.get(self.view_am.args(node))
+            while cands and cands[0] in self.taken:
+                cands.popleft()
+            if cands:
+                self.link(i, cands[0])
+
+
+def _producers(nodes: list[schema.Node]) -> dict[str, int]:
+    return {name: i for i, n in enumerate(nodes) for o in n.outputs for name in R.defined_names(o)}
+
+
+def _pairs(xs: list[schema.Argument], ys: list[schema.Argument]) -> list[tuple[str, str]]:
+    """Value names at the same positions of two argument lists."""
+    out: list[tuple[str, str]] = []
+    for x, y in zip(xs, ys, strict=False):
+        out += zip(R.defined_names(x), R.defined_names(y), strict=False)
+    return out
 
 
 def _node_fields(x: schema.Node, y: schema.Node, view_am: R.GraphView, view_b: R.GraphView) -> list[str]:

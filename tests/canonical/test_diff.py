@@ -267,6 +267,36 @@ def test_renamed_nodes_align_by_structure():
     assert section(rep, "signature") == []
 
 
+def test_insertion_aligns_even_when_later_names_shift():
+    # A canonicalizer that numbers tie groups (sin_1, sin_2, ...) and gives the neighbours of an
+    # insertion other names shifts every later ordinal; matching by name first would then pair
+    # the wrong nodes all along the chain. Structure must win.
+    def chain(names):
+        nodes, prev = [], "x"
+        for name in names:
+            nodes.append(_node(name, f"{name.split('_')[0]}.default", prev))
+            prev = name
+        return _prog(nodes, prev)
+
+    a = chain(["sin_0", "neg_0", "sin_1", "neg_1", "sin_2", "neg_2", "sin_3", "neg_3", "sin_4", "neg_4"])
+    b = chain(["sin_0", "neg_0", "cos_0", "sin_t", "neg_t", "sin_1", "neg_1", "sin_2", "neg_2", "sin_3", "neg_3"])
+    graph = section(diff(a, b), "graph")
+    assert [(c.kind, c.where) for c in graph if c.kind != "changed"] == [("added", "graph.nodes[cos_0]")]
+    changed = [c for c in graph if c.kind == "changed"]
+    assert len(changed) == 8 and all(c.fields == ["name"] for c in changed[1:])
+    assert changed[0].fields == ["name", "args"]
+    assert changed[0].a == "sin_1: f32[4] = aten.sin.default(neg_0)"
+    assert changed[0].b == "sin_t: f32[4] = aten.sin.default(cos_0)"
+
+    # ... while with stable names, a copy of its neighbours inserted into a run of identical ops
+    # is one added node, not a shift of every later node onto its predecessor.
+    a = chain([f"sin_{k}" for k in range(8)])
+    b = chain([f"sin_{k}" for k in range(4)] + ["sin_new"] + [f"sin_{k}" for k in range(4, 8)])
+    graph = section(diff(a, b), "graph")
+    assert [(c.kind, c.where, c.fields) for c in graph] == [
+        ("added", "graph.nodes[sin_new]", []), ("changed", "graph.nodes[sin_4]", ["args"])]
+
+
 def test_removed_node_is_reported_where_it_was():
     a = _prog([_node("sin", "sin.default", "x"), _node("neg", "neg.default", "sin"),
                _node("cos", "cos.default", "neg")], "cos")
