@@ -72,7 +72,7 @@ def test_fixture_loads_runs_and_matches(fixture: Path):
         check_run(ep, run, f"{_id(fixture)} run {i}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fresh_canonical(name: str) -> bytes:
     from canonical.canonicalize import canonicalize
 
