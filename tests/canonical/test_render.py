@@ -1,10 +1,9 @@
-"""canonical.render: the text of `pt2serde show`, on hand-built schema programs.
-
-Real exported programs are rendered in test_git_textconv.py (through serde.save + the CLI).
-"""
+"""canonical.render: the text of `pt2serde show`, on hand-built schema programs and on the
+model zoo (real exports saved with serde.save). The CLI and git are in test_git_textconv.py."""
 
 from __future__ import annotations
 
+import io
 import random
 import subprocess
 import sys
@@ -12,9 +11,13 @@ import sys
 import msgspec
 import pytest
 
+import serde
 from canonical import render as R
+from canonical.diff import diff
 from serde import schema as s
+from serde.artifact import read_artifact
 from serde.errors import MalformedArtifactError
+from serde.zoo import CASES, export_case
 
 POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
 
@@ -337,6 +340,40 @@ def test_example_inputs_are_listed():
     lines = R.render(mlp(), w).splitlines()
     i = lines.index("example_inputs: tuple(tuple(*, *), dict<[]>())")
     assert lines[i + 1:] == ["  [0] f32[3, 4] stride=[1, 3] sha256:abababababab", "  [1] int 5"]
+
+
+# ---------------------------------------------------------------- the model zoo
+
+# Control flow, unbacked symbols, every signature kind, multi-output ops, size arithmetic.
+_FAST = {"multi_output", "dynamic_arith", "signature_kinds", "cond", "while_loop", "unbacked_item"}
+
+
+def _all_nodes(g: s.Graph):
+    for n in g.nodes:
+        yield n
+        for sub in R.subgraphs(n):
+            yield from _all_nodes(sub.graph)
+
+
+@pytest.mark.parametrize("name", [pytest.param(c.name, marks=() if c.name in _FAST else pytest.mark.slow)
+                                  for c in CASES])
+def test_zoo_program_renders_one_line_per_node(name):
+    buf = io.BytesIO()
+    serde.save(export_case(next(c for c in CASES if c.name == name)), buf)
+    art = read_artifact(buf.getvalue())
+    text = R.render(art.program, art.weights)
+    lines = text.splitlines()
+    assert all(ln.isprintable() and ln == ln.rstrip() for ln in lines)
+    nodes = list(_all_nodes(art.program.graph_module.graph))
+    start = lines.index("graph:") + 1
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith(" "))
+    body = [ln for ln in lines[start:end] if not ln.strip().startswith("return") and not ln.endswith("):")]
+    assert len(body) == len(nodes)
+    for node, line in zip(nodes, body, strict=True):
+        assert f" = {node.target.removeprefix('torch.ops.')}(" in line, (node.name, line)
+    for weight in art.weights.state_dict:
+        assert any(ln.startswith(f"  {weight}: ") for ln in lines), weight
+    assert diff(art.program, art.program, a_weights=art.weights, b_weights=art.weights).identical
 
 
 # ---------------------------------------------------------------- locality
