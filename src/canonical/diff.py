@@ -22,7 +22,7 @@ Compared per node: name, target, arguments, output types (incl. strides and requ
 ``from_node``, module type names, ``source_fn_stack``, ``torch_fn``), the order of
 independent nodes, and the torch version that wrote the artifact (reported as a note).
 
-JSON report (``DiffReport.to_json()``, what ``pt2serde diff --json`` prints)::
+JSON report (``DiffReport.to_json()``; ``pt2serde diff --json`` adds ``"a"`` and ``"b"``, the paths)::
 
     {
       "identical": bool,                 # true when "changes" is empty
@@ -380,10 +380,8 @@ def _align(ga: schema.Graph, gb: schema.Graph, vmap: dict[str, str]) -> dict[int
 
 
 class _Aligner:
-    """The passes of the module docstring. Structure goes first and both ways: forward from the
-    inputs (same target, same matched arguments) and backward from the outputs (the producers of
-    a matched pair's arguments, position by position, when they have the same target). So one
-    inserted or swapped node leaves its neighbours matched even when names around it changed."""
+    """The passes of the module docstring. Structure goes first and both ways, so one inserted or
+    swapped node leaves its neighbours matched even when the names around it changed."""
 
     def __init__(self, ga: schema.Graph, gb: schema.Graph, vmap: dict[str, str]) -> None:
         self.ga, self.gb, self.vmap = ga, gb, vmap
