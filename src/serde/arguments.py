@@ -163,6 +163,11 @@ class ArgumentWriter:
                 schema.SymFloatArgument(as_name=x.name) if isinstance(x, torch.fx.Node)
                 else schema.SymFloatArgument(as_float=schema.to_f64(float(x))) for x in items
             ])
+        if kinds <= {"tensor", "sym_int", "sym_float", "sym_bool"}:
+            # Higher-order op operands mix tensors and symbolic scalars, e.g. cond(p, f, g, (x, n)) with
+            # n = x.shape[0]. Like torch's serializer, store them by name; each name's kind is known
+            # from the graph's value tables.
+            return A(as_tensors=[schema.TensorArgument(name=x.name) for x in items])
         if kinds == {"list"}:
             inner = {_item_kind(y) for x in items for y in x}
             if inner == {"int"} or not inner:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental import symbolic_shapes
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
@@ -316,6 +317,33 @@ def _referenced(g: schema.Graph, extra: Iterable[str]) -> set[str]:
     return refs
 
 
+def _bind_unbacked(graph: torch.fx.Graph, root: torch.nn.Module, ctx: SymbolicContext) -> None:
+    """Recompute ``unbacked_bindings``, which are not stored: they follow from the values.
+
+    In each graph, an unbacked symbol is bound at the first node whose value holds it bare (``u0``,
+    not ``u0 + 1``), at the key path where it sits, unless it came in through the graph's inputs (a
+    subgraph's operands were bound by its caller). Subgraphs are visited just before the op that
+    runs them. This reproduces torch's own bindings, including a symbol that a subgraph and then
+    its caller both bind (fake ``nonzero`` of one tensor returns one memoized size symbol).
+    """
+    pending = set(ctx.unbacked_symbols)
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            pending -= symbolic_shapes.free_unbacked_symbols(node.meta.get("val"))
+            continue
+        for a in node.args:
+            if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+                sub = getattr(root, a.target)
+                _bind_unbacked(sub.graph, sub, ctx)
+        val = node.meta.get("val")
+        if val is None or not pending:
+            continue
+        bindings = symbolic_shapes._free_unbacked_symbols_with_path(
+            val, (), shape_env=ctx.shape_env, pending=pending, simplify=True)
+        if bindings:
+            node.meta["unbacked_bindings"] = bindings
+
+
 class GraphReader:
     """Rebuilds one FX graph (and its subgraphs) from ``schema.Graph``."""
 
@@ -327,7 +355,7 @@ class GraphReader:
         self.values: dict[str, torch.fx.Node] = {}
         self.args = ArgumentReader(self._lookup, self._subgraph)
         self._g: schema.Graph | None = None
-        self._subgraph_nodes: dict[str, torch.fx.Node] = {}
+        self._subgraphs: dict[str, schema.Graph] = {}
 
     def read(self, g: schema.Graph, *, constant_input_names: dict[int, str] | None = None,
              extra_refs: Iterable[str] = ()) -> torch.fx.Graph:
@@ -344,6 +372,8 @@ class GraphReader:
             self.graph.output(outs[0])
         else:
             self.graph.output(tuple(outs))
+        if self.where == "graph" and self.ctx.unbacked_symbols:
+            _bind_unbacked(self.graph, self.root, self.ctx)
         return self.graph
 
     # -- values
@@ -417,18 +447,27 @@ class GraphReader:
         node.meta["val"] = self.args.read(inp, where)
 
     def _subgraph(self, ga: schema.GraphArgument, where: str) -> torch.fx.Node:
-        node = self._subgraph_nodes.get(ga.name)
-        if node is not None:
-            return node
-        if not ga.name.isidentifier() or ga.name.startswith("_"):
-            raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is not a valid attribute name")
-        reader = GraphReader(self.ctx, f"{where}.graph")
-        graph = reader.read(ga.graph)
-        setattr(self.root, ga.name, torch.fx.GraphModule(reader.root, graph))
+        """A get_attr node for the subgraph; each use gets its own node, as torch.export makes them.
+
+        A subgraph used by several ops (invoke_subgraph) is stored at each use under one name;
+        it becomes one submodule, and every stored copy must be the same graph.
+        """
+        first = self._subgraphs.get(ga.name)
+        if first is None:
+            if not ga.name.isidentifier() or ga.name.startswith("_"):
+                raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is not a valid attribute name")
+            reader = GraphReader(self.ctx, f"{where}.graph")
+            graph = reader.read(ga.graph)
+            setattr(self.root, ga.name, torch.fx.GraphModule(reader.root, graph))
+            self._subgraphs[ga.name] = ga.graph
+        elif first != ga.graph:
+            raise MalformedArtifactError(
+                f"{where}: two different subgraphs are both named {ga.name!r}; the artifact is damaged "
+                "or was written by an incompatible tool"
+            )
         node = self.graph.get_attr(ga.name)
-        if node.name != ga.name:
+        if first is None and node.name != ga.name:
             node.name = ga.name
-        self._subgraph_nodes[ga.name] = node
         return node
 
     def _node(self, sn: schema.Node, where: str, refs: set[str]) -> None:
@@ -464,6 +503,10 @@ class GraphReader:
         elif single:
             if len(outs) != 1:
                 raise MalformedArtifactError(f"{where}: {sn.target} returns one value, {len(outs)} stored")
+            if outs[0].kind == "as_none" and is_op:  # an optional return (``Tensor?``) that was None
+                self._define(sn.name, fx_node, where)
+                fx_node.meta["val"] = None
+                return
             name = self._output_name(outs[0], f"{where}.outputs[0]")
             self._define(name, fx_node, where)
             fx_node.meta["val"] = self._meta(name, outs[0].kind, f"{where}.outputs[0]")

@@ -83,9 +83,13 @@ class _Comparer:
     def __init__(self, exact_names: bool, metadata: tuple[str, ...]) -> None:
         self.exact = exact_names
         self.metadata = metadata
-        self.names: dict[str, str] = {}     # a name -> b name, across all graphs
+        # Names and labels are scoped per graph: a subgraph's ``arg0`` has nothing to do with the
+        # top graph's. Symbols are program-wide (one ShapeEnv).
+        self.names: dict[str, str] = {}     # a name -> b name, in the current graph
+        self._rev: dict[str, str] = {}      # b name -> a name, in the current graph
         self.symbols: dict[sympy.Symbol, sympy.Symbol] = {}
-        self.labels: dict[str, str] = {}    # torch_fn / source_fn_stack labels
+        self.labels: dict[tuple[str, str], str] = {}  # (field, torch_fn / source_fn_stack label) -> label
+        self.module_keys: dict[str, str] = {}  # nn_module_stack keys, program-wide
 
     def fail(self, where: str, msg: str) -> None:
         raise ProgramMismatch(f"{where}: {msg}")
@@ -97,14 +101,13 @@ class _Comparer:
             self.fail(where, f"name {a!r} != {b!r}")
         prev = self.names.get(a)
         if prev is None:
-            if b in self._taken():
-                self.fail(where, f"{a!r} maps to {b!r}, which another name already maps to")
+            other = self._rev.get(b)
+            if other is not None:
+                self.fail(where, f"{a!r} maps to {b!r}, which {other!r} already maps to")
             self.names[a] = b
+            self._rev[b] = a
         elif prev != b:
             self.fail(where, f"{a!r} was renamed {prev!r} before, now {b!r}")
-
-    def _taken(self) -> set[str]:
-        return set(self.names.values())
 
     def expr(self, a: Any, b: Any, where: str) -> None:
         ea, eb = _to_sympy(a), _to_sympy(b)
@@ -172,8 +175,9 @@ class _Comparer:
             for i, (x, y) in enumerate(zip(a, b, strict=True)):
                 self.arg(x, y, f"{where}[{i}]", todo)
         elif isinstance(a, dict) and isinstance(b, dict):
-            if list(a) != list(b):
-                self.fail(where, f"keys {list(a)} != {list(b)}")
+            # Artifacts store str-keyed maps with sorted keys, so only the key set must agree.
+            if sorted(a) != sorted(b):
+                self.fail(where, f"keys {sorted(a)} != {sorted(b)}")
             for k in a:
                 self.arg(a[k], b[k], f"{where}[{k!r}]", todo)
         elif isinstance(a, float) and isinstance(b, float):
@@ -185,6 +189,17 @@ class _Comparer:
     # -- graphs
 
     def graphs(self, ga: torch.fx.GraphModule, gb: torch.fx.GraphModule, where: str) -> None:
+        if where == "graph":  # the top graph's scope stays for the signature and module call graph
+            self._graph(ga, gb, where)
+            return
+        saved = self.names, self._rev, self.labels
+        self.names, self._rev, self.labels = {}, {}, {}
+        try:
+            self._graph(ga, gb, where)
+        finally:
+            self.names, self._rev, self.labels = saved
+
+    def _graph(self, ga: torch.fx.GraphModule, gb: torch.fx.GraphModule, where: str) -> None:
         pa = [n for n in ga.graph.nodes if n.op == "placeholder"]
         pb = [n for n in gb.graph.nodes if n.op == "placeholder"]
         if len(pa) != len(pb):
@@ -248,22 +263,55 @@ class _Comparer:
                 continue
             self.arg(x.args, y.args, f"{w}.args", todo)
             self.arg(x.kwargs, y.kwargs, f"{w}.kwargs", todo)
+            ua, ub = x.meta.get("unbacked_bindings"), y.meta.get("unbacked_bindings")
+            if ua or ub:
+                self.unbacked_bindings(ua or {}, ub or {}, f"{w}.meta['unbacked_bindings']")
             if x.op == "call_function" and x.target is not operator.getitem:
                 for key in self.metadata:
                     self.meta(x, y, key, f"{w}.meta[{key!r}]")
 
+    def unbacked_bindings(self, a: dict, b: dict, where: str) -> None:
+        """Same key paths bound, each to corresponding symbols (new symbols get paired here)."""
+        pa = {pytree.keystr(path): sym for sym, path in a.items()}
+        pb = {pytree.keystr(path): sym for sym, path in b.items()}
+        if sorted(pa) != sorted(pb):
+            self.fail(where, f"{a} != {b}")
+        for path, sa in pa.items():
+            sb = pb[path]
+            mapped = self.symbols.get(sa)
+            if mapped is None:
+                if sb in self.symbols.values():
+                    self.fail(where, f"{sa} at {path} pairs with {sb}, which another symbol already maps to")
+                if self.exact and sa.name != sb.name:
+                    self.fail(where, f"symbol {sa} != {sb}")
+                self.symbols[sa] = sb
+            elif mapped != sb:
+                self.fail(where, f"{sa} (renamed {mapped}) is bound at {path}, but {sb} is bound there")
+
     def meta(self, x: torch.fx.Node, y: torch.fx.Node, key: str, where: str) -> None:
         ma, mb = _meta(x, key), _meta(y, key)
+        if key in ("nn_module_stack", "module_types") and ma is not None and mb is not None:
+            # Strict export keys frames by id(module), which differs per process; canonical
+            # artifacts rewrite such keys, so keys compare through a consistent renaming.
+            if len(ma) != len(mb) or any(p[1] != q[1] for p, q in zip(ma, mb, strict=True)):
+                self.fail(where, f"{dict(ma)!r} != {dict(mb)!r}")
+            for (ka, _), (kb, _) in zip(ma, mb, strict=True):
+                if self.exact and ka != kb:
+                    self.fail(where, f"key {ka!r} != {kb!r}")
+                prev = self.module_keys.setdefault(ka, kb)
+                if prev != kb:
+                    self.fail(where, f"module key {ka!r} was renamed {prev!r} before, now {kb!r}")
+            return
         if key in ("torch_fn", "source_fn_stack") and ma is not None and mb is not None:
             # Their first fields are trace-time labels (per-process call counters such as
             # "linear_3"); canonical artifacts relabel them consistently, so compare through a mapping.
-            pairs = [(ma, mb)] if key == "torch_fn" else list(zip(ma, mb))
+            pairs = [(ma, mb)] if key == "torch_fn" else list(zip(ma, mb, strict=False))
             if len(ma) != len(mb) or any(p[1] != q[1] for p, q in pairs):
                 self.fail(where, f"{ma!r} != {mb!r}")
             for p, q in pairs:
                 if self.exact and p[0] != q[0]:
                     self.fail(where, f"label {p[0]!r} != {q[0]!r}")
-                prev = self.labels.setdefault(p[0], q[0])
+                prev = self.labels.setdefault((key, p[0]), q[0])
                 if prev != q[0]:
                     self.fail(where, f"label {p[0]!r} was relabelled {prev!r} before, now {q[0]!r}")
             return
@@ -300,15 +348,27 @@ class _Comparer:
         rb = {str(k): v for k, v in b.range_constraints.items()}
         if len(a.range_constraints) != len(b.range_constraints):
             self.fail("range_constraints", f"{dict(a.range_constraints)} != {dict(b.range_constraints)}")
+        matched: set[str] = set()
+        orphans_a = []
         for k, v in a.range_constraints.items():
-            missing = [s for s in k.free_symbols if s not in self.symbols]
-            if missing:
-                self.fail("range_constraints", f"symbol(s) {missing} of {k} do not occur in the graph")
+            if any(s not in self.symbols for s in k.free_symbols):
+                orphans_a.append((k, v))
+                continue
             key = str(k.xreplace(self.symbols))
             if key not in rb:
                 self.fail("range_constraints", f"{k} (renamed {key}) missing in second: {sorted(rb)}")
             if (v.lower, v.upper) != (rb[key].lower, rb[key].upper):
                 self.fail(f"range_constraints[{k}]", f"{v} != {rb[key]}")
+            matched.add(key)
+        # Symbols no graph value mentions any more (e.g. left behind by run_decompositions) cannot
+        # be paired through the graph: compare their ranges as a multiset, per kind of symbol.
+        def orphan_key(k: Any, v: Any) -> tuple:
+            name = k.name if self.exact or not isinstance(k, sympy.Symbol) else k.name.rstrip("0123456789")
+            return (name, str(v.lower), str(v.upper))
+        oa = sorted(orphan_key(k, v) for k, v in orphans_a)
+        ob = sorted(orphan_key(k, v) for k, v in b.range_constraints.items() if str(k) not in matched)
+        if oa != ob:
+            self.fail("range_constraints", f"constraints on symbols not in the graph differ: {oa} != {ob}")
 
     def module_call_graph(self, a: ExportedProgram, b: ExportedProgram) -> None:
         from serde.treespec import serialize_treespec
@@ -382,12 +442,12 @@ def _dead_getitem(n: torch.fx.Node) -> bool:
 def _meta(n: torch.fx.Node, key: str) -> Any:
     if key == "module_types":  # the type half of nn_module_stack: debug metadata
         stack = n.meta.get("nn_module_stack")
-        return None if stack is None else {k: _type_name(t) for k, (_, t) in stack.items()}
+        return None if stack is None else [(k, _type_name(t)) for k, (_, t) in stack.items()]
     v = n.meta.get(key)
     if v is None:
         return None
     if key == "nn_module_stack":
-        return {k: p for k, (p, _) in v.items()}
+        return [(k, p) for k, (p, _) in v.items()]
     if key == "source_fn_stack":
         return [(name, _type_name(fn)) for name, fn in v]
     if key == "torch_fn":
@@ -430,7 +490,15 @@ def _compare_outputs(a: ExportedProgram, b: ExportedProgram, inputs: Any, rtol: 
     if inputs is None:
         return
     args, kwargs = inputs
-    ma, mb = a.module(), b.module()
+    if _is_joint(a):
+        # A joint forward-backward graph returns loss and gradients too, which .module() cannot
+        # unflatten: call the graph itself on the flat inputs (parameters and buffers first).
+        with torch.no_grad():
+            oa = a.graph_module(*a._graph_module_flat_inputs(*copy.deepcopy((args, kwargs))))
+            ob = b.graph_module(*b._graph_module_flat_inputs(*copy.deepcopy((args, kwargs))))
+        _assert_close(oa, ob, "outputs of the joint graph", rtol, atol)
+        return
+    ma, mb = _fresh_module(a), _fresh_module(b)
     ia = copy.deepcopy((args, kwargs))
     ib = copy.deepcopy((args, kwargs))
     with torch.no_grad():
@@ -439,6 +507,30 @@ def _compare_outputs(a: ExportedProgram, b: ExportedProgram, inputs: Any, rtol: 
     _assert_close(oa, ob, "outputs", rtol, atol)
     _assert_close(ia, ib, "inputs after the call (user input mutation)", rtol, atol)
     _assert_close(dict(ma.named_buffers()), dict(mb.named_buffers()), "buffers after the call", rtol, atol)
+
+
+def _fresh_module(ep: ExportedProgram) -> torch.nn.Module:
+    """``ep.module()`` with its own copies of parameters and buffers.
+
+    ``module()`` shares tensors with ``ep.state_dict``; running it would otherwise mutate the
+    programs under comparison (buffer mutation) and change what a later save writes.
+    """
+    m = ep.module()
+    for mod in m.modules():
+        for k, t in list(mod._buffers.items()):
+            if t is not None:
+                mod._buffers[k] = t.clone()
+        for k, p in list(mod._parameters.items()):
+            if p is not None:
+                mod._parameters[k] = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+    return m
+
+
+def _is_joint(ep: ExportedProgram) -> bool:
+    from torch.export.graph_signature import OutputKind
+
+    joint = (OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT)
+    return any(s.kind in joint for s in ep.graph_signature.output_specs)
 
 
 def _assert_close(x: Any, y: Any, where: str, rtol: float | None, atol: float | None) -> None:

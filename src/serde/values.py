@@ -145,6 +145,8 @@ class SymbolicContext:
             allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.shape_env
         )
         self.symbols: dict[str, sympy.Symbol] = {}
+        # Every unbacked symbol of the program (graph._bind_unbacked binds them to nodes).
+        self.unbacked_symbols: set[sympy.Symbol] = set()
         self._exprs: dict[str, sympy.Basic] = {}
         self._serialized_ranges = range_constraints
         self._ranges: dict[str, ValueRanges] = {}
@@ -177,6 +179,7 @@ class SymbolicContext:
             self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
         if m and m.group(1) in ("u", "zuf"):
             self.shape_env.var_to_range.setdefault(sym, vr or ValueRanges(-int_oo, int_oo))
+            self.unbacked_symbols.add(sym)
         return sym
 
     def expr(self, text: str, where: str) -> sympy.Basic:

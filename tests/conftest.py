@@ -1,0 +1,47 @@
+"""Suite-wide pytest configuration: hypothesis profiles.
+
+``fast`` (the default, ``make test``) keeps property tests to a handful of examples; ``thorough``
+(``HYPOTHESIS_PROFILE=thorough``, what ``make test-all`` sets) runs at least 200. Both are
+derandomized, so a run is reproducible and CI never flakes on a new random seed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# pytest puts this directory on sys.path to import this file. Left there, ``tests/serde`` would
+# shadow the real ``serde`` package: a directory without __init__.py on sys.path becomes a
+# namespace package before the editable install's finder is asked. Take it off again.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+_COMMON = dict(
+    derandomize=True,
+    deadline=None,  # exports take a variable, machine-dependent time
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+settings.register_profile("fast", max_examples=12, **_COMMON)
+settings.register_profile("thorough", max_examples=200, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+
+
+@pytest.fixture(scope="session")
+def breadth_program():
+    """``name -> ExportedProgram`` for :mod:`serde.zoo_breadth` cases, exported once per session."""
+    from serde import zoo_breadth
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = zoo_breadth.export_case(zoo_breadth.get(name))
+        return cache[name]
+
+    return get
