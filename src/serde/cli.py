@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "schema": "serde.cmd_schema",
     "upgrade": "serde.cmd_upgrade",
     "import": "serde.cmd_import",
+    "emit": "native.cmd_emit",
+    "run": "native.cmd_run",
 }
 
 

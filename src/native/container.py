@@ -1,0 +1,159 @@
+"""The binary container of native program files.
+
+Layout (all integers little-endian)::
+
+    0   magic            8 bytes (b"PT2SNATV")
+    8   format version   u32
+    12  reserved         u32, always 0
+    16  header length    u64
+    24  segment offset   u64, a multiple of 64, >= 40 + header length
+    32  segment length   u64
+    40  header           msgpack, ``header length`` bytes
+        zero padding up to ``segment offset``
+        segment          raw bytes; every blob in it starts at a multiple of 64
+    EOF exactly at segment offset + segment length
+
+The header says where each blob lives (offset within the segment, length); the reader checks
+every number before anything is sliced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+from typing import BinaryIO
+
+from .errors import NativeFormatError, NativeVersionError
+
+__all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "write_atomic", "check_blob"]
+
+ALIGN = 64
+_PREFIX = struct.Struct("<8sIIQQQ")
+MAX_HEADER_BYTES = 1 << 31
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def pack(magic: bytes, version: int, header: bytes, segment: bytes | bytearray | memoryview) -> bytes:
+    """Assemble a container; ``segment`` is stored verbatim after 64-byte aligned padding."""
+    assert len(magic) == 8
+    seg_off = _align(_PREFIX.size + len(header))
+    out = bytearray(_PREFIX.pack(magic, version, 0, len(header), seg_off, len(segment)))
+    out += header
+    out += bytes(seg_off - len(out))
+    out += segment
+    return bytes(out)
+
+
+def unpack(buf: bytes | bytearray | memoryview, magic: bytes, versions: range, what: str
+           ) -> tuple[int, memoryview, memoryview]:
+    """Check the prefix of a container and return ``(version, header, segment)`` views.
+
+    Raises:
+        NativeFormatError: wrong magic, truncated, bad offsets or trailing bytes.
+        NativeVersionError: the version is outside ``versions``.
+    """
+    view = memoryview(buf).cast("B")
+    if len(view) < _PREFIX.size:
+        raise NativeFormatError(f"{what}: {len(view)} bytes is too short to be a {_kind(magic)} "
+                                f"(the fixed prefix alone is {_PREFIX.size} bytes)")
+    got, version, reserved, hlen, seg_off, seg_len = _PREFIX.unpack_from(view)
+    if got != magic:
+        raise NativeFormatError(f"{what}: not a {_kind(magic)}: the file starts with {bytes(got)!r}, "
+                                f"expected {magic!r}. Write one with {_writer(magic)}.")
+    if version not in versions:
+        raise NativeVersionError(
+            f"{what}: {_kind(magic)} format version {version} is not supported; this reader handles "
+            f"versions {versions.start}..{versions.stop - 1}. Re-emit it with this pt2serde.")
+    if reserved != 0:
+        raise NativeFormatError(f"{what}: reserved prefix field is {reserved}, expected 0; the file is damaged")
+    if hlen > MAX_HEADER_BYTES or _PREFIX.size + hlen > len(view):
+        raise NativeFormatError(f"{what}: header length {hlen} runs past the end of the {len(view)}-byte file; "
+                                "the file is truncated or damaged")
+    if seg_off % ALIGN or seg_off < _PREFIX.size + hlen:
+        raise NativeFormatError(f"{what}: segment offset {seg_off} must be a multiple of {ALIGN} at or after "
+                                f"the header's end ({_PREFIX.size + hlen}); the file is damaged")
+    if seg_off + seg_len != len(view):
+        raise NativeFormatError(
+            f"{what}: the segment ({seg_off} + {seg_len} bytes) must end exactly at the end of the file "
+            f"({len(view)} bytes); the file is truncated or has trailing bytes")
+    return version, view[_PREFIX.size:_PREFIX.size + hlen], view[seg_off:]
+
+
+def check_blob(offset: int, nbytes: int, segment_len: int, where: str) -> None:
+    """A blob must start 64-byte aligned and lie inside the segment."""
+    if offset < 0 or nbytes < 0 or offset % ALIGN or offset + nbytes > segment_len:
+        raise NativeFormatError(
+            f"{where}: blob at offset {offset} with {nbytes} bytes must start at a multiple of {ALIGN} and fit "
+            f"in the {segment_len}-byte segment; the file is damaged")
+
+
+class SegmentBuilder:
+    """Blobs deduplicated by sha256, each placed at a 64-byte aligned offset."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes | memoryview] = []
+        self._size = 0
+        self.index: dict[str, tuple[int, int]] = {}  # sha256 -> (offset, nbytes)
+
+    def add(self, data: bytes | memoryview, sha256: str | None = None) -> tuple[str, int, int]:
+        """Add ``data`` (once per content); returns ``(sha256, offset, nbytes)``."""
+        sha = sha256 or hashlib.sha256(data).hexdigest()
+        hit = self.index.get(sha)
+        if hit is not None:
+            return sha, hit[0], hit[1]
+        pad = _align(self._size) - self._size
+        if pad:
+            self._chunks.append(bytes(pad))
+            self._size += pad
+        self.index[sha] = (self._size, len(data))
+        self._chunks.append(data)
+        self._size += len(data)
+        return sha, self._size - len(data), len(data)
+
+    def build(self) -> bytes:
+        return b"".join(bytes(c) if isinstance(c, memoryview) else c for c in self._chunks)
+
+
+def read_bytes(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview, what: str) -> memoryview:
+    """The whole file as a writable buffer (paths and file objects) or a view of the given bytes."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return memoryview(src).cast("B")
+    try:
+        if isinstance(src, (str, os.PathLike)):
+            with open(src, "rb") as f:
+                return memoryview(bytearray(f.read()))
+        return memoryview(bytearray(src.read()))
+    except OSError as e:
+        raise NativeFormatError(f"{what}: cannot read the file: {e}") from None
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write via a temporary file in the same directory, fsync, rename."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise NativeFormatError(f"{path}: cannot write the file: {e}") from None
+
+
+def _kind(magic: bytes) -> str:
+    return "native program" if magic == b"PT2SNATV" else f"{magic!r} file"
+
+
+def _writer(magic: bytes) -> str:
+    return "`pt2serde emit`" if magic == b"PT2SNATV" else "pt2serde"

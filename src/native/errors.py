@@ -1,0 +1,23 @@
+"""Errors of the native emitter, program format and reference runtime (all SerializeErrors)."""
+
+from __future__ import annotations
+
+from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
+
+__all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError"]
+
+
+class NativeFormatError(MalformedArtifactError):
+    """A native program file is damaged, truncated, hostile, or not a native program at all."""
+
+
+class NativeVersionError(SchemaVersionError):
+    """A native program was written in a format version this reader does not support."""
+
+
+class InputMismatchError(SerializeError):
+    """The inputs given to ``run`` do not fit the program (count, structure, dtype, shape, range)."""
+
+
+class NativeRuntimeError(SerializeError):
+    """A kernel failed while the reference runtime executed an instruction (names it)."""

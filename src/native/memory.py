@@ -1,0 +1,380 @@
+"""Liveness and memory planning.
+
+- :func:`frees_after` is the emitter's liveness analysis: one reverse walk over a graph's nodes
+  gives, for each node, the values whose last use (or definition, for dead values) it is.
+- :func:`plan_memory` gives intermediate tensors offsets in one arena. It works on the emitted
+  program alone (no torch): storages are union-find classes of values joined by aliasing
+  (``Operator.returns_alias``) and ``MoveCall``; a class lives from its first to its last event
+  (write, read or free), stretched over any loop it is touched in. Planned are the tensors a
+  kernel's out= variant or an ``AllocCall`` writes, outside loops, not reachable from inputs,
+  state or outputs, with an upper bound on their size: sizes, strides and offset are evaluated as
+  intervals over the symbols' ranges (``range_constraints``). Packing is greedy by size: largest
+  first, each at the lowest 64-byte aligned offset free over its whole lifetime.
+- :func:`verify_plan` re-derives lifetimes and bounds from the program and checks that no two
+  tensors that are live at the same time overlap. The loader runs it on every program file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from canonical.walk import argument_names, output_leaves
+from serde import schema
+from serde.weights import ITEMSIZE
+
+from . import exprs as E
+from . import program as P
+from .container import ALIGN
+
+__all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes"]
+
+_BUCKET = 64  # instructions per time bucket of the packing index
+
+
+# ---------------------------------------------------------------- liveness (emit time)
+
+
+def frees_after(nodes: Sequence[schema.Node], keep: Iterable[str]) -> list[list[str]]:
+    """For each node, the names to free after it: their last use, or their definition if unused.
+
+    Names in ``keep`` (graph outputs, values read after the graph) are never listed. The caller
+    frees only the names its graph defines (inputs belong to the enclosing scope).
+    """
+    seen = set(keep)
+    frees: list[list[str]] = [[] for _ in nodes]
+    for i in range(len(nodes) - 1, -1, -1):
+        n = nodes[i]
+        for na in n.inputs:
+            for name in argument_names(na.arg):
+                if name not in seen:
+                    seen.add(name)
+                    frees[i].append(name)
+        for _, _, name in output_leaves(n.outputs):
+            if name not in seen:  # defined and never used
+                seen.add(name)
+                frees[i].append(name)
+    return frees
+
+
+# ---------------------------------------------------------------- lifetimes (program level)
+
+
+class _UnionFind:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        p = self.parent
+        while p[x] != x:
+            p[x] = p[p[x]]
+            x = p[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+@dataclass
+class Lifetimes:
+    """Per storage class: first and last instruction touching it; fresh producers; pinned classes."""
+
+    root: list[int]  # value -> class representative
+    start: dict[int, int]
+    end: dict[int, int]
+    producers: dict[int, int]  # value -> instruction writing it into fresh memory
+    calls: dict[int, list[int]]  # instruction -> the tensor values its out= variant writes
+    pinned: set[int]  # classes holding inputs, state or outputs: never planned
+    loops: list[tuple[int, int]]  # (first, last) instruction of each backward jump's body
+
+    def interval(self, value: int) -> tuple[int, int] | None:
+        """Lifetime of ``value``'s storage from its producer, or None when it cannot be planned."""
+        pos = self.producers.get(value)
+        r = self.root[value]
+        if pos is None or r in self.pinned:
+            return None
+        lo, hi = pos, self.end[r]
+        for a, b in self.loops:
+            if a <= pos <= b:
+                return None  # written on every iteration: left to the allocator
+            if lo <= b and a <= hi:  # touched inside a loop: live across all of it
+                lo, hi = min(lo, a), max(hi, b)
+        return lo, hi
+
+
+def analyze(p: P.Program) -> Lifetimes:
+    """Storage classes and their lifetimes, from the instructions alone."""
+    nv, n = len(p.values), len(p.instructions)
+    uf = _UnionFind(nv)
+    first = [n] * nv
+    last = [-1] * nv
+    freed = [False] * nv
+    producers: dict[int, int] = {}
+    calls: dict[int, list[int]] = {}
+    loops: list[tuple[int, int]] = []
+    values = p.values
+
+    def touch(v: int, pos: int) -> None:
+        if pos < first[v]:
+            first[v] = pos
+        if pos > last[v]:
+            last[v] = pos
+        val = values[v]
+        if isinstance(val, P.List):
+            for item in val.items:
+                touch(item, pos)
+
+    def leaves(v: int) -> list[int]:
+        val = values[v]
+        if isinstance(val, P.List):
+            return [x for item in val.items for x in leaves(item)]
+        return [v]
+
+    for pos, ins in enumerate(p.instructions):
+        if isinstance(ins, P.KernelCall):
+            for a in ins.args:
+                touch(a, pos)
+            aliases = p.operators[ins.op].returns_alias
+            for j, o in enumerate(ins.outs):
+                if o == -1:
+                    continue
+                touch(o, pos)
+                for k in (aliases[j] if j < len(aliases) else ()):
+                    if k < len(ins.args):
+                        for src in leaves(ins.args[k]):
+                            for dst in leaves(o):
+                                uf.union(src, dst)
+            outs = [o for o in ins.outs if o != -1]
+            if ins.out_op >= 0 and outs and all(isinstance(values[o], P.Tensor) for o in outs):
+                calls[pos] = outs
+                for o in outs:
+                    producers.setdefault(o, pos)
+        elif isinstance(ins, P.MoveCall):
+            touch(ins.src, pos)
+            touch(ins.dst, pos)
+            for src in leaves(ins.src):
+                for dst in leaves(ins.dst):
+                    uf.union(src, dst)
+        elif isinstance(ins, P.JumpFalseCall):
+            touch(ins.cond, pos)
+            if ins.target <= pos:
+                loops.append((ins.target, pos))
+        elif isinstance(ins, P.FreeCall):
+            touch(ins.value, pos)
+            freed[ins.value] = True
+        else:  # AllocCall
+            touch(ins.value, pos)
+            producers.setdefault(ins.value, pos)
+
+    root = [uf.find(v) for v in range(nv)]
+    start: dict[int, int] = {}
+    end: dict[int, int] = {}
+    for v in range(nv):
+        if last[v] < 0:
+            continue
+        r = root[v]
+        start[r] = min(start.get(r, n), first[v])
+        # A value nobody frees lives to the end of the program.
+        end[r] = max(end.get(r, -1), last[v] if freed[v] else n)
+    pinned = {root[i.value] for i in p.inputs} | {root[s.value] for s in p.state} | {root[o] for o in p.outputs}
+    # Outputs are read after the last instruction; values written more than once by different
+    # producers (a cond output) keep the class's whole span anyway.
+    return Lifetimes(root, start, end, producers, calls, pinned, loops)
+
+
+# ---------------------------------------------------------------- size bounds
+
+
+def upper_nbytes(p: P.Program, value: int) -> int | None:
+    """Upper bound of the bytes a tensor value spans, over every allowed input; None if unbounded."""
+    t = p.values[value]
+    assert isinstance(t, P.Tensor)
+    ranges = [(s.min, s.max) if s.input >= 0 and s.min is not None and s.max is not None else None
+              for s in p.symbols]
+
+    def hi(d: P.Dim) -> int | None:
+        if not isinstance(d, P.Sym):
+            return d
+        lo_, hi_ = code_bounds(p.exprs[d.expr], ranges)
+        return None if hi_ is None or lo_ is None or lo_ < 0 else hi_
+
+    sizes = [hi(d) for d in t.sizes]
+    strides = [hi(d) for d in t.strides]
+    offset = hi(t.storage_offset)
+    if any(x is None for x in (*sizes, *strides, offset)):
+        return None
+    if any(s == 0 for s in sizes):
+        return 0
+    span = offset + 1 + sum((s - 1) * st for s, st in zip(sizes, strides, strict=True))
+    return span * ITEMSIZE[schema.ScalarType(t.dtype)]
+
+
+def code_bounds(code: Sequence[int], ranges: Sequence[tuple[int, int] | None]) -> tuple[int | None, int | None]:
+    """Interval of an expression over symbol intervals (None = unbounded on that side)."""
+    inf = float("inf")
+    stack: list[tuple[float, float]] = []
+    i = 0
+    while i < len(code):
+        op = code[i]
+        if op == E.PUSH:
+            stack.append((code[i + 1], code[i + 1]))
+            i += 2
+            continue
+        if op == E.SYM:
+            r = ranges[code[i + 1]]
+            stack.append((r[0], r[1]) if r is not None else (-inf, inf))
+            i += 2
+            continue
+        name, has_imm, arity = E.OPS[op]
+        k = code[i + 1] if has_imm else arity
+        args = stack[len(stack) - k:]
+        del stack[len(stack) - k:]
+        stack.append(_interval(op, args))
+        i += 2 if has_imm else 1
+    lo, hi = stack[0]
+    return (None if lo == -inf else int(lo), None if hi == inf else int(hi))
+
+
+def _interval(op: int, args: list[tuple[float, float]]) -> tuple[float, float]:
+    inf = float("inf")
+    if op == E.ADD:
+        return (sum(a[0] for a in args), sum(a[1] for a in args))
+    if op == E.MUL:
+        lo, hi = args[0]
+        for alo, ahi in args[1:]:
+            prods = [0 if (x == 0 or y == 0) else x * y for x in (lo, hi) for y in (alo, ahi)]
+            lo, hi = min(prods), max(prods)
+        return (lo, hi)
+    if op in (E.MAX, E.MIN):
+        f = max if op == E.MAX else min
+        return (f(a[0] for a in args), f(a[1] for a in args))
+    if op in (E.FLOORDIV, E.CEILDIV):
+        (alo, ahi), (blo, bhi) = args
+        if alo >= 0 and blo > 0:
+            lo = 0 if bhi == inf else alo // bhi
+            hi = inf if ahi == inf else -(-ahi // blo)
+            return (lo, hi)
+    elif op == E.MOD:
+        blo, bhi = args[1]
+        if blo > 0:
+            return (0, bhi - 1)
+    elif op == E.POW:
+        (alo, ahi), (elo, ehi) = args
+        if alo >= 0 and elo >= 0:
+            return (alo ** elo, inf if inf in (ahi, ehi) else ahi ** ehi)
+    elif op == E.WHERE:
+        return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]))
+    elif op in (E.EQ, E.NE, E.LT, E.LE, E.GT, E.GE, E.AND, E.OR, E.NOT):
+        return (0, 1)
+    return (-inf, inf)
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def plan_memory(p: P.Program) -> P.MemoryPlan:
+    """Arena offsets for the program's plannable tensors (see the module docstring)."""
+    lt = analyze(p)
+    cands: list[tuple[int, int, int, int]] = []  # (nbytes, start, end, value)
+    for pos, outs in lt.calls.items():
+        got = []
+        for o in outs:
+            iv = lt.interval(o) if lt.producers.get(o) == pos else None
+            nb = upper_nbytes(p, o) if iv is not None else None
+            if iv is None or nb is None:
+                break
+            got.append((nb, iv[0], iv[1], o))
+        if len(got) == len(outs):  # an out= call writes all of its outputs or none
+            cands.extend(got)
+    for v, pos in lt.producers.items():
+        if isinstance(p.instructions[pos], P.AllocCall):
+            iv = lt.interval(v)
+            nb = upper_nbytes(p, v) if iv is not None else None
+            if iv is not None and nb is not None:
+                cands.append((nb, iv[0], iv[1], v))
+    cands.sort(key=lambda c: (-c[0], c[1], c[3]))
+    buckets: dict[int, list[tuple[int, int, int, int]]] = {}  # time bucket -> (offset, size, start, end)
+    allocations = []
+    arena = naive = 0
+    for nb, s, e, v in cands:
+        size = _align(nb)
+        naive += size
+        seen = set()
+        busy = []
+        for b in range(s // _BUCKET, e // _BUCKET + 1):
+            for blk in buckets.get(b, ()):
+                if blk not in seen and blk[2] <= e and s <= blk[3]:
+                    seen.add(blk)
+                    busy.append(blk)
+        busy.sort()
+        off = 0
+        for boff, bsize, _, _ in busy:
+            if off + size <= boff:
+                break
+            off = max(off, boff + bsize)
+        blk = (off, size, s, e)
+        for b in range(s // _BUCKET, e // _BUCKET + 1):
+            buckets.setdefault(b, []).append(blk)
+        allocations.append(P.Allocation(v, off, nb))
+        arena = max(arena, off + size)
+    allocations.sort(key=lambda a: a.value)
+    return P.MemoryPlan(arena_size=arena, naive_size=naive, allocations=allocations,
+                        unplanned=_count_unplanned(p, {a.value for a in allocations}))
+
+
+def _count_unplanned(p: P.Program, planned: set[int]) -> int:
+    """Tensors written by instructions (intermediates) that got no arena slot."""
+    written = set()
+    for ins in p.instructions:
+        if isinstance(ins, P.KernelCall):
+            for o in ins.outs:
+                if o != -1 and isinstance(p.values[o], P.Tensor):
+                    written.add(o)
+                elif o != -1 and isinstance(p.values[o], P.List):
+                    written.update(i for i in p.values[o].items if isinstance(p.values[i], P.Tensor))
+        elif isinstance(ins, P.AllocCall):
+            written.add(ins.value)
+    return len(written - planned)
+
+
+def verify_plan(p: P.Program) -> None:
+    """Check the program's memory plan against lifetimes derived from its instructions.
+
+    Raises:
+        AssertionError: an allocation for a tensor that cannot be planned, smaller than the
+            tensor's upper bound, or overlapping another allocation live at the same time.
+    """
+    lt = analyze(p)
+    items = []
+    for a in p.memory_plan.allocations:
+        iv = lt.interval(a.value)
+        if iv is None:
+            raise AssertionError(f"allocation for value {a.value}: the value is not a fresh intermediate "
+                                 "outside loops (inputs, state, outputs and loop bodies are never planned)")
+        nb = upper_nbytes(p, a.value)
+        if nb is None or nb > a.nbytes:
+            raise AssertionError(f"allocation for value {a.value}: {a.nbytes} bytes cannot hold the tensor's "
+                                 f"upper bound of {nb if nb is not None else 'unbounded'} bytes")
+        items.append((iv[0], iv[1], a.offset, a.offset + a.nbytes, a.value))
+    check_no_overlap(items)
+
+
+def check_no_overlap(items: list[tuple[int, int, int, int, int]]) -> None:
+    """``items``: (start, end, first byte, end byte, value). No two live at once may share bytes."""
+    items = sorted(items)
+    active: list[tuple[int, int, int, int, int]] = []
+    for it in items:
+        s, e, lo, hi, v = it
+        active = [a for a in active if a[1] >= s]
+        for a in active:
+            if lo < a[3] and a[2] < hi and hi > lo and a[3] > a[2]:
+                raise AssertionError(
+                    f"values {a[4]} and {v} are live together (instructions {a[0]}..{a[1]} and {s}..{e}) "
+                    f"but their arena bytes [{a[2]}, {a[3]}) and [{lo}, {hi}) overlap")
+        active.append(it)

@@ -1,0 +1,308 @@
+"""The native program: msgspec Structs, their binary encoding, and a structural validator.
+
+A program is a flat, self-contained description a runtime executes without torch.export:
+
+- ``values``: every value the program touches, by index. Scalars and lists are constants;
+  ``Tensor`` carries dtype, sizes, strides and storage offset (each an int or ``Sym(expr)``, an
+  index into ``exprs`` evaluated at run time) and, for weights, the constant blob it views;
+  ``List`` boxes other values (tensor lists, int lists with run-time elements);
+  ``SymInt``/``SymFloat``/``SymBool`` are scalars produced at run time.
+- ``operators``: (name, overload) pairs, deduplicated. ``aten::add`` / ``Tensor`` is a torch
+  operator; the ``symbolic::`` namespace holds the scalar ops of :mod:`native.prim`.
+- ``instructions``: one chain. ``KernelCall`` lists every argument in schema order (defaults
+  filled in) and the values that receive the returns (-1 discards one); ``MoveCall`` copies a
+  reference; ``JumpFalseCall`` jumps when its condition is false (a constant-false condition is
+  an unconditional jump); ``FreeCall`` drops a value at its last use; ``AllocCall`` allocates a
+  tensor from its entry in ``values`` (map outputs).
+- ``exprs``: postfix code over ``symbols`` (see :mod:`native.exprs`).
+- ``symbols``: each bound at run time from an input dimension (``dim = scale * sym + offset``)
+  or, with ``input = -1``, unbacked (data-dependent, never evaluated by this runtime).
+- ``constants``: sha256, offset and size of each weight blob in the segment (deduplicated).
+- ``memory_plan``: arena offsets of intermediate tensors (see :mod:`native.memory`).
+
+File format: :mod:`native.container` with magic ``b"PT2SNATV"``, header = msgpack ``Program``.
+
+Format version history:
+  1  2026-11-22  First version.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, Union
+
+import msgspec
+
+from . import container
+from .errors import NativeFormatError
+
+__all__ = [
+    "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION",
+    "Sym", "Dim", "NoneValue", "Int", "Float", "Bool", "String", "IntList", "FloatList", "BoolList",
+    "StringList", "Complex", "ScalarType", "Layout", "MemoryFormat", "Device", "Tensor", "List",
+    "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
+    "KernelCall", "MoveCall", "JumpFalseCall", "FreeCall", "AllocCall", "Instruction", "INSTRUCTION_TYPES",
+    "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "Program",
+    "NativeProgram", "encode", "decode", "write_program", "read_program",
+]
+
+MAGIC = b"PT2SNATV"
+FORMAT_VERSION = 1
+MIN_FORMAT_VERSION = 1
+
+
+class _S(msgspec.Struct, frozen=True, array_like=True):
+    """Compact base: encoded as arrays (``["int", 3]``), tagged where part of a union."""
+
+
+class Sym(_S, tag="sym"):
+    """A size, stride or offset given by expression ``exprs[expr]``."""
+
+    expr: int
+
+
+Dim = Union[int, Sym]
+
+
+# ---------------------------------------------------------------- values
+
+
+class NoneValue(_S, tag="none"):
+    pass
+
+
+class Int(_S, tag="int"):
+    v: int
+
+
+class Float(_S, tag="float"):
+    v: float
+
+
+class Bool(_S, tag="bool"):
+    v: bool
+
+
+class String(_S, tag="str"):
+    v: str
+
+
+class IntList(_S, tag="ints"):
+    v: list[int]
+
+
+class FloatList(_S, tag="floats"):
+    v: list[float]
+
+
+class BoolList(_S, tag="bools"):
+    v: list[bool]
+
+
+class StringList(_S, tag="strs"):
+    v: list[str]
+
+
+class Complex(_S, tag="complex"):
+    real: float
+    imag: float
+
+
+class ScalarType(_S, tag="dtype"):
+    v: int  # serde.schema.ScalarType
+
+
+class Layout(_S, tag="layout"):
+    v: int  # serde.schema.Layout
+
+
+class MemoryFormat(_S, tag="memory_format"):
+    v: int  # serde.schema.MemoryFormat
+
+
+class Device(_S, tag="device"):
+    kind: str  # "cpu", "cuda", ...
+    index: int | None = None
+
+
+class Tensor(_S, tag="tensor"):
+    dtype: int  # serde.schema.ScalarType
+    sizes: list[Dim]
+    strides: list[Dim]
+    storage_offset: Dim = 0
+    data: int = -1  # index into Program.constants for weights; -1 otherwise
+
+
+class List(_S, tag="list"):
+    items: list[int]  # value indices; elements may be produced at run time
+
+
+class SymInt(_S, tag="symint"):
+    expr: int = -1  # its value as an expression over symbols, when known
+
+
+class SymFloat(_S, tag="symfloat"):
+    pass
+
+
+class SymBool(_S, tag="symbool"):
+    expr: int = -1
+
+
+Value = Union[NoneValue, Int, Float, Bool, String, IntList, FloatList, BoolList, StringList, Complex,
+              ScalarType, Layout, MemoryFormat, Device, Tensor, List, SymInt, SymFloat, SymBool]
+VALUE_TYPES: tuple[type, ...] = Value.__args__  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- instructions
+
+
+class KernelCall(_S, tag="kernel"):
+    op: int
+    args: list[int]
+    outs: list[int]
+    out_op: int = -1  # the op's out= variant, usable when every output has an arena slot
+
+
+class MoveCall(_S, tag="move"):
+    src: int
+    dst: int
+
+
+class JumpFalseCall(_S, tag="jump_false"):
+    cond: int
+    target: int
+
+
+class FreeCall(_S, tag="free"):
+    value: int
+
+
+class AllocCall(_S, tag="alloc"):
+    value: int
+
+
+Instruction = Union[KernelCall, MoveCall, JumpFalseCall, FreeCall, AllocCall]
+INSTRUCTION_TYPES: tuple[type, ...] = Instruction.__args__  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- tables
+
+
+class Operator(_S):
+    name: str  # "aten::add", "symbolic::floordiv"
+    overload: str  # "Tensor", "default"
+    # Per return: the argument positions it may alias (views, in-place ops); empty = fresh results.
+    returns_alias: list[list[int]] = []
+
+
+class Constant(_S):
+    sha256: str
+    offset: int  # within the segment, a multiple of 64
+    nbytes: int
+
+
+class Symbol(_S):
+    name: str
+    input: int  # index into Program.inputs; -1: unbacked (data-dependent)
+    dim: int  # dimension of that input; -1: the input is the integer itself
+    scale: int = 1  # input dim = scale * symbol + offset
+    offset: int = 0
+    min: int | None = None
+    max: int | None = None
+
+
+class Input(_S):
+    name: str
+    value: int
+    constant: bool = False  # the program was specialized to values[value]; other inputs are refused
+
+
+class State(_S):
+    name: str  # state_dict / constants key
+    kind: str  # "parameter", "buffer" or "constant"
+    value: int
+    mutable: bool = False  # a buffer the program updates: the runtime gives it private memory
+
+
+class Allocation(_S):
+    value: int
+    offset: int
+    nbytes: int  # upper bound over every allowed input size
+
+
+class MemoryPlan(_S):
+    arena_size: int = 0
+    naive_size: int = 0  # the sum of every planned tensor's upper bound, i.e. no reuse
+    allocations: list[Allocation] = []
+    unplanned: int = 0  # intermediate tensors left to the allocator (unbounded or in loops)
+
+
+class Program(msgspec.Struct, frozen=True, kw_only=True):
+    values: list[Value]
+    operators: list[Operator]
+    instructions: list[Instruction]
+    exprs: list[list[int]]
+    symbols: list[Symbol]
+    constants: list[Constant]
+    inputs: list[Input]
+    outputs: list[int]
+    state: list[State]
+    memory_plan: MemoryPlan = MemoryPlan()
+    in_spec: str | None = None  # JSON of serde.schema.TreeSpec (args, kwargs)
+    out_spec: str | None = None
+    torch_version: str = ""
+
+
+@dataclass(frozen=True)
+class NativeProgram:
+    """A program plus its constant segment (weights, 64-byte aligned, deduplicated by sha256)."""
+
+    program: Program
+    segment: bytes | memoryview
+
+    def encode(self) -> bytes:
+        return encode(self)
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Program)
+
+
+def encode(p: NativeProgram) -> bytes:
+    """The binary file contents of ``p``."""
+    return container.pack(MAGIC, FORMAT_VERSION, _encoder.encode(p.program), p.segment)
+
+
+def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True
+           ) -> NativeProgram:
+    """Parse and validate a native program file.
+
+    Args:
+        verify: also check the sha256 of every constant blob.
+
+    Raises:
+        NativeFormatError: damaged, truncated or hostile file (names the field).
+        NativeVersionError: written in a format version this reader does not support.
+    """
+    from .verify import validate_program
+
+    _, header, segment = container.unpack(buf, MAGIC, range(MIN_FORMAT_VERSION, FORMAT_VERSION + 1), what)
+    try:
+        program = _decoder.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
+    validate_program(program, segment, what=what, verify_hashes=verify)
+    return NativeProgram(program, segment)
+
+
+def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
+    """Write ``p`` atomically."""
+    container.write_atomic(path, encode(p))
+
+
+def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True) -> NativeProgram:
+    """Read and validate a native program file (see :func:`decode`)."""
+    what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
+    return decode(container.read_bytes(src, what), what=what, verify=verify)

@@ -1,0 +1,492 @@
+"""The reference runtime: executes a native program with ``torch.ops`` and the ``symbolic::`` ops.
+
+``Method(program)`` prepares once: weights become tensors viewing one aligned copy of the
+constant segment (buffers the program writes get private copies), every operator is resolved,
+and every instruction becomes a small closure. ``run`` then binds the inputs, checks them
+against the program (count, dtype, rank, every size expression and symbol range) and executes
+the chain. Buffer mutations are ``aten::copy_`` instructions into the state tensors the method
+holds, so they persist across runs exactly as with ``ep.module()``.
+
+Options:
+
+- ``arena=True``: tensors with a slot in the memory plan are written by the op's out= variant
+  into one preallocated arena, at their planned offsets.
+- ``check=True`` (tests): freed values are poisoned and any later read fails; every kernel's
+  outputs are checked against their declared dtype and sizes; values left alive at the end are
+  reported; functional kernels may not return arena memory; ``executed`` collects the
+  instructions that ran (to show that both branches of a ``cond`` were taken).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+import torch
+
+from serde import schema, wire
+from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
+from serde.weights import ITEMSIZE
+
+from . import program as P
+from .errors import InputMismatchError, NativeRuntimeError
+from .exprs import evaluate
+from .prim import NAMESPACE, PRIM_OPS
+
+__all__ = ["Method", "load", "run"]
+
+
+class _Freed:
+    def __repr__(self) -> str:
+        return "<freed>"
+
+
+_FREED = _Freed()
+
+
+def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, **options: Any) -> Method:
+    """A :class:`Method` for a program object or file."""
+    if not isinstance(src, P.NativeProgram):
+        src = P.read_program(src)
+    return Method(src, **options)
+
+
+def run(src: P.NativeProgram | str | os.PathLike | bytes, *args: Any, **kwargs: Any) -> Any:
+    """One-shot ``load(src).run(*args, **kwargs)``."""
+    return load(src).run(*args, **kwargs)
+
+
+class Method:
+    """An executable native program with its weights and state (see the module docstring)."""
+
+    def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False) -> None:
+        self.program = p = native.program
+        self.check = check
+        self.use_arena = arena
+        self._segment = _aligned_copy(native.segment)
+        self._ops = [_resolve(op, i) for i, op in enumerate(p.operators)]
+        self._initial: list[Any] = [_CONSTANTS[type(v)](self, v) for v in p.values]
+        self._state: dict[str, torch.Tensor] = {}
+        for s in p.state:
+            t = self._initial[s.value]
+            if s.mutable:  # identical bytes may be shared in the segment; a written buffer needs its own
+                t = self._initial[s.value] = t.clone()
+            self._state[s.name] = t
+        self._alloc = {a.value: a for a in p.memory_plan.allocations} if arena else {}
+        self._arena = torch.empty(p.memory_plan.arena_size if arena else 0, dtype=torch.uint8)
+        self._static_views: dict[int, torch.Tensor] = {}
+        self.executed: set[int] = set()  # instructions run so far (check=True only)
+        self._exprs: list[int | None] = []
+        self._syms: list[int | None] = []
+        self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
+        self._in_spec = self._out_spec = None
+        if p.in_spec is not None:
+            from serde.treespec import deserialize_treespec
+
+            self._in_spec = deserialize_treespec(wire.decode(p.in_spec, schema.TreeSpec), "program.in_spec")
+            self._out_spec = deserialize_treespec(wire.decode(p.out_spec, schema.TreeSpec), "program.out_spec")
+
+    # ------------------------------------------------------------ public
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Parameters, buffers and constants as the method holds them (mutations included)."""
+        return dict(self._state)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on ``(args, kwargs)`` as ``ep.module()`` would be called; returns its output pytree.
+
+        Raises:
+            InputMismatchError: the inputs do not fit the program (structure, dtype, sizes, ranges).
+            NativeRuntimeError: a kernel failed (names the instruction and operator).
+        """
+        import torch.utils._pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise InputMismatchError(f"the inputs have structure {spec} but the program takes {self._in_spec}; "
+                                     "call it with the same (args, kwargs) structure it was exported with")
+        outs = self.run_flat(leaves)
+        return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
+
+    def run_flat(self, leaves: Sequence[Any]) -> list[Any]:
+        """Run on the flattened user inputs; returns the flattened user outputs."""
+        p = self.program
+        values = list(self._initial)
+        self._bind(values, leaves)
+        code = self._code
+        pc, n = 0, len(code)
+        try:
+            with torch.no_grad():
+                if self.check:
+                    executed = self.executed
+                    while pc < n:
+                        executed.add(pc)
+                        pc = code[pc](values, pc)
+                else:
+                    while pc < n:
+                        pc = code[pc](values, pc)
+        except (InputMismatchError, NativeRuntimeError):
+            raise
+        except Exception as e:
+            raise NativeRuntimeError(f"instruction {pc} ({self.describe(pc)}) failed: {type(e).__name__}: {e}") from e
+        if self.check:
+            self._check_leaks(values)
+        return [values[o] for o in p.outputs]
+
+    def describe(self, pc: int) -> str:
+        ins = self.program.instructions[pc]
+        if isinstance(ins, P.KernelCall):
+            op = self.program.operators[ins.op]
+            return f"{op.name}.{op.overload}"
+        return type(ins).__name__
+
+    # ------------------------------------------------------------ inputs, sizes
+
+    def _bind(self, values: list[Any], leaves: Sequence[Any]) -> None:
+        p = self.program
+        if len(leaves) != len(p.inputs):
+            raise InputMismatchError(f"the program takes {len(p.inputs)} inputs "
+                                     f"({', '.join(i.name for i in p.inputs)}), got {len(leaves)}")
+        for inp, leaf in zip(p.inputs, leaves, strict=True):
+            if inp.constant:
+                want = values[inp.value]
+                if type(leaf) is not type(want) or leaf != want:
+                    raise InputMismatchError(f"input {inp.name!r}: the program was exported for the constant "
+                                             f"{want!r}, got {leaf!r}; re-export to use another value")
+                continue
+            _check_kind(p.values[inp.value], leaf, inp.name)
+            values[inp.value] = leaf
+        syms: list[int | None] = [None] * len(p.symbols)
+        for k, s in enumerate(p.symbols):
+            if s.input < 0:
+                continue
+            inp = p.inputs[s.input]
+            leaf = leaves[s.input]
+            raw = leaf if s.dim < 0 else leaf.shape[s.dim]
+            v, r = divmod(raw - s.offset, s.scale)
+            what = f"input {inp.name!r}" + (f" dimension {s.dim}" if s.dim >= 0 else "")
+            if r or v < 0:
+                raise InputMismatchError(f"{what} is {raw}, which is not {s.scale}*{s.name} + {s.offset} for any "
+                                         f"natural {s.name}")
+            if (s.min is not None and v < s.min) or (s.max is not None and v > s.max):
+                raise InputMismatchError(f"{what} is {raw}, so {s.name} = {v}, outside its allowed range "
+                                         f"[{s.min}, {s.max if s.max is not None else 'inf'}]")
+            syms[k] = v
+        self._syms = syms
+        self._exprs = [None] * len(p.exprs)
+        for inp, leaf in zip(p.inputs, leaves, strict=True):
+            t = p.values[inp.value]
+            if inp.constant or not isinstance(t, P.Tensor):
+                continue
+            for d, want in enumerate(t.sizes):
+                got = leaf.shape[d]
+                if isinstance(want, P.Sym):
+                    want = self._eval(want.expr)
+                if got != want:
+                    raise InputMismatchError(f"input {inp.name!r}: dimension {d} is {got} but the program "
+                                             f"requires {want} (sizes {list(leaf.shape)})")
+
+    def _eval(self, k: int) -> int:
+        v = self._exprs[k]
+        if v is None:
+            v = self._exprs[k] = evaluate(self.program.exprs[k], self._syms)
+        return v
+
+    def _dims(self, t: P.Tensor) -> tuple[list[int], list[int], int]:
+        def ev(d: P.Dim) -> int:
+            return self._eval(d.expr) if isinstance(d, P.Sym) else d
+
+        return [ev(d) for d in t.sizes], [ev(d) for d in t.strides], ev(t.storage_offset)
+
+    def _new_tensor(self, value: int) -> torch.Tensor:
+        """Memory for ``value``: its arena slot when planned, else a fresh allocation."""
+        t = self.program.values[value]
+        sizes, strides, offset = self._dims(t)
+        dtype = SCALAR_TO_DTYPE[schema.ScalarType(t.dtype)]
+        a = self._alloc.get(value)
+        if a is None:
+            return torch.empty_strided(sizes, strides, dtype=dtype)
+        itemsize = ITEMSIZE[schema.ScalarType(t.dtype)]
+        span = 0 if 0 in sizes else (offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True)))
+        if span * itemsize > a.nbytes:
+            raise NativeRuntimeError(f"value {value} needs {span * itemsize} bytes but its arena slot has "
+                                     f"{a.nbytes}; the program's size bounds are wrong")
+        return torch.empty(0, dtype=dtype).set_(self._arena.untyped_storage(), a.offset // itemsize + offset,
+                                                sizes, strides)
+
+    def _arena_view(self, value: int) -> torch.Tensor:
+        t = self._static_views.get(value)
+        if t is None:
+            t = self._new_tensor(value)
+            meta = self.program.values[value]
+            if not any(isinstance(d, P.Sym) for d in (*meta.sizes, *meta.strides, meta.storage_offset)):
+                self._static_views[value] = t
+        return t
+
+    # ------------------------------------------------------------ checks (check=True)
+
+    def _check_out(self, pc: int, value: int, got: Any) -> None:
+        meta = self.program.values[value]
+        where = f"instruction {pc} ({self.describe(pc)})"
+        if isinstance(meta, P.Tensor):
+            if not isinstance(got, torch.Tensor):
+                raise NativeRuntimeError(f"{where}: returned {type(got).__name__} for tensor value {value}")
+            want = SCALAR_TO_DTYPE[schema.ScalarType(meta.dtype)]
+            if got.dtype != want:
+                raise NativeRuntimeError(f"{where}: value {value} has dtype {got.dtype}, declared {want}")
+            try:
+                sizes, _, _ = self._dims(meta)
+            except ValueError:  # an unbacked symbol: nothing to compare against
+                return
+            if list(got.shape) != sizes:
+                raise NativeRuntimeError(f"{where}: value {value} has sizes {list(got.shape)}, declared {sizes}")
+            if self.use_arena and value not in self._alloc and got.numel() and self._arena.numel() \
+                    and got.untyped_storage().data_ptr() == self._arena.untyped_storage().data_ptr():
+                aliases = self.program.operators[self.program.instructions[pc].op].returns_alias
+                if not any(aliases):
+                    raise NativeRuntimeError(f"{where}: a functional kernel returned arena memory")
+        elif isinstance(meta, (P.SymInt, P.SymBool)) and meta.expr >= 0:
+            try:
+                want = self._eval(meta.expr)
+            except ValueError:
+                return
+            if int(got) != want:
+                raise NativeRuntimeError(f"{where}: value {value} is {got}, its expression gives {want}")
+
+    def _check_leaks(self, values: list[Any]) -> None:
+        p = self.program
+        keep = {i.value for i in p.inputs} | {s.value for s in p.state} | set(p.outputs)
+        for i, (v, meta) in enumerate(zip(values, p.values, strict=True)):
+            if i in keep or v is None or v is _FREED or isinstance(meta, _CONSTANT_TYPES):
+                continue
+            raise NativeRuntimeError(f"value {i} ({type(meta).__name__}) is still alive after the last "
+                                     "instruction: a FreeCall is missing")
+
+
+# ---------------------------------------------------------------- preparation
+
+
+def _aligned_copy(segment: bytes | memoryview) -> torch.Tensor:
+    """One 64-byte aligned, writable copy of the segment (torch allocations are aligned)."""
+    buf = torch.empty(len(segment), dtype=torch.uint8)
+    if len(segment):
+        ctypes.memmove(buf.data_ptr(), bytes(segment) if isinstance(segment, memoryview) else segment, len(segment))
+    return buf
+
+
+def _resolve(op: P.Operator, i: int) -> tuple[Callable, int, tuple[str, ...]]:
+    """(callable, number of positional args or -1 for all, keyword-only argument names)."""
+    ns, name = op.name.split("::", 1)
+    if ns == NAMESPACE:
+        fn = PRIM_OPS.get(name)
+        if fn is None or op.overload != "default":
+            raise NativeRuntimeError(f"operators[{i}]: unknown symbolic op {op.name}.{op.overload}")
+        return fn, -1, ()
+    try:
+        torch._C._get_schema(op.name, "" if op.overload == "default" else op.overload)
+        overload = getattr(getattr(getattr(torch.ops, ns), name), op.overload)
+    except (RuntimeError, AttributeError):
+        raise NativeRuntimeError(f"operators[{i}]: operator {op.name}.{op.overload} is not registered in this "
+                                 "process; import the library that defines it before loading the program") from None
+    args = overload._schema.arguments
+    kw = tuple(a.name for a in args if a.kwarg_only and not a.is_out)
+    return overload, len(args) - len(kw) - sum(a.is_out for a in args), kw
+
+
+def _getter(m: Method, i: int) -> Callable[[list], Any]:
+    """Read value ``i`` at run time; boxed lists are rebuilt from their items on every read."""
+    v = m.program.values[i]
+    if isinstance(v, P.List):
+        items = [_getter(m, j) for j in v.items]
+        return lambda values: [g(values) for g in items]
+    if m.check:
+        def checked(values: list) -> Any:
+            x = values[i]
+            if x is _FREED:
+                raise NativeRuntimeError(f"value {i} is read after it was freed")
+            return x
+        return checked
+    return lambda values: values[i]
+
+
+def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]:
+    fn, npos, kw = m._ops[ins.op]
+    simple = all(not isinstance(m.program.values[a], P.List) for a in ins.args) and not m.check
+    getters = [_getter(m, a) for a in ins.args]
+    if npos < 0:
+        npos = len(ins.args)
+    kw_pairs = list(zip(kw, range(npos, len(ins.args)), strict=False))
+    store = _storer(m, ins, pc)
+    if ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs):
+        return _out_variant(m, ins, getters, npos, kw_pairs, store)
+    if simple and not kw_pairs:
+        idx = tuple(ins.args)
+        if len(ins.outs) == 1 and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List):
+            o = ins.outs[0]
+
+            def call1(values: list, pc: int) -> int:
+                values[o] = fn(*[values[i] for i in idx])
+                return pc + 1
+            return call1
+
+        def call(values: list, pc: int) -> int:
+            store(values, fn(*[values[i] for i in idx]))
+            return pc + 1
+        return call
+
+    def call_kw(values: list, pc: int) -> int:
+        args = [g(values) for g in getters]
+        store(values, fn(*args[:npos], **{k: args[j] for k, j in kw_pairs}))
+        return pc + 1
+    return call_kw
+
+
+def _out_variant(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pairs: list, store: Callable) -> Callable:
+    out_fn = m._ops[ins.out_op][0]
+    out_names = [a.name for a in out_fn._schema.arguments if a.is_out]
+    outs = list(ins.outs)
+
+    def call_out(values: list, pc: int) -> int:
+        args = [g(values) for g in getters]
+        kwargs = {k: args[j] for k, j in kw_pairs}
+        for name, o in zip(out_names, outs, strict=True):
+            kwargs[name] = m._arena_view(o)
+        res = out_fn(*args[:npos], **kwargs)
+        store(values, res)
+        return pc + 1
+    return call_out
+
+
+def _storer(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, Any], None]:
+    """Assign a kernel's result(s) to its outs: tuples element-wise, list outs item-wise."""
+    outs = list(ins.outs)
+    values_meta = m.program.values
+
+    def put(values: list, o: int, r: Any) -> None:
+        if o == -1:
+            return
+        meta = values_meta[o]
+        if isinstance(meta, P.List):
+            if len(r) != len(meta.items):
+                raise NativeRuntimeError(f"instruction {pc} ({m.describe(pc)}): returned {len(r)} tensors, the "
+                                         f"program expects {len(meta.items)}")
+            for item, x in zip(meta.items, r, strict=True):
+                put(values, item, x)
+            return
+        if m.check:
+            m._check_out(pc, o, r)
+        values[o] = r
+
+    if len(outs) == 1:
+        o = outs[0]
+        return lambda values, r: put(values, o, r)
+    if not outs:
+        return lambda values, r: None
+
+    def put_all(values: list, r: Any) -> None:
+        for o, x in zip(outs, r, strict=True):
+            put(values, o, x)
+    return put_all
+
+
+def _move(m: Method, ins: P.MoveCall, pc: int) -> Callable:
+    src, dst = ins.src, ins.dst
+    get = _getter(m, src)
+
+    def move(values: list, pc: int) -> int:
+        values[dst] = get(values)
+        return pc + 1
+    return move
+
+
+def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
+    cond, target = ins.cond, ins.target
+    if isinstance(m.program.values[cond], P.Bool) and not m.program.values[cond].v:
+        return lambda values, pc: target
+    get = _getter(m, cond)
+
+    def jump(values: list, pc: int) -> int:
+        return pc + 1 if get(values) else target
+    return jump
+
+
+def _free(m: Method, ins: P.FreeCall, pc: int) -> Callable:
+    v = ins.value
+    poison = _FREED if m.check else None
+
+    def free(values: list, pc: int) -> int:
+        values[v] = poison
+        return pc + 1
+    return free
+
+
+def _alloc_call(m: Method, ins: P.AllocCall, pc: int) -> Callable:
+    v = ins.value
+
+    def alloc(values: list, pc: int) -> int:
+        values[v] = m._new_tensor(v)
+        return pc + 1
+    return alloc
+
+
+_INSTRUCTIONS: dict[type, Callable[[Method, Any, int], Callable[[list, int], int]]] = {
+    P.KernelCall: _kernel, P.MoveCall: _move, P.JumpFalseCall: _jump_false, P.FreeCall: _free,
+    P.AllocCall: _alloc_call,
+}
+assert set(_INSTRUCTIONS) == set(P.INSTRUCTION_TYPES), "instruction dispatch is incomplete"
+
+
+def _weight(m: Method, t: P.Tensor) -> torch.Tensor | None:
+    if t.data < 0:
+        return None  # a run-time slot
+    c = m.program.constants[t.data]
+    st = schema.ScalarType(t.dtype)
+    # Blobs start 64-byte aligned, so the offset is a whole number of elements; the validator
+    # checked that the view stays inside the blob.
+    return torch.empty(0, dtype=SCALAR_TO_DTYPE[st]).set_(
+        m._segment.untyped_storage(), c.offset // ITEMSIZE[st] + t.storage_offset, t.sizes, t.strides)
+
+
+_CONSTANTS: dict[type, Callable[[Method, Any], Any]] = {
+    P.NoneValue: lambda m, v: None,
+    P.Int: lambda m, v: v.v,
+    P.Float: lambda m, v: v.v,
+    P.Bool: lambda m, v: v.v,
+    P.String: lambda m, v: v.v,
+    P.IntList: lambda m, v: list(v.v),
+    P.FloatList: lambda m, v: list(v.v),
+    P.BoolList: lambda m, v: list(v.v),
+    P.StringList: lambda m, v: list(v.v),
+    P.Complex: lambda m, v: complex(v.real, v.imag),
+    P.ScalarType: lambda m, v: SCALAR_TO_DTYPE[schema.ScalarType(v.v)],
+    P.Layout: lambda m, v: SCHEMA_TO_LAYOUT[schema.Layout(v.v)],
+    P.MemoryFormat: lambda m, v: SCHEMA_TO_MEMORY_FORMAT[schema.MemoryFormat(v.v)],
+    P.Device: lambda m, v: torch.device(v.kind, v.index) if v.index is not None else torch.device(v.kind),
+    P.Tensor: _weight,
+    P.List: lambda m, v: None,
+    P.SymInt: lambda m, v: None,
+    P.SymFloat: lambda m, v: None,
+    P.SymBool: lambda m, v: None,
+}
+assert set(_CONSTANTS) == set(P.VALUE_TYPES), "value dispatch is incomplete"
+_CONSTANT_TYPES = tuple(t for t in P.VALUE_TYPES if t not in (P.Tensor, P.SymInt, P.SymFloat, P.SymBool))
+
+
+def _check_kind(meta: P.Value, leaf: Any, name: str) -> None:
+    if isinstance(meta, P.Tensor):
+        if not isinstance(leaf, torch.Tensor):
+            raise InputMismatchError(f"input {name!r}: expected a tensor, got {type(leaf).__name__}")
+        want = SCALAR_TO_DTYPE[schema.ScalarType(meta.dtype)]
+        if leaf.dtype != want:
+            raise InputMismatchError(f"input {name!r}: expected dtype {want}, got {leaf.dtype}")
+        if leaf.dim() != len(meta.sizes):
+            raise InputMismatchError(f"input {name!r}: expected {len(meta.sizes)} dimensions, got {leaf.dim()} "
+                                     f"(sizes {list(leaf.shape)})")
+    elif isinstance(meta, P.SymInt) and (not isinstance(leaf, int) or isinstance(leaf, bool)):
+        raise InputMismatchError(f"input {name!r}: expected an int, got {type(leaf).__name__}")
+    elif isinstance(meta, P.SymBool) and not isinstance(leaf, bool):
+        raise InputMismatchError(f"input {name!r}: expected a bool, got {type(leaf).__name__}")
+    elif isinstance(meta, P.SymFloat) and not isinstance(leaf, (int, float)):
+        raise InputMismatchError(f"input {name!r}: expected a float, got {type(leaf).__name__}")

@@ -1,0 +1,194 @@
+"""Structural validation of a decoded native program: every index, size and blob is checked.
+
+A program file is untrusted input. After :func:`validate_program` the runtime can index its
+tables without further checks: a damaged file fails here with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from serde import schema
+from serde.weights import ITEMSIZE
+
+from . import program as P
+from .container import ALIGN, check_blob
+from .errors import NativeFormatError
+from .exprs import check_code
+
+__all__ = ["validate_program"]
+
+_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
+_OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\Z")
+_OVERLOAD_RE = re.compile(r"[A-Za-z0-9_]*\Z")
+_INT64_MAX = (1 << 63) - 1
+_SCALAR_TYPES = frozenset(int(s) for s in ITEMSIZE)
+_LAYOUTS = frozenset(int(x) for x in schema.Layout)
+_FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
+
+
+def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_hashes: bool = True) -> None:
+    """Check ``p`` against itself and its segment.
+
+    Raises:
+        NativeFormatError: the first inconsistency, e.g. ``instructions[12].args[3]: value 900 is
+            out of range (there are 40 values)``.
+    """
+    v = _Validator(p, segment, what)
+    v.constants(verify_hashes)
+    v.exprs()
+    v.symbols()
+    v.values_table()
+    v.operators()
+    v.instructions()
+    v.signature()
+    v.memory_plan()
+
+
+class _Validator:
+    def __init__(self, p: P.Program, segment: memoryview, what: str) -> None:
+        self.p, self.segment, self.what = p, segment, what
+        self.nv = len(p.values)
+
+    def fail(self, where: str, msg: str) -> None:
+        raise NativeFormatError(f"{self.what}: {where}: {msg}; the file is damaged or was not written by pt2serde")
+
+    def value(self, i: int, where: str, allow_discard: bool = False) -> None:
+        if not (0 <= i < self.nv or (allow_discard and i == -1)):
+            self.fail(where, f"value {i} is out of range (there are {self.nv} values)")
+
+    def constants(self, verify_hashes: bool) -> None:
+        for i, c in enumerate(self.p.constants):
+            where = f"constants[{i}]"
+            if not _SHA_RE.match(c.sha256):
+                self.fail(where, f"sha256 {c.sha256!r} is not 64 lowercase hex digits")
+            try:
+                check_blob(c.offset, c.nbytes, len(self.segment), f"{self.what}: {where}")
+            except NativeFormatError:
+                raise
+            if verify_hashes and hashlib.sha256(self.segment[c.offset:c.offset + c.nbytes]).hexdigest() != c.sha256:
+                self.fail(where, "the blob's bytes do not hash to its sha256")
+
+    def exprs(self) -> None:
+        for i, code in enumerate(self.p.exprs):
+            check_code(code, len(self.p.symbols), f"{self.what}: exprs[{i}]")
+
+    def symbols(self) -> None:
+        for i, s in enumerate(self.p.symbols):
+            where = f"symbols[{i}]"
+            if s.input != -1 and not 0 <= s.input < len(self.p.inputs):
+                self.fail(where, f"input {s.input} is out of range")
+            if s.dim < -1 or s.scale < 1:
+                self.fail(where, f"dim {s.dim} / scale {s.scale} is invalid")
+
+    def dim(self, d: P.Dim, where: str) -> None:
+        if isinstance(d, P.Sym):
+            if not 0 <= d.expr < len(self.p.exprs):
+                self.fail(where, f"expression {d.expr} is out of range (there are {len(self.p.exprs)})")
+        elif not 0 <= d <= _INT64_MAX:
+            self.fail(where, f"{d} is not a valid size")
+
+    def values_table(self) -> None:
+        for i, val in enumerate(self.p.values):
+            where = f"values[{i}]"
+            if isinstance(val, P.Tensor):
+                self.tensor(val, where)
+            elif isinstance(val, P.List):
+                for j, item in enumerate(val.items):
+                    # Items come first, so boxed lists cannot form cycles.
+                    if not 0 <= item < i:
+                        self.fail(f"{where}.items[{j}]", f"value {item} must precede the list itself")
+            elif isinstance(val, P.ScalarType) and val.v not in _SCALAR_TYPES:
+                self.fail(where, f"unknown scalar type {val.v}")
+            elif isinstance(val, P.Layout) and val.v not in _LAYOUTS:
+                self.fail(where, f"unknown layout {val.v}")
+            elif isinstance(val, P.MemoryFormat) and val.v not in _FORMATS:
+                self.fail(where, f"unknown memory format {val.v}")
+            elif isinstance(val, (P.SymInt, P.SymBool)) and not -1 <= val.expr < len(self.p.exprs):
+                self.fail(where, f"expression {val.expr} is out of range")
+
+    def tensor(self, t: P.Tensor, where: str) -> None:
+        if t.dtype not in _SCALAR_TYPES:
+            self.fail(where, f"unknown scalar type {t.dtype}")
+        if len(t.sizes) != len(t.strides):
+            self.fail(where, f"{len(t.sizes)} sizes but {len(t.strides)} strides")
+        for k, d in enumerate(t.sizes):
+            self.dim(d, f"{where}.sizes[{k}]")
+        for k, d in enumerate(t.strides):
+            self.dim(d, f"{where}.strides[{k}]")
+        self.dim(t.storage_offset, f"{where}.storage_offset")
+        if t.data == -1:
+            return
+        if not 0 <= t.data < len(self.p.constants):
+            self.fail(where, f"constant {t.data} is out of range")
+        dims = [*t.sizes, *t.strides, t.storage_offset]
+        if any(isinstance(d, P.Sym) for d in dims):
+            self.fail(where, "a weight must have concrete sizes, strides and offset")
+        numel_end = t.storage_offset + (sum((n - 1) * s for n, s in zip(t.sizes, t.strides, strict=True)) + 1
+                                        if all(t.sizes) else 0)
+        end = numel_end * ITEMSIZE[schema.ScalarType(t.dtype)]
+        if end > self.p.constants[t.data].nbytes:
+            self.fail(where, f"the view reaches byte {end} of a {self.p.constants[t.data].nbytes}-byte constant")
+
+    def operators(self) -> None:
+        for i, op in enumerate(self.p.operators):
+            if not _OP_RE.match(op.name) or not _OVERLOAD_RE.match(op.overload):
+                self.fail(f"operators[{i}]", f"{op.name!r}.{op.overload!r} is not an operator name")
+
+    def instructions(self) -> None:
+        n_ops, n_ins = len(self.p.operators), len(self.p.instructions)
+        for i, ins in enumerate(self.p.instructions):
+            where = f"instructions[{i}]"
+            if isinstance(ins, P.KernelCall):
+                if not 0 <= ins.op < n_ops or not -1 <= ins.out_op < n_ops:
+                    self.fail(where, f"operator {ins.op}/{ins.out_op} is out of range ({n_ops} operators)")
+                for j, a in enumerate(ins.args):
+                    self.value(a, f"{where}.args[{j}]")
+                for j, o in enumerate(ins.outs):
+                    self.value(o, f"{where}.outs[{j}]", allow_discard=True)
+            elif isinstance(ins, P.MoveCall):
+                self.value(ins.src, f"{where}.src")
+                self.value(ins.dst, f"{where}.dst")
+            elif isinstance(ins, P.JumpFalseCall):
+                self.value(ins.cond, f"{where}.cond")
+                if not 0 <= ins.target <= n_ins:
+                    self.fail(where, f"jump target {ins.target} is outside the {n_ins} instructions")
+            elif isinstance(ins, P.AllocCall):
+                self.value(ins.value, f"{where}.value")
+                if not isinstance(self.p.values[ins.value], P.Tensor):
+                    self.fail(where, "only tensors can be allocated")
+            else:
+                self.value(ins.value, f"{where}.value")
+
+    def signature(self) -> None:
+        for i, inp in enumerate(self.p.inputs):
+            self.value(inp.value, f"inputs[{i}].value")
+        for i, o in enumerate(self.p.outputs):
+            self.value(o, f"outputs[{i}]")
+        for i, s in enumerate(self.p.state):
+            self.value(s.value, f"state[{i}].value")
+            t = self.p.values[s.value]
+            if not isinstance(t, P.Tensor) or t.data < 0:
+                self.fail(f"state[{i}]", "state must be a tensor backed by a constant")
+            if s.kind not in ("parameter", "buffer", "constant"):
+                self.fail(f"state[{i}]", f"unknown kind {s.kind!r}")
+
+    def memory_plan(self) -> None:
+        mp = self.p.memory_plan
+        seen: set[int] = set()
+        for i, a in enumerate(mp.allocations):
+            where = f"memory_plan.allocations[{i}]"
+            self.value(a.value, where)
+            if not isinstance(self.p.values[a.value], P.Tensor) or a.value in seen:
+                self.fail(where, "an allocation must name a distinct tensor")
+            seen.add(a.value)
+            if a.offset < 0 or a.nbytes < 0 or a.offset % ALIGN or a.offset + a.nbytes > mp.arena_size:
+                self.fail(where, f"[{a.offset}, +{a.nbytes}) does not fit the {mp.arena_size}-byte arena aligned")
+        if mp.allocations:
+            from .memory import verify_plan
+
+            try:
+                verify_plan(self.p)
+            except AssertionError as e:
+                self.fail("memory_plan", str(e))

@@ -1,0 +1,92 @@
+"""Shared helpers of the native tests: exported zoo programs, emission, lockstep comparison with eager."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from native import program as P
+from native.emit import emit
+from native.runtime import Method
+from serde import zoo, zoo_breadth
+from serde.api import to_artifact_parts
+from serde.archive import payload_name
+
+CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
+
+# Cases the emitter refuses on purpose, with the words its error must contain.
+UNSUPPORTED = {
+    "scan": "higher-order op 'scan'",
+    "autocast": "higher-order op 'wrap_with_autocast'",
+    "effects_and_mutation_aten": "effect token inputs",
+    "classifier_joint": "loss outputs",
+}
+
+# The default (fast) run covers these; the rest run under -m slow.
+FAST = ("mlp", "multi_output", "dynamic_arith", "signature_kinds_aten", "input_mutation_aten", "tied_weights",
+        "cond", "while_loop", "map", "unbacked_item", "cond_nested", "sym_scalars")
+
+
+@functools.cache
+def exported(name: str) -> torch.export.ExportedProgram:
+    return zoo.export_case(CASES[name])
+
+
+def emit_ep(ep: torch.export.ExportedProgram, **kw: Any) -> P.NativeProgram:
+    """Canonicalize (as save does), emit, and pass through the binary encoding."""
+    program, weights, payloads, _ = to_artifact_parts(ep)
+    native = emit(program, weights, lambda sha: payloads[payload_name(sha)], **kw)
+    return P.decode(native.encode())
+
+
+@functools.cache
+def emitted(name: str) -> P.NativeProgram:
+    return emit_ep(exported(name))
+
+
+def inputs_of(name: str) -> list[tuple[tuple, dict]]:
+    """The case's example inputs followed by its other inputs (other sizes, other branches)."""
+    case = CASES[name]
+    torch.manual_seed(0)
+    _, args, kwargs, _ = case.build()
+    return [(args, kwargs)] + list(case.other_inputs())
+
+
+def assert_runs_like_eager(ep: torch.export.ExportedProgram, native: P.NativeProgram,
+                           inputs: list[tuple[tuple, dict]], *, arena: bool = False, check: bool = True) -> Method:
+    """Run eager (``ep.module()``) and the runtime side by side over ``inputs`` in order.
+
+    After every run: outputs equal, mutated user inputs equal, and the state (buffers) equal, so
+    mutations accumulate the same way across runs. Returns the method (for trace inspection).
+    """
+    ref = copy.deepcopy(ep).module()
+    m = Method(native, arena=arena, check=check)
+    for i, (args, kwargs) in enumerate(inputs):
+        a_ref, k_ref = copy.deepcopy((args, kwargs))
+        a_nat, k_nat = copy.deepcopy((args, kwargs))
+        want = ref(*a_ref, **k_ref)
+        got = m.run(*a_nat, **k_nat)
+        where = f"run {i}"
+        assert_same(got, want, f"{where} outputs")
+        assert_same((a_nat, k_nat), (a_ref, k_ref), f"{where} inputs after the run")
+        ref_state = {**dict(ref.named_parameters()), **dict(ref.named_buffers())}
+        for name, t in m.state_dict().items():
+            if name in ref_state:
+                assert_same(t, ref_state[name], f"{where} state {name!r}")
+    return m
+
+
+def assert_same(got: Any, want: Any, where: str) -> None:
+    g_leaves, g_spec = pytree.tree_flatten(got)
+    w_leaves, w_spec = pytree.tree_flatten(want)
+    assert g_spec == w_spec, f"{where}: structure {g_spec} != {w_spec}"
+    for k, (g, w) in enumerate(zip(g_leaves, w_leaves, strict=True)):
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor), f"{where}[{k}]: {type(g).__name__} instead of a tensor"
+            torch.testing.assert_close(g, w.detach(), equal_nan=True, msg=lambda m, k=k: f"{where}[{k}]: {m}")
+        else:
+            assert type(g) is type(w) and (g == w or g != g), f"{where}[{k}]: {g!r} != {w!r}"
