@@ -265,28 +265,39 @@ class _Comparer:
             self.arg(x.kwargs, y.kwargs, f"{w}.kwargs", todo)
             ua, ub = x.meta.get("unbacked_bindings"), y.meta.get("unbacked_bindings")
             if ua or ub:
-                self.unbacked_bindings(ua or {}, ub or {}, f"{w}.meta['unbacked_bindings']")
+                self.unbacked_bindings(ua or {}, ub or {}, y.meta.get("val"), f"{w}.meta['unbacked_bindings']")
             if x.op == "call_function" and x.target is not operator.getitem:
                 for key in self.metadata:
                     self.meta(x, y, key, f"{w}.meta[{key!r}]")
 
-    def unbacked_bindings(self, a: dict, b: dict, where: str) -> None:
-        """Same key paths bound, each to corresponding symbols (new symbols get paired here)."""
-        pa = {pytree.keystr(path): sym for sym, path in a.items()}
+    def unbacked_bindings(self, a: dict, b: dict, val_b: Any, where: str) -> None:
+        """Every binding of ``a`` is in ``b`` (same key path, corresponding symbol).
+
+        ``b`` may bind more, where its value really holds that symbol bare at that path: torch drops
+        some bindings (e.g. inside cond branches after run_decompositions) that a load rebuilds.
+        """
+        from torch.fx.experimental.symbolic_shapes import _free_unbacked_symbols_with_path
+
         pb = {pytree.keystr(path): sym for sym, path in b.items()}
-        if sorted(pa) != sorted(pb):
-            self.fail(where, f"{a} != {b}")
-        for path, sa in pa.items():
-            sb = pb[path]
+        for sa, path in a.items():
+            key = pytree.keystr(path)
+            sb = pb.pop(key, None)
+            if sb is None:
+                self.fail(where, f"{sa} bound at {key} in the first program, not in the second: {a} != {b}")
             mapped = self.symbols.get(sa)
             if mapped is None:
                 if sb in self.symbols.values():
-                    self.fail(where, f"{sa} at {path} pairs with {sb}, which another symbol already maps to")
+                    self.fail(where, f"{sa} at {key} pairs with {sb}, which another symbol already maps to")
                 if self.exact and sa.name != sb.name:
                     self.fail(where, f"symbol {sa} != {sb}")
                 self.symbols[sa] = sb
             elif mapped != sb:
-                self.fail(where, f"{sa} (renamed {mapped}) is bound at {path}, but {sb} is bound there")
+                self.fail(where, f"{sa} (renamed {mapped}) is bound at {key}, but {sb} is bound there")
+        if pb:
+            found = _free_unbacked_symbols_with_path(val_b, (), pending=set(pb.values()), simplify=True)
+            for key, sb in pb.items():
+                if key not in {pytree.keystr(p) for s, p in found.items() if s == sb}:
+                    self.fail(where, f"second program binds {sb} at {key}, where its value does not hold it")
 
     def meta(self, x: torch.fx.Node, y: torch.fx.Node, key: str, where: str) -> None:
         ma, mb = _meta(x, key), _meta(y, key)

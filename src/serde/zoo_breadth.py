@@ -283,7 +283,7 @@ class KitchenSink(nn.Module):
         n = x.shape[0]
         return torch.ops.pt2serde_zoo.kitchen_sink(
             x, [[x, y], [y]], [[1, 2], [3]], [[0.5], [1.5, -2.0]], ["a", "bc"], [n, 2], [True, False],
-            [n / 2, 0.25], [n > 2, n < 2], 1.5 - 2j, "fast",
+            [0.5, 0.25], [n > 2, n < 2], 1.5 - 2j, "fast",
             dtype=torch.float64, layout=torch.strided, memory_format=torch.contiguous_format,
             device=torch.device("cpu"),
         )
@@ -350,8 +350,15 @@ class Classifier(nn.Module):
         return nn.functional.cross_entropy(logits, target), logits.detach()
 
 
-def _both_signs(x: torch.Tensor) -> torch.Tensor:
-    return torch.cat([x.abs() + 0.1, -x.abs() - 0.1])
+class Regressor(nn.Module):
+    """A scalar loss of an input that requires grad: the joint graph has a gradient for it too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return ((self.lin(x) - 1.0) ** 2).mean(), x.detach().sum(1)
 
 
 CASES: list[Case] = [
@@ -402,4 +409,6 @@ CASES: list[Case] = [
          post=decompose, tags=("ir", "aten")),
     Case("classifier_joint", lambda: (Classifier(), (_r(5, 4), torch.randint(0, 3, (5,))), {}, None),
          post=joint, tags=("ir", "joint")),
+    Case("regressor_joint", lambda: (Regressor(), (_r(5, 4).requires_grad_(),), {}, None), post=joint,
+         tags=("ir", "joint")),
 ]
