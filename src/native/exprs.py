@@ -171,6 +171,13 @@ def check_code(code: Sequence[int], n_symbols: int, where: str) -> None:
     Raises:
         NativeFormatError: naming the first bad position.
     """
+    try:
+        _check_code(code, n_symbols, where)
+    except NativeFormatError as e:
+        raise NativeFormatError(f"{e}; the file is damaged or was not written by pt2serde") from None
+
+
+def _check_code(code: Sequence[int], n_symbols: int, where: str) -> None:
     depth = 0
     i = 0
     n = len(code)

@@ -1,0 +1,73 @@
+"""``pt2serde emit`` and ``pt2serde run`` end to end, with inputs and outputs files."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from _native_util import assert_same, exported, inputs_of
+
+import serde
+from native.io import read_inputs, read_outputs, write_inputs
+from serde.cli import main
+
+
+def test_emit_then_run_matches_eager(tmp_path, capsys):
+    art, prog, inp, out = (tmp_path / n for n in ("m.pt2s", "m.pt2n", "in.json", "out.json"))
+    ep = exported("dynamic_arith")
+    serde.save(ep, art)
+    assert main(["emit", str(art), str(prog)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    args, kwargs = inputs_of("dynamic_arith")[1]  # another size than the export's
+    write_inputs(inp, args, kwargs)
+    assert main(["run", str(prog), "--inputs", str(inp), "--outputs", str(out), "--arena"]) == 0
+    printed = capsys.readouterr().out
+    assert "[0]: float32[5, 8]" in printed and "[2]: 31" in printed
+    assert_same(read_outputs(out), copy.deepcopy(ep).module()(*args, **kwargs), "outputs file")
+
+
+def test_run_on_an_artifacts_example_inputs(tmp_path, capsys):
+    art, prog = tmp_path / "m.pt2s", tmp_path / "m.pt2n"
+    serde.save(exported("mlp"), art)
+    assert main(["emit", str(art), str(prog), "--listing"]) == 0
+    listing = capsys.readouterr().out
+    assert "aten::linear.default" in listing and "s0 = x.shape[0]  range [1, 32]" in listing
+    assert main(["run", str(prog), "--inputs", str(art)]) == 0
+    assert capsys.readouterr().out.startswith("output: float32[8, 4]")
+    args, kwargs = read_inputs(art)
+    assert torch.equal(args[0], exported("mlp").example_inputs[0][0])
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys):
+    prog = tmp_path / "bad.pt2n"
+    prog.write_bytes(b"not a program at all, just text")
+    inp = tmp_path / "in.json"
+    write_inputs(inp, (torch.randn(2, 16),))
+    assert main(["run", str(prog), "--inputs", str(inp)]) == 2
+    assert "pt2serde run: error:" in capsys.readouterr().err
+    art = tmp_path / "scan.pt2s"
+    from torch._higher_order_ops.scan import scan
+
+    class M(torch.nn.Module):
+        def forward(self, init, xs):
+            return scan(lambda c, x: (c + x, c * 2), init, xs)
+
+    serde.save(torch.export.export(M(), (torch.zeros(3), torch.randn(4, 3))), art)
+    assert main(["emit", str(art), str(tmp_path / "scan.pt2n")]) == 2
+    err = capsys.readouterr().err
+    assert "pt2serde emit: error: graph.nodes[0] ('scan', torch.ops.higher_order.scan)" in err
+    assert not (tmp_path / "scan.pt2n").exists()
+
+
+def test_wrong_inputs_file_contents(tmp_path, capsys):
+    from serde.bundle import save_tree
+
+    art, prog, inp = tmp_path / "m.pt2s", tmp_path / "m.pt2n", tmp_path / "in.json"
+    serde.save(exported("mlp"), art)
+    main(["emit", str(art), str(prog)])
+    save_tree([1, 2], inp)
+    assert main(["run", str(prog), "--inputs", str(inp)]) == 2
+    assert "an inputs file holds (args, kwargs); this one holds a list" in capsys.readouterr().err
+    write_inputs(inp, (torch.randn(50, 16),))
+    assert main(["run", str(prog), "--inputs", str(inp)]) == 2
+    assert "outside its allowed range [1, 32]" in capsys.readouterr().err

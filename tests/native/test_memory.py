@@ -1,0 +1,137 @@
+"""Memory plan: lifetimes, greedy-by-size packing over upper bounds, and the overlap checker."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import torch
+from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_ep, emitted, exported
+from torch.export import Dim
+
+from native import program as P
+from native.errors import NativeFormatError
+from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
+
+SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
+
+
+def _params(names):
+    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+
+
+def _emitted_or_skip(name):
+    try:
+        return emitted(name)
+    except Exception as e:
+        if "export" in type(e).__module__ or type(e).__name__ in ("UserError", "Unsupported"):
+            pytest.skip(f"torch cannot export {name}")
+        raise
+
+
+@pytest.mark.parametrize("name", _params(SUPPORTED))
+def test_plan_verifies_on_the_zoo(name):
+    p = _emitted_or_skip(name).program
+    verify_plan(p)  # the loader ran it too; here a failure names the values
+    mp = p.memory_plan
+    assert mp.arena_size <= mp.naive_size
+    assert all(a.offset % 64 == 0 for a in mp.allocations)
+
+
+def test_report_planned_arena_against_naive_sum_on_the_zoo(capsys):
+    rows = []
+    for name in FAST + ("transformer_block", "convnet_bn", "chain_200", "nested_modules"):
+        mp = emitted(name).program.memory_plan
+        rows.append((name, len(mp.allocations), mp.unplanned, mp.arena_size, mp.naive_size))
+    with capsys.disabled():
+        print("\nmemory plan: case, planned tensors, left to the allocator, arena bytes, naive bytes, arena/naive")
+        for name, n, u, arena, naive in rows:
+            print(f"  {name:22} {n:5} {u:5} {arena:10} {naive:10}  {arena / naive if naive else 1:.2f}")
+    total_arena = sum(r[3] for r in rows)
+    total_naive = sum(r[4] for r in rows)
+    assert 0 < total_arena < total_naive
+
+
+def test_chain_ping_pongs_between_two_slots():
+    p = emitted("chain_200").program
+    mp = p.memory_plan
+    # Every intermediate is f32[4, 8] (128 bytes) and dies right after its single reader.
+    assert {a.nbytes for a in mp.allocations} == {128}
+    assert mp.arena_size == 2 * 128
+    assert mp.naive_size == 128 * len(mp.allocations)
+
+
+def test_dynamic_sizes_are_planned_at_their_upper_bound():
+    p = emitted("mlp").program  # batch s0 in [1, 32]
+    bounds = sorted({a.nbytes for a in p.memory_plan.allocations})
+    assert bounds == [32 * 32 * 4]  # f32[s0, 32] at s0 = 32
+
+
+def test_unbounded_dims_are_left_to_the_allocator():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x.sin() * 2).cos() + 1
+
+    ep = torch.export.export(M(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("n")},))  # no max
+    p = emit_ep(ep).program
+    assert p.memory_plan.allocations == [] and p.memory_plan.unplanned >= 3
+    assert upper_nbytes(p, p.inputs[0].value) is None
+
+
+@pytest.mark.parametrize("name", ["map", "while_loop"])
+def test_nothing_written_inside_a_loop_is_planned(name):
+    p = emitted(name).program
+    lt = analyze(p)
+    assert lt.loops
+    for a in p.memory_plan.allocations:
+        pos = lt.producers[a.value]
+        assert not any(lo <= pos <= hi for lo, hi in lt.loops)
+
+
+def test_map_output_buffer_is_planned_and_runs_in_the_arena():
+    native = emitted("map")
+    p = native.program
+    allocs = [i.value for i in p.instructions if isinstance(i, P.AllocCall)]
+    assert allocs
+    # The map output is a user output here, so it must stay out of the arena (it escapes).
+    assert not {a.value for a in p.memory_plan.allocations} & set(p.outputs)
+    assert_runs_like_eager(exported("map"), native, [((torch.randn(5, 3), torch.randn(3)), {})], arena=True)
+
+
+def test_checker_catches_overlapping_live_tensors():
+    native = emitted("chain_200")
+    p = native.program
+    lt = analyze(p)
+    allocs = p.memory_plan.allocations
+    # Two tensors live at the same time (a producer and its reader's output) must not share bytes.
+    a, b = next((x, y) for x, y in zip(allocs, allocs[1:], strict=False)
+                if lt.interval(x.value)[1] >= lt.interval(y.value)[0] and x.offset != y.offset)
+    bad = [P.Allocation(x.value, a.offset if x.value == b.value else x.offset, x.nbytes) for x in allocs]
+    broken = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=bad))
+    with pytest.raises(AssertionError, match=rf"values {a.value} and {b.value} are live together"):
+        verify_plan(broken)
+    with pytest.raises(NativeFormatError, match=r"memory_plan: values \d+ and \d+ are live together"):
+        P.decode(P.NativeProgram(broken, native.segment).encode())
+
+
+def test_checker_catches_slots_smaller_than_the_bound_and_planned_outputs():
+    p = emitted("mlp").program
+    a = p.memory_plan.allocations[0]
+    small = [P.Allocation(a.value, a.offset, a.nbytes - 4)] + p.memory_plan.allocations[1:]
+    with pytest.raises(AssertionError, match=r"cannot hold the tensor's upper bound of 4096 bytes"):
+        verify_plan(msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=small)))
+    out = [*p.memory_plan.allocations, P.Allocation(p.outputs[0], p.memory_plan.arena_size, 1 << 20)]
+    plan = P.MemoryPlan(arena_size=p.memory_plan.arena_size + (1 << 20), allocations=out)
+    with pytest.raises(AssertionError, match=r"not a fresh intermediate"):
+        verify_plan(msgspec.structs.replace(p, memory_plan=plan))
+
+
+def test_overlap_checker_itself():
+    check_no_overlap([(0, 5, 0, 64, 1), (6, 9, 0, 64, 2)])  # same bytes, disjoint lifetimes
+    check_no_overlap([(0, 5, 0, 64, 1), (3, 9, 64, 128, 2)])  # same time, disjoint bytes
+    with pytest.raises(AssertionError, match=r"values 1 and 2 are live together"):
+        check_no_overlap([(0, 5, 0, 64, 1), (5, 9, 32, 96, 2)])
+
+
+def test_replanning_is_stable():
+    p = emitted("transformer_block").program
+    assert plan_memory(p) == p.memory_plan
