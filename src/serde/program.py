@@ -9,6 +9,7 @@ from torch._export.verifier import TrainingIRVerifier, Verifier
 from torch.export.exported_program import ExportedProgram, _create_graph_module_for_export
 
 from . import schema
+from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
 from .metadata import deserialize_custom, serialize_custom
@@ -77,6 +78,10 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
             raise MalformedArtifactError(f"program.verifiers: unknown dialect {d!r}; known: {sorted(_VERIFIERS)}")
         verifiers.append(v)
     params = {s.target for s in signature.input_specs if s.kind.name == "PARAMETER"}
+    custom_objs = {s.target: s.arg.class_fqn for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
+    if custom_objs:
+        constants = decode_constants(constants, custom_objs)
+        _fake_custom_objects(graph, signature, constants, ctx)
     return ExportedProgram(
         root=gm,
         graph=gm.graph,
@@ -88,6 +93,21 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         constants=constants,
         verifiers=verifiers or None,
     )
+
+
+def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],
+                         ctx: SymbolicContext) -> None:
+    """Give custom-object inputs the fake object export records (retracing, e.g. run_decompositions, uses it)."""
+    from torch._library.fake_class_registry import maybe_to_fake_obj
+
+    targets = {s.arg.name: s.target for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
+    for node in graph.nodes:
+        if node.op != "placeholder" or node.name not in targets:
+            continue
+        try:
+            node.meta["val"].fake_val = maybe_to_fake_obj(ctx.fake_mode, constants[targets[node.name]])
+        except Exception:  # no fake class registered: the program still runs; retracing needs one
+            pass
 
 
 def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dict[str, torch.Tensor]:

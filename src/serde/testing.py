@@ -72,6 +72,8 @@ def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names
     c.tensors(a.state_dict, b.state_dict, "state_dict")
     c.tensors({k: v for k, v in a.constants.items() if isinstance(v, torch.Tensor)},
               {k: v for k, v in b.constants.items() if isinstance(v, torch.Tensor)}, "constants")
+    c.custom_objects({k: v for k, v in a.constants.items() if not isinstance(v, torch.Tensor)},
+                     {k: v for k, v in b.constants.items() if not isinstance(v, torch.Tensor)})
     if run:
         _compare_outputs(a, b, inputs, rtol, atol)
 
@@ -412,6 +414,18 @@ class _Comparer:
             if sx.forward_arg_names != sy.forward_arg_names:
                 self.fail(f"{w}.forward_arg_names", f"{sx.forward_arg_names} != {sy.forward_arg_names}")
 
+    def custom_objects(self, a: dict, b: dict) -> None:
+        """Same names and classes; same state (their registered encoders' bytes) when encodable."""
+        if sorted(a) != sorted(b):
+            self.fail("constants", f"custom objects {sorted(a)} != {sorted(b)}")
+        for k in a:
+            w = f"constants[{k!r}]"
+            (fa, da), (fb, db) = _custom_object_state(a[k], w), _custom_object_state(b[k], w)
+            if fa != fb:
+                self.fail(w, f"custom object class {fa} != {fb}")
+            if da != db:
+                self.fail(w, f"custom object state differs: {da!r:.200} != {db!r:.200}")
+
     def tensors(self, a: dict, b: dict, where: str) -> None:
         if sorted(a) != sorted(b):
             self.fail(where, f"names {sorted(a)} != {sorted(b)}")
@@ -432,6 +446,17 @@ class _Comparer:
         kb = _alias_groups(b)
         if ka != kb:
             self.fail(where, f"storage sharing differs: {sorted(ka)} != {sorted(kb)}")
+
+
+def _custom_object_state(obj: Any, where: str) -> tuple[str | None, bytes | None]:
+    """(class name, encoded bytes) of a custom object; bytes only when a codec is registered."""
+    from serde.custom_objects import class_fqn_of, encode_constants, registered_classes
+
+    fqn = class_fqn_of(obj)
+    if fqn is None or fqn not in registered_classes():
+        return fqn, None
+    t = encode_constants({where: obj})[where]
+    return fqn, bytes(t.tolist())
 
 
 def _to_sympy(v: Any) -> sympy.Basic:

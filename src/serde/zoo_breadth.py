@@ -13,9 +13,12 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+from torch._library.opaque_object import register_opaque_type
+from torch._opaque_base import OpaqueBase
 from torch.export import Dim, ExportedProgram
 
 from . import zoo
+from .custom_objects import register_json_custom_object
 from .zoo import Case
 
 __all__ = ["CASES", "NAMESPACE", "get", "export_case", "joint", "decompose"]
@@ -157,6 +160,83 @@ torch.library.register_fake(
     lambda x, *a, dtype, layout, memory_format, device, **k: torch.empty_like(x, dtype=dtype, device=device),
     lib=_lib,
 )
+
+
+# ---------------------------------------------------------------- custom objects
+
+
+class Scaler(OpaqueBase):
+    """An opaque (reference) object a custom op consumes; saved through a JSON codec."""
+
+    def __init__(self, factor: float, bias: float) -> None:
+        self.factor = factor
+        self.bias = bias
+
+
+register_opaque_type(Scaler, typ="reference")
+register_json_custom_object(Scaler, to_json=lambda s: {"factor": s.factor, "bias": s.bias},
+                            from_json=lambda d: Scaler(d["factor"], d["bias"]))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::apply_scaler", mutates_args=())
+def apply_scaler(s: Scaler, x: torch.Tensor) -> torch.Tensor:
+    return x * s.factor + s.bias
+
+
+@apply_scaler.register_fake
+def _(s, x):
+    return torch.empty_like(x)
+
+
+TORCHBIND_FOO = "__torch__.torch.classes._TorchScriptTesting._Foo"
+
+
+def load_torchbind_test_classes() -> bool:
+    """Load torch's torchbind test library (shipped in the wheel as lib/libtorchbind_test.so) and
+    its fake classes, and register a codec for ``_Foo``. False when the library is not there."""
+    import os
+
+    if not _torchbind_loaded:
+        path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorchbind_test.so")
+        if not os.path.exists(path):
+            return False
+        torch.ops.load_library(path)
+        # register_fake_operators / register_fake_classes need no expecttest (the loader helper does)
+        from torch.testing._internal import torchbind_impls
+
+        torchbind_impls.register_fake_operators()
+        torchbind_impls.register_fake_classes()
+        _torchbind_loaded.append(True)
+    register_json_custom_object(
+        TORCHBIND_FOO, to_json=lambda foo: dict(foo.__obj_flatten__()),
+        from_json=lambda d: torch.classes._TorchScriptTesting._Foo(d["x"], d["y"]),
+    )
+    return True
+
+
+_torchbind_loaded: list[bool] = []
+
+
+class WithOpaque(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scaler = Scaler(2.5, -1.0)
+
+    def forward(self, x):
+        return torch.ops.pt2serde_zoo.apply_scaler(self.scaler, x) + 1
+
+
+class WithTorchbind(nn.Module):
+    """A torchbind object passed to an op and called through a method (call_torchbind)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not load_torchbind_test_classes():
+            raise RuntimeError("torch's torchbind test library is not available in this build")
+        self.foo = torch.classes._TorchScriptTesting._Foo(10, 20)
+
+    def forward(self, x):
+        return x + torch.ops._TorchScriptTesting.takes_foo(self.foo, x) + self.foo.add_tensor(x)
 
 
 # ---------------------------------------------------------------- higher-order ops
@@ -390,6 +470,11 @@ CASES: list[Case] = [
          tags=("custom_op", "aten")),
     Case("kitchen_sink", lambda: (KitchenSink(), (_r(3, 2), _r(3, 2)), {}, ({0: _n}, {0: _n})),
          other_inputs=lambda: [((_r(6, 2), _r(6, 2)), {})], tags=("custom_op", "dynamic")),
+    # custom objects
+    Case("opaque_object", lambda: (WithOpaque(), (_r(3),), {}, None), tags=("custom_obj",)),
+    Case("torchbind", lambda: (WithTorchbind(), (_r(2),), {}, None), tags=("custom_obj",)),
+    Case("torchbind_aten", lambda: (WithTorchbind(), (_r(2),), {}, None), post=decompose,
+         tags=("custom_obj", "aten", "effects")),
     # unbacked and symbolic values
     Case("unbacked", lambda: (Unbacked(), (torch.tensor([1.0, 0, 2, 0]), torch.tensor(3)), {}, None),
          other_inputs=lambda: [((torch.tensor([1.0, 5, 2, -1]), torch.tensor(7)), {})], tags=("unbacked",)),

@@ -1,0 +1,157 @@
+"""Custom objects (torchbind ScriptObjects and opaque objects) through an explicit codec registry, no
+pickle; an unregistered class fails at save time (issue 3 §5).
+
+What is tested: the torchbind test class ``_TorchScriptTesting._Foo`` from torch's own
+``lib/libtorchbind_test.so`` (shipped in the CPU wheel; its fake classes come from
+``torch.testing._internal.torchbind_impls``), passed to an op and called through ``call_torchbind``,
+in the training IR and in the ATen IR (where it runs under ``with_effects`` with tokens); and an
+opaque reference object (``torch._library.opaque_object.register_opaque_type``) consumed by a
+custom op.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import serde
+import serde.custom_objects as co
+from serde import zoo_breadth
+from serde.errors import (
+    MalformedArtifactError,
+    SerializeError,
+    UnknownOperatorError,
+    UnsupportedConstructError,
+)
+from serde.testing import ProgramMismatch, assert_programs_equal, assert_roundtrip
+
+HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
+needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbind test library is missing")
+
+# serde.api.to_artifact_parts must turn custom objects into payloads with
+# serde.custom_objects.encode_constants (requested from the owner of api.py); until then saving any
+# program with a custom object fails there. Remove this marker once it does (strict: XPASS fails).
+needs_api = pytest.mark.xfail(raises=UnsupportedConstructError, strict=True,
+                              reason="api.to_artifact_parts does not call custom_objects.encode_constants yet")
+
+
+def _foo(x: int = 10, y: int = 20):
+    return torch.classes._TorchScriptTesting._Foo(x, y)
+
+
+@pytest.fixture
+def no_codec():
+    """Run a test with the _Foo codec unregistered, and put it back afterwards."""
+    co.unregister_custom_object(zoo_breadth.TORCHBIND_FOO)
+    yield
+    zoo_breadth.load_torchbind_test_classes()
+
+
+# ---------------------------------------------------------------- the registry itself
+
+
+@needs_torchbind
+def test_codec_turns_objects_into_bytes_and_back():
+    consts = {"foo": _foo(3, 4), "scaler": zoo_breadth.Scaler(0.5, 2.0), "t": torch.ones(2)}
+    enc = co.encode_constants(consts)
+    assert enc["t"] is consts["t"]
+    assert bytes(enc["foo"].tolist()) == b'{"x":3,"y":4}'          # the JSON codec's text, not pickle
+    assert bytes(enc["scaler"].tolist()) == b'{"bias":2.0,"factor":0.5}'
+    dec = co.decode_constants(enc, {"foo": zoo_breadth.TORCHBIND_FOO,
+                                    "scaler": co.class_fqn_of(consts["scaler"])})
+    assert dict(dec["foo"].__obj_flatten__()) == {"x": 3, "y": 4}
+    assert (dec["scaler"].factor, dec["scaler"].bias) == (0.5, 2.0)
+
+
+@needs_torchbind
+def test_unregistered_class_is_refused_when_encoding(no_codec):
+    with pytest.raises(UnsupportedConstructError) as e:
+        co.encode_constants({"foo": _foo()})
+    msg = str(e.value)
+    assert "constants['foo']" in msg and zoo_breadth.TORCHBIND_FOO in msg and "register_custom_object" in msg
+
+
+def test_non_object_constant_and_bad_encoder_are_refused():
+    with pytest.raises(UnsupportedConstructError, match="constants\\['n'\\].*tensors or custom objects"):
+        co.encode_constants({"n": object()})
+    co.register_custom_object(zoo_breadth.Scaler, encode=lambda s: [s.factor], decode=lambda b: None)
+    try:
+        with pytest.raises(UnsupportedConstructError, match="returned list; it must return bytes"):
+            co.encode_constants({"s": zoo_breadth.Scaler(1.0, 0.0)})
+    finally:
+        co.register_json_custom_object(zoo_breadth.Scaler, to_json=lambda s: {"factor": s.factor, "bias": s.bias},
+                                       from_json=lambda d: zoo_breadth.Scaler(d["factor"], d["bias"]))
+
+
+@needs_torchbind
+def test_decoding_errors_are_typed_and_located(no_codec):
+    data = {"foo": torch.tensor(list(b'{"x":1,"y":2}'), dtype=torch.uint8)}
+    with pytest.raises(co.UnknownCustomObjectError, match="constants\\['foo'\\].*no decoder registered") as e:
+        co.decode_constants(data, {"foo": zoo_breadth.TORCHBIND_FOO})
+    assert isinstance(e.value, UnknownOperatorError)
+    with pytest.raises(MalformedArtifactError, match="float32 tensor"):
+        co.decode_constants({"foo": torch.ones(3)}, {"foo": zoo_breadth.TORCHBIND_FOO})
+    co.register_custom_object(zoo_breadth.TORCHBIND_FOO, encode=bytes, decode=lambda b: zoo_breadth.Scaler(1, 2))
+    with pytest.raises(SerializeError, match="must return an object of that class"):
+        co.decode_constants(data, {"foo": zoo_breadth.TORCHBIND_FOO})
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@needs_api
+@pytest.mark.parametrize("name", ["opaque_object", pytest.param("torchbind", marks=needs_torchbind),
+                                  pytest.param("torchbind_aten", marks=needs_torchbind)])
+def test_programs_with_custom_objects_roundtrip_and_run(name, breadth_program):
+    ep = breadth_program(name)
+    loaded = assert_roundtrip(ep)  # compares classes and encoded state of the objects too
+    kinds = [s.kind.name for s in loaded.graph_signature.input_specs]
+    assert "CUSTOM_OBJ" in kinds
+    (obj,) = [v for v in loaded.constants.values() if not isinstance(v, torch.Tensor)]
+    assert co.class_fqn_of(obj) in co.registered_classes()
+
+
+@needs_api
+@needs_torchbind
+def test_loaded_torchbind_program_can_be_decomposed(breadth_program):
+    loaded = serde.load(_saved(breadth_program("torchbind")))
+    dec = loaded.run_decompositions()  # retracing needs the fake object load attaches
+    assert any(n.target is torch.ops.higher_order.with_effects for n in dec.graph.nodes)
+    x = torch.randn(2)
+    torch.testing.assert_close(dec.module()(x), breadth_program("torchbind").module()(x))
+
+
+@needs_torchbind
+def test_unregistered_class_fails_at_save(breadth_program, no_codec):
+    with pytest.raises(UnsupportedConstructError, match="constants\\['foo'\\]"):
+        serde.save(breadth_program("torchbind"), io.BytesIO())
+
+
+@needs_api
+@needs_torchbind
+def test_loading_without_the_codec_says_how_to_register(breadth_program):
+    data = _saved(breadth_program("torchbind"))
+    co.unregister_custom_object(zoo_breadth.TORCHBIND_FOO)
+    try:
+        with pytest.raises(co.UnknownCustomObjectError, match="register_custom_object"):
+            serde.load(data)
+    finally:
+        zoo_breadth.load_torchbind_test_classes()
+
+
+@needs_torchbind
+def test_comparison_notices_different_object_state(breadth_program):
+    ep = breadth_program("torchbind")
+    other = zoo_breadth.export_case(zoo_breadth.get("torchbind"))
+    assert_programs_equal(ep, other, run=False)
+    other.constants["foo"] = _foo(1, 2)
+    with pytest.raises(ProgramMismatch, match="custom object state differs"):
+        assert_programs_equal(ep, other, run=False)
+
+
+def _saved(ep) -> bytes:
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    return buf.getvalue()
