@@ -1,0 +1,168 @@
+"""Shared pieces of the benchmark cases: models, interleaved timing, the one-JSON-line output.
+
+Each case script imports this, measures pt2serde against torch *in the same process and run*, and
+prints exactly one JSON line on stdout (``emit``). Seconds never leave the case script: only
+ratios, sizes and counts do, because bare times on a shared machine mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Timing", "time_interleaved", "ratio", "emit", "main_guard", "base_parser",
+    "chain_length_for", "export_chain", "export_transformer", "graph_nodes",
+]
+
+# torch warns about a missing numpy on import; the JSON line must be the only thing on stdout
+# and stderr should stay readable.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-repeat wall-clock and CPU seconds of one side of a comparison (never printed)."""
+
+    wall: list[float]
+    cpu: list[float]
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, Timing]:
+    """Time each function ``repeats`` times, alternating between them.
+
+    Alternating (a, b, a, b, ...) spreads the noise of a shared machine over both sides, so the
+    ratio of the minima is fair even when the absolute times drift. A full ``gc.collect()`` runs
+    before each call so one side does not pay for the other's garbage; gc stays enabled inside
+    the call, as it is for users.
+    """
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            gc.collect()
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn()
+            t1, c1 = time.perf_counter(), time.process_time()
+            wall[name].append(t1 - t0)
+            cpu[name].append(c1 - c0)
+    return {k: Timing(wall[k], cpu[k]) for k in fns}
+
+
+def ratio(num: Timing, den: Timing) -> dict[str, float]:
+    """``num / den`` three ways: by the minimum wall time (the headline), by the median wall time,
+    and by the minimum CPU time (steadier when other processes compete for the cores)."""
+    return {
+        "min": _r(min(num.wall), min(den.wall)),
+        "median": _r(statistics.median(num.wall), statistics.median(den.wall)),
+        "cpu": _r(min(num.cpu), min(den.cpu)),
+    }
+
+
+def _r(a: float, b: float) -> float:
+    return round(a / b, 3) if b > 0 else float("inf")
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Print the case's one JSON line."""
+    sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--case", required=True, help="name reported in the JSON line")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per side (default 3)")
+    return p
+
+
+def main_guard(case: str, body: Callable[[], dict[str, Any]]) -> int:
+    """Run a case body and emit its JSON line; a failure is reported as a JSON line too."""
+    load_before = _loadavg()
+    try:
+        record = body()
+    except Exception as e:  # the runner shows the message; the traceback goes to stderr
+        traceback.print_exc()
+        emit({"case": case, "error": f"{type(e).__name__}: {e}"})
+        return 1
+    # How busy the machine was: a ratio measured at load 4 on 2 cores deserves less trust.
+    emit({"case": case, **record, "loadavg": [load_before, _loadavg()], "cpus": os.cpu_count()})
+    return 0
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
+# ---------------------------------------------------------------- models
+
+
+def chain_length_for(ops: int) -> int:
+    """Smallest ``n`` such that ``serde.zoo.Chain(n)`` exports to at least ``ops`` op nodes.
+
+    Every third step of the chain is ``x * a + b`` (two ops), the others one pointwise op.
+    """
+    n = 0
+    while n + (n + 2) // 3 < ops:
+        n += 1
+    return n
+
+
+def export_chain(ops: int, insert_at: int | None = None):
+    """Export a chain of ``ops`` pointwise ops on a (4, 8) input.
+
+    With ``insert_at``, one extra op (``x * 0.5``) is inserted after step ``insert_at``: the
+    minimal edit of the diff-locality case.
+    """
+    import torch
+
+    from serde.zoo import Chain
+
+    class _Edited(Chain):
+        def forward(self, x):
+            ops_ = (torch.sin, torch.cos, torch.tanh, torch.sigmoid, torch.relu, torch.exp)
+            for i in range(self.n):
+                x = ops_[i % len(ops_)](x) if i % 3 else x * (1.0 + (i % 97) / 1000.0) + (i % 13) / 10.0
+                if i == insert_at:
+                    x = x * 0.5
+            return x
+
+    n = chain_length_for(ops)
+    model = Chain(n) if insert_at is None else _Edited(n)
+    torch.manual_seed(0)
+    args = (torch.randn(4, 8),)
+    return torch.export.export(model.eval(), args, strict=False), args
+
+
+def export_transformer(layers: int, d: int = 128, heads: int = 4):
+    """Export ``layers`` pre-norm transformer blocks (``serde.zoo.Block``) with dynamic batch and
+    sequence length."""
+    import torch
+    from torch.export import Dim
+
+    from serde.zoo import Block
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Block(d, heads) for _ in range(layers)]).eval()
+    args = (torch.randn(2, 16, d),)
+    dyn = ({0: Dim("batch", min=1, max=32), 1: Dim("seq", min=2, max=128)},)
+    return torch.export.export(model, args, dynamic_shapes=dyn, strict=False), args
+
+
+def graph_nodes(ep) -> dict[str, int]:
+    """Node counts of the exported graph: all nodes and ``call_function`` nodes (ops)."""
+    nodes = list(ep.graph.nodes)
+    return {"nodes": len(nodes), "ops": sum(n.op == "call_function" for n in nodes)}

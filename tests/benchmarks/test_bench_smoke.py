@@ -1,0 +1,134 @@
+"""Smoke test of ``make bench``: every case runs at a tiny size in its own subprocess.
+
+Checks that each case prints one well-formed JSON line and that the runner prints its table.
+Nothing here asserts on timing: the ratios only have to be well-formed numbers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("pt2serde_bench_run", BENCH / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+runner = _load_runner()
+CASE_NAMES = [c.name for c in runner.CASES]
+
+
+@pytest.fixture(scope="module")
+def smoke_run():
+    """``benchmarks/run.py --smoke``: (exit code, case -> JSON record, table text, stderr)."""
+    proc = subprocess.run([sys.executable, str(BENCH / "run.py"), "--smoke"],
+                          capture_output=True, text=True, timeout=900, cwd=BENCH.parent)
+    lines = proc.stdout.splitlines()
+    records = {}
+    for line in lines:
+        if line.startswith("{"):
+            r = json.loads(line)
+            assert r["case"] not in records, f"case {r['case']} printed two JSON lines"
+            records[r["case"]] = r
+    table = "\n".join(ln for ln in lines if not ln.startswith("{"))
+    return proc.returncode, records, table, proc.stderr
+
+
+def test_runner_succeeds_and_prints_one_line_per_case(smoke_run):
+    rc, records, table, stderr = smoke_run
+    assert rc == 0, f"run.py --smoke exited {rc}\n{table}\n{stderr[-3000:]}"
+    assert list(records) == CASE_NAMES
+    for name in CASE_NAMES:
+        assert name in table, f"{name} missing from the table:\n{table}"
+    assert "(smoke)" in table  # bars are shown but not judged at smoke size
+    assert "MISS" not in table and "FAIL" not in table
+
+
+def _ratio_ok(r: dict) -> None:
+    assert set(r) == {"min", "median", "cpu"}
+    for v in r.values():
+        assert isinstance(v, float) and v > 0 and math.isfinite(v)
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_case_record_is_well_formed(smoke_run, name):
+    _, records, _, stderr = smoke_run
+    r = records[name]
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert "error" not in r, f"{name}: {r['error']}\n{stderr[-3000:]}"
+    assert r["ops"] > 0 and r["nodes"] > r["ops"]
+    assert len(r["loadavg"]) == 2
+    kind = r["bench"]
+    if kind == "save_load":
+        assert r["outputs_match"] is True
+        _ratio_ok(r["save_speedup"])
+        _ratio_ok(r["load_speedup"])
+        assert r["serde_bytes"] > 0 and r["torch_bytes"] > 0
+        assert r["size_ratio"] == pytest.approx(r["serde_bytes"] / r["torch_bytes"], abs=1e-3)
+    elif kind == "canonicalize":
+        for key in ("cost_fraction", "canonicalize_fraction", "encode_fraction"):
+            _ratio_ok(r[key])
+        assert r["program_json_bytes"] > 0
+    elif kind == "diff_locality":
+        # The inserted node (x * 0.5) must appear in the diff: a zero count would mean the two
+        # artifacts were not different programs and the benchmark measures nothing.
+        assert r["changed_lines"] >= 1
+        assert any(line.startswith("+") and "0.5" in line for line in r["diff"]), r["diff"]
+        assert r["show_lines"] > r["ops"]
+    else:
+        pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
+
+
+# ---------------------------------------------------------------- runner logic, no torch
+
+
+def test_bars_and_miss_factor():
+    ge = runner.Bar("save_speedup.min", ">=", 5.0, "test")
+    le = runner.Bar("changed_lines", "<=", 10, "test", unit="")
+    assert ge.met({"save_speedup": {"min": 5.0}}) and not ge.met({"save_speedup": {"min": 4.0}})
+    assert le.met({"changed_lines": 10}) and not le.met({"changed_lines": 11})
+    assert runner._miss(ge, 4.0) == "1.25x short"
+    assert runner._miss(le, 15) == "1.50x over"
+
+
+def test_every_bar_names_a_row_of_its_case():
+    # A bar whose metric no table row shows would never be judged in the table.
+    kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
+             "bench_diff_locality.py": "diff_locality"}
+    for case in runner.CASES:
+        fmt = runner._ROWS[kinds[case.script]]
+        shown = {row[-1] for row in fmt(_fake_record(kinds[case.script]))}
+        for bar in case.bars:
+            assert bar.metric in shown, f"{case.name}: bar on {bar.metric} is not in any row"
+
+
+def _fake_record(kind: str) -> dict:
+    r = {"min": 1.0, "median": 1.0, "cpu": 1.0}
+    return {
+        "save_load": {"save_speedup": r, "load_speedup": r, "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0},
+        "canonicalize": {"cost_fraction": r, "canonicalize_fraction": r, "encode_fraction": r},
+        "diff_locality": {"changed_lines": 1, "show_lines": 2},
+    }[kind]
+
+
+def test_a_crashing_case_is_reported_not_swallowed(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("import sys\nprint('not json')\nsys.stderr.write('boom\\n')\nsys.exit(3)\n")
+    case = runner.BenchCase("crash", str(script), (), (), timed=False)
+    record = runner.run_case(case, smoke=True, repeats=None)
+    assert "no JSON line (exit 3)" in record["error"] and "boom" in record["error"]
+    table = runner.format_table(runner.rows(case, record, smoke=False))
+    assert "ERROR" in table and "FAIL" in table
