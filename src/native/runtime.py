@@ -81,6 +81,8 @@ class Method:
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
         self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
+        if not check:
+            self._code = _fuse_frees(self, self._code)
         self._in_spec = self._out_spec = None
         if p.in_spec is not None:
             from serde.treespec import deserialize_treespec
@@ -343,10 +345,90 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
     return call_kw
 
 
+def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
+    """Fold each run of FreeCalls into the instruction before it (one closure call instead of many).
+
+    A FreeCall that a jump lands on keeps its own closure; the folded ones are never reached.
+    """
+    p = m.program
+    targets = {i.target for i in p.instructions if isinstance(i, P.JumpFalseCall)}
+    out = list(code)
+    n = len(code)
+    pc = 0
+    while pc < n:
+        k = 0
+        while pc + 1 + k < n and isinstance(p.instructions[pc + 1 + k], P.FreeCall) and pc + 1 + k not in targets:
+            k += 1
+        if k and not isinstance(p.instructions[pc], P.JumpFalseCall):
+            frees = tuple(p.instructions[pc + 1 + j].value for j in range(k))
+            out[pc] = _simple_kernel(m, p.instructions[pc], frees) or _with_frees(code[pc], frees)
+        pc += 1 + k
+    return out
+
+
+def _with_frees(inner: Callable, frees: tuple[int, ...]) -> Callable:
+    step = 1 + len(frees)
+
+    def fused(values: list, pc: int) -> int:
+        inner(values, pc)
+        for v in frees:
+            values[v] = None
+        return pc + step
+    return fused
+
+
+def _simple_kernel(m: Method, ins: P.Instruction, frees: tuple[int, ...]) -> Callable | None:
+    """The hot path: a kernel with plain arguments and one plain result, then frees."""
+    if not isinstance(ins, P.KernelCall) or (ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs)):
+        return None
+    fn, npos, kw = m._ops[ins.op]
+    vals = m.program.values
+    if kw and npos >= 0 and len(ins.args) > npos or len(ins.outs) != 1 or ins.outs[0] < 0 \
+            or isinstance(vals[ins.outs[0]], P.List) or any(isinstance(vals[a], P.List) for a in ins.args):
+        return None
+    o, step, idx = ins.outs[0], 1 + len(frees), tuple(ins.args)
+    if len(idx) == 1 and len(frees) == 1:
+        (a,), (f,) = idx, frees
+
+        def k1(values: list, pc: int) -> int:
+            values[o] = fn(values[a])
+            values[f] = None
+            return pc + step
+        return k1
+    if len(idx) == 3 and len(frees) == 1:
+        (a, b, c), (f,) = idx, frees
+
+        def k3(values: list, pc: int) -> int:
+            values[o] = fn(values[a], values[b], values[c])
+            values[f] = None
+            return pc + step
+        return k3
+
+    def kn(values: list, pc: int) -> int:
+        values[o] = fn(*[values[i] for i in idx])
+        for v in frees:
+            values[v] = None
+        return pc + step
+    return kn
+
+
 def _out_variant(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pairs: list, store: Callable) -> Callable:
     out_fn = m._ops[ins.out_op][0]
     out_names = [a.name for a in out_fn._schema.arguments if a.is_out]
     outs = list(ins.outs)
+    vals = m.program.values
+    static = all(not isinstance(d, P.Sym) for o in outs for d in (*vals[o].sizes, *vals[o].strides,
+                                                                     vals[o].storage_offset))
+    if static and not kw_pairs and not m.check and all(not isinstance(vals[a], P.List) for a in ins.args) \
+            and len(outs) == 1:
+        # Fixed sizes: the arena view is made once and reused by every run.
+        idx, o = tuple(ins.args), outs[0]
+        views = {out_names[0]: m._arena_view(o)}
+
+        def call_static(values: list, pc: int) -> int:
+            values[o] = out_fn(*[values[i] for i in idx], **views)
+            return pc + 1
+        return call_static
 
     def call_out(values: list, pc: int) -> int:
         args = [g(values) for g in getters]

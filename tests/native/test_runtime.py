@@ -227,3 +227,10 @@ def test_kernel_failures_name_the_instruction():
     args, _ = inputs_of("mlp")[0]
     with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default\) failed: RuntimeError"):
         Method(P.NativeProgram(broken, native.segment)).run(*copy.deepcopy(args))
+
+
+@pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
+@pytest.mark.parametrize("name", ["chain_200", "transformer_block", "cond", "map", "signature_kinds_aten"])
+def test_fast_paths_without_checks(name, arena):
+    # check=False takes the fused closures (frees folded into kernels, static arena views).
+    assert_runs_like_eager(exported(name), emitted(name), inputs_of(name) * 2, arena=arena, check=False)
