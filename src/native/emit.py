@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
+from serde.exprs import expr_text, ranges_by_text
 
 from . import program as P
 from .exprs import affine_in, symbols_of, tree_of
@@ -64,7 +65,8 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     return emit(a.program, a.weights, a.payload, plan=plan)
 
 
-SUPPORTED_HOPS = ("cond", "map_impl", "while_loop", "invoke_subgraph", "wrap_with_set_grad_enabled")
+SUPPORTED_HOPS = ("cond", "map_impl", "scan", "while_loop", "invoke_subgraph", "wrap_with_set_grad_enabled",
+                  "with_effects", "auto_functionalized", "auto_functionalized_v2")
 
 Scope = dict[str, int]
 
@@ -76,7 +78,7 @@ class _Emitter:
         self.payload = payload
         gm = program.graph_module
         self.bindings = _bind_symbols(gm.graph, gm.signature)
-        ranges = {k: (r.min_val, r.max_val) for k, r in program.range_constraints.items()}
+        ranges = {k: (r.min_val, r.max_val) for k, r in ranges_by_text(program.range_constraints).items()}
         self.b = ProgramBuilder(self.bindings, ranges)
         self.false = self.b.const(P.Bool(False))
         self.zero = self.b.const(P.Int(0))
@@ -182,32 +184,48 @@ class _Emitter:
                 f"arithmetic and the higher-order ops {', '.join(SUPPORTED_HOPS)} are supported")
 
     def kernel(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+        info = self.kernel_info(node.target, where)
+        keyword: dict[str, int] = {}
+        for na in node.inputs:
+            if na.name in keyword:
+                raise MalformedArtifactError(f"{where}: argument {na.name!r} is given twice")
+            keyword[na.name] = self.arg(na.arg, scope, f"{where}.inputs[{na.name!r}]")
+        args = self.schema_args(info, [], keyword, where)
+        outs = self.define_outputs(node, g, scope, where, defined)
+        self.call(info, args, outs, where)
+
+    def kernel_info(self, target: str, where: str) -> Any:
         from .kernels import lookup
 
         try:
-            info = lookup(node.target)
+            return lookup(target)
         except SerializeError as e:  # unknown, unsafe or unsupported: keep the kind, add the node
             raise type(e)(f"{where}: {e}") from None
-        given = {}
-        for i, na in enumerate(node.inputs):
-            if na.name in given:
-                raise MalformedArtifactError(f"{where}: argument {na.name!r} is given twice")
-            given[na.name] = (i, na)
+
+    def schema_args(self, info: Any, positional: list[int], keyword: dict[str, int], where: str) -> list[int]:
+        """Every argument of ``info`` in schema order: given positionally, by name, or its default."""
+        keyword = dict(keyword)
         args = []
-        for a in info.args:
-            hit = given.pop(a.name, None)
-            if hit is not None:
-                v = self.arg(hit[1].arg, scope, f"{where}.inputs[{a.name!r}]")
-                if a.is_write:
-                    self.written_state.add(v)
-                args.append(v)
+        for k, a in enumerate(info.args):
+            if k < len(positional) and not a.kwarg_only:
+                v = positional[k]
+                if a.name in keyword:
+                    raise MalformedArtifactError(f"{where}: argument {a.name!r} of {info} is given twice")
+            elif a.name in keyword:
+                v = keyword.pop(a.name)
             elif a.has_default:
-                args.append(self.default(a, where))
+                v = self.default(a, where)
             else:
                 raise MalformedArtifactError(f"{where}: required argument {a.name!r} of {info} is missing")
-        if given:
-            raise MalformedArtifactError(f"{where}: {info} has no argument(s) {sorted(given)}")
-        outs = self.define_outputs(node, g, scope, where, defined)
+            if a.is_write:
+                self.written_state.add(v)
+            args.append(v)
+        if keyword or len(positional) > sum(not a.kwarg_only for a in info.args):
+            raise MalformedArtifactError(f"{where}: {info} has no argument(s) {sorted(keyword)} or takes fewer "
+                                         f"than {len(positional)} positional arguments")
+        return args
+
+    def call(self, info: Any, args: list[int], outs: list[int], where: str) -> None:
         if len(outs) != len(info.returns):
             raise MalformedArtifactError(f"{where}: {info} returns {len(info.returns)} values but the node "
                                          f"lists {len(outs)} outputs")
@@ -375,7 +393,7 @@ def _user_input(em: _Emitter, spec: schema.UserInputSpec, arg: schema.Argument, 
                     for sym in symbols_of(tree_of(s.as_expr, where=where)):
                         if not em.b.is_bound(sym):
                             raise UnsupportedConstructError(
-                                f"{where}: dimension {d} of input {name!r} is {s.as_expr.expr_str!r}; symbol {sym!r} "
+                                f"{where}: dimension {d} of input {name!r} is {expr_text(s.as_expr.expr)!r}; symbol {sym!r} "
                                 "is not a multiple of one input dimension, so the runtime cannot bind it")
         v = scope[name] = em.new_value(k, name, g, where)
         em.b.inputs.append(P.Input(name, v))
@@ -420,7 +438,7 @@ _INPUT_SPECS: dict[str, Callable] = {
     "tensor_constant": _weight("constant", "constants"),
     "custom_obj": _unsupported_input("custom object"),
     "constant_input": _constant_input,
-    "token": _unsupported_input("effect token"),
+    "token": lambda em, spec, arg, scope, state, where: scope.__setitem__(spec.arg.name, em.b.const(P.NoneValue())),
 }
 
 
@@ -457,7 +475,7 @@ _OUTPUT_SPECS: dict[str, Callable] = {
     "gradient_to_parameter": _unsupported_output("gradient"),
     "gradient_to_user_input": _unsupported_output("gradient"),
     "user_input_mutation": _copy_into(lambda s, state, scope: scope.get(s.user_input_name), "user input"),
-    "token": _unsupported_output("effect token"),
+    "token": lambda em, spec, arg, scope, state, mutated, where: None,  # effects ran in order; nothing to return
     "parameter_mutation": _copy_into(lambda s, state, scope: state.get(s.parameter_name), "parameter"),
 }
 

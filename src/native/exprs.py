@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 from serde import schema
 from serde.errors import UnsupportedConstructError
-from serde.symbolic import parse_to_tree
+from serde.exprs import expr_to_tree
 
 from .errors import NativeFormatError
 
@@ -64,7 +64,7 @@ _MAX_STACK = 1 << 12
 
 def tree_of(e: schema.SymExpr, *, where: str) -> tuple:
     """The plain tuple tree of a schema expression (the one place tied to the schema's encoding)."""
-    return parse_to_tree(e.expr_str, where=where)
+    return expr_to_tree(e.expr, where=where)
 
 
 def symbols_of(tree: tuple) -> set[str]:

@@ -1,4 +1,4 @@
-"""Higher-order ops as jumps: ``cond`` as two branches, ``map`` and ``while_loop`` as loops.
+"""Higher-order ops as jumps: ``cond`` as two branches, ``map``, ``scan`` and ``while_loop`` as loops.
 
 Subgraphs are emitted inline with their inputs bound to the operands (they never write them);
 results leave a branch or a loop body through ``MoveCall``. A jump on the constant ``False``
@@ -14,6 +14,8 @@ map (``xs`` sliced on dim 0, outputs preallocated and filled slice by slice)::
         aten::copy_(aten::select.int(out_j, 0, i), body_out_j)
         i = symbolic::add(i, 1); jump_false False -> head
     end:
+
+scan is map with carried values threaded through the body (outputs: carries, then stacked ys).
 
 while_loop (carried values live in slots of their own, updated as one parallel move)::
 
@@ -98,23 +100,46 @@ def _cond(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where:
 
 def _map(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 3, where)
-    body = _graph(args[0], where)
     xs = _elements(em, args[1], scope, f"{where}.xs")
     extra = _elements(em, args[2], scope, f"{where}.additional") if len(args) > 2 else []
-    if not xs or any(not isinstance(em.b.values[x], P.Tensor) for x in xs):
-        raise UnsupportedConstructError(f"{where}: map needs at least one tensor to map over")
     outs = em.define_outputs(node, g, scope, where, defined)
-    for o in outs:
-        t = em.b.values[o] if o != -1 else None
-        if not isinstance(t, P.Tensor):
-            raise UnsupportedConstructError(f"{where}: map outputs must be tensors")
-        _require_bound(em, t, where)
+    _scan_loop(em, _graph(args[0], where), [], xs, extra, outs, where)
+
+
+def _scan(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+    args = _positional(node, 3, where)
+    init = _elements(em, args[1], scope, f"{where}.init")
+    xs = _elements(em, args[2], scope, f"{where}.xs")
+    extra = _elements(em, args[3], scope, f"{where}.additional_inputs") if len(args) > 3 else []
+    outs = em.define_outputs(node, g, scope, where, defined)
+    _scan_loop(em, _graph(args[0], where), init, xs, extra, outs, where)
+
+
+def _scan_loop(em: _Emitter, body: schema.GraphArgument, init: list[int], xs: list[int], extra: list[int],
+               outs: list[int], where: str) -> None:
+    """``scan``: carries threaded through the body, ``xs`` sliced on dim 0, ``ys`` stacked on dim 0.
+
+    ``map`` is a scan without carries. Stacked outputs are allocated before the loop and filled
+    row by row.
+    """
     b = em.b
+    nc = len(init)
+    if not xs or any(not isinstance(b.values[x], P.Tensor) for x in xs):
+        raise UnsupportedConstructError(f"{where}: needs at least one tensor to scan over")
+    if len(outs) < nc:
+        raise MalformedArtifactError(f"{where}: {len(outs)} outputs for {nc} carried values")
+    stacked = outs[nc:]
+    for o in stacked:
+        t = b.values[o] if o != -1 else None
+        if not isinstance(t, P.Tensor):
+            raise UnsupportedConstructError(f"{where}: stacked outputs must be tensors")
+        _require_bound(em, t, where)
+    carry = _carry_slots(em, body, init, where)
     select = b.op("aten::select", "int", [[0]])
     copy = b.op("aten::copy_", "default", [[0]])
     n = b.new(P.SymInt())
     b.emit(P.KernelCall(b.op("aten::sym_size", "int"), [xs[0], em.zero], [n]))
-    for o in outs:
+    for o in stacked:
         b.emit(P.AllocCall(o))
     i = b.new(P.SymInt())
     b.emit(P.MoveCall(em.zero, i))
@@ -124,36 +149,79 @@ def _map(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: 
     to_end = b.emit(P.JumpFalseCall(t, -1))
     slices = []
     for k, x in enumerate(xs):
-        inp = body.graph.inputs[k] if k < len(body.graph.inputs) else None
-        name = next(iter(argument_names(inp)), None) if inp is not None else None
+        name = _input_name(body, nc + k)
         meta = body.graph.tensor_values.get(name) if name else None
         if meta is None:
-            raise MalformedArtifactError(f"{where}: mapped input {k} of the body has no tensor meta")
-        s = b.new(em.tensor(meta, f"{where} body input {k}"))
+            raise MalformedArtifactError(f"{where}: sliced input {k} of the body has no tensor meta")
+        s = b.new(em.tensor(meta, f"{where} body input {nc + k}"))
         b.emit(P.KernelCall(select, [x, em.zero, i], [s]))
         slices.append(s)
-    srcs, local = em.subgraph(body, slices + extra, f"{where} body")
+    srcs, local = em.subgraph(body, carry + slices + extra, f"{where} body")
     if len(srcs) != len(outs):
         raise MalformedArtifactError(f"{where}: the body returns {len(srcs)} values for {len(outs)} outputs")
-    for src, o in zip(srcs, outs, strict=True):
+    for src, o in zip(srcs[nc:], stacked, strict=True):
         if not isinstance(b.values[src], P.Tensor):
-            raise UnsupportedConstructError(f"{where}: map bodies must return tensors")
-        dst = b.new(em.b.values[src])
+            raise UnsupportedConstructError(f"{where}: scanned bodies must return tensors")
+        dst = b.new(b.values[src])
         b.emit(P.KernelCall(select, [o, em.zero, i], [dst]))
         b.emit(P.KernelCall(copy, [dst, src, em.false], [-1]))
         b.emit(P.FreeCall(dst))
-    em.free_all(local | set(slices))
+    temps = _parallel_move(em, srcs[:nc], carry)
+    em.free_all(local | temps | set(slices))
     b.emit(P.KernelCall(b.op(prim_name("add"), "default"), [i, em.one], [i]))
     b.emit(P.JumpFalseCall(em.false, head))
     b.patch_jump(to_end, b.here())
     em.free_all([t, i, n])
+    _move_carry_out(em, carry, outs[:nc])
+
+
+def _input_name(body: schema.GraphArgument, k: int) -> str | None:
+    inputs = body.graph.inputs
+    return next(iter(argument_names(inputs[k])), None) if k < len(inputs) else None
+
+
+def _carry_slots(em: _Emitter, body: schema.GraphArgument, init: list[int], where: str) -> list[int]:
+    """Slots of their own for loop-carried values, initialized from ``init``."""
+    carry = []
+    for k, v in enumerate(init):
+        name = _input_name(body, k)
+        if name is None:
+            raise MalformedArtifactError(f"{where}: carried value {k} has no body input")
+        c = em.new_value(body.graph.inputs[k].kind, name, body.graph, f"{where} carried value {k}")
+        em.b.emit(P.MoveCall(v, c))
+        carry.append(c)
+    return carry
+
+
+def _parallel_move(em: _Emitter, srcs: list[int], carry: list[int]) -> set[int]:
+    """``carry[k] = srcs[k]`` for all k at once; returns the temporaries used (to free)."""
+    b = em.b
+    if len(set(srcs)) == len(srcs) and not set(srcs) & set(carry):
+        for src, c in zip(srcs, carry, strict=True):
+            b.emit(P.MoveCall(src, c))
+        return set()
+    # A new value that is itself a carried slot (or repeated) is read through a temporary, so
+    # that no slot is overwritten before it is read.
+    temps = [b.new(b.values[c]) for c in carry]
+    for src, tmp in zip(srcs, temps, strict=True):
+        b.emit(P.MoveCall(src, tmp))
+    for tmp, c in zip(temps, carry, strict=True):
+        b.emit(P.MoveCall(tmp, c))
+    return set(temps)
+
+
+def _move_carry_out(em: _Emitter, carry: list[int], outs: list[int]) -> None:
+    for c, o in zip(carry, outs, strict=True):
+        if o != -1:
+            em.b.emit(P.MoveCall(c, o))
+    em.free_all(carry)
 
 
 def _require_bound(em: _Emitter, t: P.Tensor, where: str) -> None:
     """AllocCall evaluates sizes at run time: only symbols bound from inputs may appear."""
     for d in (*t.sizes, *t.strides, t.storage_offset):
         if isinstance(d, P.Sym) and _uses_unbacked(em, d.expr):
-            raise UnsupportedConstructError(f"{where}: a map output whose size depends on data cannot be "
+            raise UnsupportedConstructError(f"{where}: a stacked output whose size depends on data cannot be "
                                             "preallocated")
 
 
@@ -178,15 +246,7 @@ def _while(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where
     if len(outs) != len(init):
         raise MalformedArtifactError(f"{where}: {len(init)} carried values but {len(outs)} outputs")
     b = em.b
-    carry = []
-    for k, v in enumerate(init):
-        inp = body_g.graph.inputs[k] if k < len(body_g.graph.inputs) else None
-        name = next(iter(argument_names(inp)), None) if inp is not None else None
-        if name is None:
-            raise MalformedArtifactError(f"{where}: carried value {k} has no body input")
-        c = em.new_value(inp.kind, name, body_g.graph, f"{where} carried value {k}")
-        b.emit(P.MoveCall(v, c))
-        carry.append(c)
+    carry = _carry_slots(em, body_g, init, where)
     head = b.here()
     preds, cond_local = em.subgraph(cond_g, carry + extra, f"{where} cond")
     if len(preds) != 1:
@@ -196,25 +256,12 @@ def _while(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where
     srcs, local = em.subgraph(body_g, carry + extra, f"{where} body")
     if len(srcs) != len(carry):
         raise MalformedArtifactError(f"{where}: the body returns {len(srcs)} values for {len(carry)} carried")
-    # The new values are computed from the old ones: move through temporaries when a body output
-    # is itself a carried slot (or repeated), so that no slot is overwritten before it is read.
-    if len(set(srcs)) != len(srcs) or set(srcs) & set(carry):
-        temps = [b.new(b.values[c]) for c in carry]
-        for src, tmp in zip(srcs, temps, strict=True):
-            b.emit(P.MoveCall(src, tmp))
-        srcs_final, local = temps, local | set(temps)
-    else:
-        srcs_final = srcs
-    for src, c in zip(srcs_final, carry, strict=True):
-        b.emit(P.MoveCall(src, c))
-    em.free_all(local)
+    temps = _parallel_move(em, srcs, carry)
+    em.free_all(local | temps)
     b.emit(P.JumpFalseCall(em.false, head))
     b.patch_jump(to_end, b.here())
     em.free_all(cond_local)
-    for c, o in zip(carry, outs, strict=True):
-        if o != -1:
-            b.emit(P.MoveCall(c, o))
-    em.free_all(carry)
+    _move_carry_out(em, carry, outs)
 
 
 def _inline(graph_at: int, operands_from: int) -> Callable:
@@ -230,10 +277,134 @@ def _inline(graph_at: int, operands_from: int) -> Callable:
     return lower
 
 
+def _operator(a: schema.NamedArgument, where: str) -> str:
+    if a.arg.as_operator is None:
+        raise MalformedArtifactError(f"{where}: expected an operator argument, got {a.arg.kind}")
+    return a.arg.as_operator
+
+
+def _with_effects(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+                  defined: set[str]) -> None:
+    """``with_effects(token, op, *args)``: call ``op`` in program order; the token is a placeholder."""
+    if len(node.inputs) < 2:
+        raise MalformedArtifactError(f"{where}: with_effects takes a token and an operator")
+    info = em.kernel_info(_operator(node.inputs[1], where), where)
+    positional, keyword = _split(em, node.inputs[2:], scope, where)
+    outs = em.define_outputs(node, g, scope, where, defined)
+    em.call(info, em.schema_args(info, positional, keyword, where), outs[1:1 + len(info.returns)], where)
+    if outs and outs[0] != -1:
+        em.b.emit(P.MoveCall(em.b.const(P.NoneValue()), outs[0]))
+
+
+def _split(em: _Emitter, inputs: list[schema.NamedArgument], scope: Scope, where: str
+           ) -> tuple[list[int], dict[str, int]]:
+    positional, keyword = [], {}
+    for i, na in enumerate(inputs):
+        v = em.arg(na.arg, scope, f"{where}.inputs[{i}]")
+        if na.kind == schema.ArgumentKind.KEYWORD:
+            keyword[na.name] = v
+        else:
+            positional.append(v)
+    return positional, keyword
+
+
+def _clone(em: _Emitter, v: int) -> int:
+    c = em.b.new(em.b.values[v])
+    em.b.emit(P.KernelCall(em.b.op("aten::clone", "default"), [v, em.b.const(P.NoneValue())], [c]))
+    return c
+
+
+def _auto_functionalized(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+                         defined: set[str]) -> None:
+    """``auto_functionalized(op, **kwargs)``: clone each mutable argument, call ``op`` on the clones,
+    return ``(*op results, *clones)``."""
+    info = em.kernel_info(_operator(node.inputs[0], where), where)
+    _, keyword = _split(em, node.inputs[1:], scope, where)
+    only = keyword.pop("_only_clone_these_tensors", None)
+    only_names = em.b.values[only].v if only is not None and isinstance(em.b.values[only], P.StringList) else None
+    mutated, temps = [], []
+    for a in info.args:
+        if a.is_write and a.name in keyword:
+            v = keyword[a.name]
+            if isinstance(em.b.values[v], P.Tensor) and (only_names is None or a.name in only_names):
+                keyword[a.name] = _clone(em, v)
+                temps.append(keyword[a.name])
+            mutated.append(keyword[a.name])
+    outs = em.define_outputs(node, g, scope, where, defined)
+    _call_and_return(em, info, em.schema_args(info, [], keyword, where), outs, mutated, where)
+    em.free_all(temps)
+
+
+def _auto_functionalized_v2(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+                            defined: set[str]) -> None:
+    """``auto_functionalized_v2(op, _all_bases=[...], _<arg>_base_index=k, **kwargs)``: clone the
+    bases, pass each mutable argument as (an alias of) its base's clone, return ``(*op results,
+    *new bases)``. Arguments that are strided or sliced views of a base are not supported."""
+    info = em.kernel_info(_operator(node.inputs[0], where), where)
+    named = {na.name: na.arg for na in node.inputs[1:]}
+    bases = _elements(em, named.pop("_all_bases"), scope, f"{where}._all_bases") if "_all_bases" in named else []
+    only = named.pop("_only_clone_these_bases", None)
+    clone_set = set(range(len(bases))) if only is None or only.as_none else set(_ints(only, where))
+    new_bases = [_clone(em, v) if k in clone_set else v for k, v in enumerate(bases)]
+    temps = [v for k, v in enumerate(new_bases) if k in clone_set]
+    keyword: dict[str, int] = {}
+    for a in info.args:
+        if not a.is_write:
+            continue
+        prefix = f"_{a.name}"
+        if f"{prefix}_base_index" not in named:
+            raise UnsupportedConstructError(f"{where}: mutable argument {a.name!r} of {info} has no base index "
+                                            "(tensor-list arguments are not supported natively)")
+        k = named.pop(f"{prefix}_base_index")
+        if k.as_none:
+            keyword[a.name] = em.b.const(P.NoneValue())
+            continue
+        if any(f"{prefix}{suffix}" in named for suffix in ("_size", "_stride", "_storage_offset", "_slice_dim")):
+            raise UnsupportedConstructError(f"{where}: argument {a.name!r} of {info} is a strided or sliced view "
+                                            "of its base; regenerating views is not supported natively")
+        if k.as_int is None or not 0 <= k.as_int < len(new_bases):
+            raise MalformedArtifactError(f"{where}: base index of {a.name!r} is out of range")
+        base = new_bases[k.as_int]
+        if named.pop(f"{prefix}_alias", None) is not None:
+            view = em.b.new(em.b.values[base])
+            em.b.emit(P.KernelCall(em.b.op("aten::alias", "default", [[0]]), [base], [view]))
+            base = view
+            temps.append(view)
+        keyword[a.name] = base
+    for name, arg in named.items():
+        keyword[name] = em.arg(arg, scope, f"{where}.inputs[{name!r}]")
+    outs = em.define_outputs(node, g, scope, where, defined)
+    _call_and_return(em, info, em.schema_args(info, [], keyword, where), outs, new_bases, where)
+    em.free_all(temps)
+
+
+def _ints(a: schema.Argument, where: str) -> list[int]:
+    if a.as_ints is None:
+        raise MalformedArtifactError(f"{where}: expected a list of ints, got {a.kind}")
+    return list(a.as_ints)
+
+
+def _call_and_return(em: _Emitter, info: object, args: list[int], outs: list[int], extra: list[int],
+                     where: str) -> None:
+    """Outputs are (op results, or one None for an op without results, then ``extra``)."""
+    n_op = max(1, len(info.returns))  # type: ignore[attr-defined]
+    if len(outs) != n_op + len(extra):
+        raise MalformedArtifactError(f"{where}: {len(outs)} outputs for {n_op} results and {len(extra)} "
+                                     "mutated values")
+    em.call(info, args, outs[:len(info.returns)], where)  # type: ignore[attr-defined]
+    for src, dst in zip(extra, outs[n_op:], strict=True):
+        if dst != -1:
+            em.b.emit(P.MoveCall(src, dst))
+
+
 HOP_LOWERINGS: dict[str, Callable] = {
     "cond": _cond,
     "map_impl": _map,
+    "scan": _scan,
     "while_loop": _while,
     "invoke_subgraph": _inline(0, 2),  # (subgraph, identifier, *operands)
     "wrap_with_set_grad_enabled": _inline(1, 2),  # (enabled, subgraph, *operands): inference ignores grad mode
+    "with_effects": _with_effects,
+    "auto_functionalized": _auto_functionalized,
+    "auto_functionalized_v2": _auto_functionalized_v2,
 }

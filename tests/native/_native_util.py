@@ -20,15 +20,14 @@ CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
 
 # Cases the emitter refuses on purpose, with the words its error must contain.
 UNSUPPORTED = {
-    "scan": "higher-order op 'scan'",
     "autocast": "higher-order op 'wrap_with_autocast'",
-    "effects_and_mutation_aten": "effect token inputs",
     "classifier_joint": "loss outputs",
 }
 
 # The default (fast) run covers these; the rest run under -m slow.
 FAST = ("mlp", "multi_output", "dynamic_arith", "signature_kinds_aten", "input_mutation_aten", "tied_weights",
-        "cond", "while_loop", "map", "unbacked_item", "cond_nested", "sym_scalars")
+        "cond", "while_loop", "map", "scan", "unbacked_item", "cond_nested", "sym_scalars",
+        "effects_and_mutation_aten")
 
 
 @functools.cache

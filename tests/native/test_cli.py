@@ -45,18 +45,19 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
     write_inputs(inp, (torch.randn(2, 16),))
     assert main(["run", str(prog), "--inputs", str(inp)]) == 2
     assert "pt2serde run: error:" in capsys.readouterr().err
-    art = tmp_path / "scan.pt2s"
-    from torch._higher_order_ops.scan import scan
+    art = tmp_path / "autocast.pt2s"
 
     class M(torch.nn.Module):
-        def forward(self, init, xs):
-            return scan(lambda c, x: (c + x, c * 2), init, xs)
+        def forward(self, x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                z = x @ y
+            return z.float() + 1
 
-    serde.save(torch.export.export(M(), (torch.zeros(3), torch.randn(4, 3))), art)
-    assert main(["emit", str(art), str(tmp_path / "scan.pt2n")]) == 2
+    serde.save(torch.export.export(M(), (torch.randn(3, 3), torch.randn(3, 3))), art)
+    assert main(["emit", str(art), str(tmp_path / "autocast.pt2n")]) == 2
     err = capsys.readouterr().err
-    assert "pt2serde emit: error: graph.nodes[0] ('scan', torch.ops.higher_order.scan)" in err
-    assert not (tmp_path / "scan.pt2n").exists()
+    assert "pt2serde emit: error: graph.nodes[0] ('wrap_with_autocast', torch.ops.higher_order.wrap_with_autocast)" in err
+    assert not (tmp_path / "autocast.pt2n").exists()
 
 
 def test_wrong_inputs_file_contents(tmp_path, capsys):

@@ -149,7 +149,7 @@ def test_cond_becomes_jumps_and_moves():
     assert any(c_pc < m < u_pc for m in moves) and any(c.target <= m < u.target for m in moves)
 
 
-@pytest.mark.parametrize("name, alloc", [("map", True), ("while_loop", False)])
+@pytest.mark.parametrize("name, alloc", [("map", True), ("scan", True), ("while_loop", False)])
 def test_loops_are_backward_jumps(name, alloc):
     p = emitted(name).program
     back = [(pc, i) for pc, i in enumerate(p.instructions) if isinstance(i, P.JumpFalseCall) and i.target <= pc]
@@ -182,15 +182,16 @@ def test_unsupported_constructs_fail_at_emit_time(name, words):
 
 
 def test_unsupported_op_error_names_node_and_op():
-    from torch._higher_order_ops.scan import scan
-
     class M(torch.nn.Module):
-        def forward(self, init, xs):
-            return scan(lambda c, x: (c + x, c * 2), init, xs)
+        def forward(self, x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                z = x @ y
+            return z.float() + 1
 
-    ep = torch.export.export(M(), (torch.zeros(3), torch.randn(4, 3)))
-    with pytest.raises(UnsupportedConstructError, match=r"graph.nodes\[0\] \('scan', torch.ops.higher_order.scan\): "
-                                                        r"higher-order op 'scan' is not supported by the native emitter"):
+    ep = torch.export.export(M(), (torch.randn(3, 3), torch.randn(3, 3)))
+    with pytest.raises(UnsupportedConstructError, match=r"graph.nodes\[0\] \('wrap_with_autocast', "
+                                                        r"torch.ops.higher_order.wrap_with_autocast\): higher-order op "
+                                                        r"'wrap_with_autocast' is not supported by the native emitter"):
         emit_ep(ep)
 
 

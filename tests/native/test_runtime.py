@@ -234,3 +234,18 @@ def test_kernel_failures_name_the_instruction():
 def test_fast_paths_without_checks(name, arena):
     # check=False takes the fused closures (frees folded into kernels, static arena views).
     assert_runs_like_eager(exported(name), emitted(name), inputs_of(name) * 2, arena=arena, check=False)
+
+
+def test_auto_functionalized_v1_and_effect_tokens():
+    from unittest import mock
+
+    import torch._export.config as export_config
+
+    from serde import zoo
+
+    name = "effects_and_mutation_aten"
+    with mock.patch.object(export_config, "enable_auto_functionalized_v2_for_export", False):
+        ep = zoo.export_case(CASES[name])
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert any("auto_functionalized" in t and "v2" not in t for t in targets) and any("with_effects" in t for t in targets)
+    assert_runs_like_eager(ep, emit_ep(ep), inputs_of(name) * 2, arena=True)
