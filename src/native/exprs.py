@@ -39,7 +39,8 @@ from serde.exprs import expr_to_tree
 
 from .errors import NativeFormatError
 
-__all__ = ["tree_of", "compile_tree", "evaluate", "check_code", "bounds", "affine_in", "symbols_of", "OPS"]
+__all__ = ["tree_of", "compile_tree", "evaluate", "check_code", "bounds", "affine_in", "symbols_of", "OPS",
+           "UnboundSymbolError"]
 
 PUSH, SYM, ADD, MUL, FLOORDIV, MOD, POW, MAX, MIN = range(9)
 EQ, NE, LT, LE, GT, GE, AND, OR, NOT, CEILDIV, WHERE = range(9, 20)
@@ -60,6 +61,10 @@ _BINARY = {"FloorDiv": FLOORDIV, "CleanDiv": FLOORDIV, "Mod": MOD, "PythonMod": 
            "BitwiseFn_bitwise_and": AND, "BitwiseFn_bitwise_or": OR}
 _IDENTITY = {"Identity", "CeilToInt", "FloorToInt", "TruncToInt", "RoundToInt"}
 _MAX_STACK = 1 << 12
+
+
+class UnboundSymbolError(ValueError):
+    """An expression used a symbol that has no value yet (an unbacked, data-dependent size)."""
 
 
 def tree_of(e: schema.SymExpr, *, where: str) -> tuple:
@@ -209,8 +214,8 @@ def evaluate(code: Sequence[int], symbols: Sequence[int | None]) -> int:
     """Run ``code`` (already checked by :func:`check_code`) with the given symbol values.
 
     Raises:
-        ZeroDivisionError / ValueError: the expression divides by zero or the symbol is unbound
-            (the runtime turns these into clear errors).
+        ZeroDivisionError / ValueError: the expression divides by zero, overflows int64, or uses an
+            unbound symbol (the runtime turns these into clear errors).
     """
     stack: list[int] = []
     push = stack.append
@@ -225,7 +230,7 @@ def evaluate(code: Sequence[int], symbols: Sequence[int | None]) -> int:
         if op == SYM:
             v = symbols[code[i + 1]]
             if v is None:
-                raise ValueError(f"symbol {code[i + 1]} is not bound")
+                raise UnboundSymbolError(f"symbol {code[i + 1]} is not bound")
             push(v)
             i += 2
             continue
@@ -248,12 +253,30 @@ def _ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_INT64 = 1 << 63
+
+
+def _int64(v: int) -> int:
+    # Sizes are int64 in every runtime; refusing larger values also keeps a hostile "9**9**9" cheap.
+    if not -_INT64 <= v < _INT64:
+        raise ValueError("the expression overflows int64")
+    return v
+
+
+def _pow(a: int, b: int) -> int:
+    if b < 0:
+        raise ValueError("negative exponent")
+    if abs(a) > 1 and b > 64:
+        raise ValueError("the expression overflows int64")
+    return _int64(a ** b)
+
+
 _NARY_IMPL: dict[int, Callable[[list[int]], int]] = {
-    ADD: sum, MUL: math.prod, MAX: max, MIN: min,
+    ADD: lambda xs: _int64(sum(xs)), MUL: lambda xs: _int64(math.prod(xs)), MAX: max, MIN: min,
     AND: lambda xs: int(all(xs)), OR: lambda xs: int(any(xs)),
 }
 _FIXED_IMPL: dict[int, Callable[..., int]] = {
-    FLOORDIV: lambda a, b: a // b, MOD: lambda a, b: a % b, POW: lambda a, b: a ** b,
+    FLOORDIV: lambda a, b: a // b, MOD: lambda a, b: a % b, POW: _pow,
     EQ: lambda a, b: int(a == b), NE: lambda a, b: int(a != b), LT: lambda a, b: int(a < b),
     LE: lambda a, b: int(a <= b), GT: lambda a, b: int(a > b), GE: lambda a, b: int(a >= b),
     NOT: lambda a: int(not a), CEILDIV: _ceildiv, WHERE: lambda c, a, b: a if c else b,

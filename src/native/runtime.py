@@ -32,7 +32,7 @@ from serde.weights import ITEMSIZE
 
 from . import program as P
 from .errors import InputMismatchError, NativeRuntimeError
-from .exprs import evaluate
+from .exprs import UnboundSymbolError, evaluate
 from .prim import NAMESPACE, PRIM_OPS
 
 __all__ = ["Method", "load", "run"]
@@ -185,7 +185,11 @@ class Method:
             for d, want in enumerate(t.sizes):
                 got = leaf.shape[d]
                 if isinstance(want, P.Sym):
-                    want = self._eval(want.expr)
+                    try:
+                        want = self._eval(want.expr)
+                    except UnboundSymbolError:
+                        raise NativeRuntimeError(f"input {inp.name!r}: dimension {d} depends on a symbol no input "
+                                                 "binds; the program is malformed") from None
                 if got != want:
                     raise InputMismatchError(f"input {inp.name!r}: dimension {d} is {got} but the program "
                                              f"requires {want} (sizes {list(leaf.shape)})")
@@ -193,7 +197,14 @@ class Method:
     def _eval(self, k: int) -> int:
         v = self._exprs[k]
         if v is None:
-            v = self._exprs[k] = evaluate(self.program.exprs[k], self._syms)
+            try:
+                v = self._exprs[k] = evaluate(self.program.exprs[k], self._syms)
+            except ZeroDivisionError:
+                raise NativeRuntimeError(f"size expression e{k} divides by zero for these inputs") from None
+            except UnboundSymbolError:
+                raise  # an unbacked size: callers that can do without it catch this
+            except ValueError as e:
+                raise NativeRuntimeError(f"size expression e{k}: {e}") from None
         return v
 
     def _dims(self, t: P.Tensor) -> tuple[list[int], list[int], int]:
@@ -240,7 +251,7 @@ class Method:
                 raise NativeRuntimeError(f"{where}: value {value} has dtype {got.dtype}, declared {want}")
             try:
                 sizes, _, _ = self._dims(meta)
-            except ValueError:  # an unbacked symbol: nothing to compare against
+            except UnboundSymbolError:  # a data-dependent size: nothing to compare against
                 return
             if list(got.shape) != sizes:
                 raise NativeRuntimeError(f"{where}: value {value} has sizes {list(got.shape)}, declared {sizes}")
@@ -252,7 +263,7 @@ class Method:
         elif isinstance(meta, (P.SymInt, P.SymBool)) and meta.expr >= 0:
             try:
                 want = self._eval(meta.expr)
-            except ValueError:
+            except UnboundSymbolError:
                 return
             if int(got) != want:
                 raise NativeRuntimeError(f"{where}: value {value} is {got}, its expression gives {want}")

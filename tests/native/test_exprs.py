@@ -117,3 +117,12 @@ def test_malformed_code_is_rejected(code, msg):
 ])
 def test_affine_forms_bind_symbols(text, want):
     assert E.affine_in(parse_to_tree(text, where="t")) == want
+
+
+def test_hostile_sizes_overflow_cleanly():
+    with pytest.raises(ValueError, match="overflows int64"):
+        E.evaluate([E.PUSH, 9, E.PUSH, 9, E.PUSH, 9, E.POW, E.POW], [])
+    with pytest.raises(ValueError, match="overflows int64"):
+        E.evaluate([E.PUSH, 1 << 40, E.PUSH, 1 << 40, E.MUL, 2], [])
+    with pytest.raises(E.UnboundSymbolError, match="symbol 0 is not bound"):
+        E.evaluate([E.SYM, 0], [None])

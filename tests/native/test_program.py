@@ -113,3 +113,16 @@ def test_hostile_programs_are_rejected(edit, msg):
 
 
 E_ADD = 2
+
+
+def test_decoding_and_listing_do_not_import_torch(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.pt2n"
+    write_program(path, emitted("cond"))
+    code = ("import sys\nfrom native.program import read_program\nfrom native.render import render\n"
+            f"p = read_program({str(path)!r})\nassert 'jump_false' in render(p.program)\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
