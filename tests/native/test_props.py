@@ -14,6 +14,7 @@ import torch
 from _native_util import assert_runs_like_eager, emit_ep
 from _random_programs import build, recipes
 from hypothesis import assume, given
+from hypothesis import strategies as st
 
 try:
     from serde.strategies import export_spec, program_specs
@@ -46,14 +47,9 @@ def _local(recipe):
     return ep, [(example, {})] + [(o, {}) for o in others]
 
 
-@given(recipes())
-def test_random_programs_run_like_eager(recipe):
-    _check(*_local(recipe), arena=False)
-
-
-@given(recipes())
-def test_random_programs_run_like_eager_in_the_arena(recipe):
-    _check(*_local(recipe), arena=True)
+@given(recipes(), st.booleans())
+def test_random_programs_run_like_eager(recipe, arena):
+    _check(*_local(recipe), arena=arena)
 
 
 if program_specs is not None:
