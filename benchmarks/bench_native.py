@@ -1,8 +1,11 @@
-"""Case: the native emitter and reference runtime on the chain, against torch in the same run.
+"""Case: the native emitter and reference runtime, against torch in the same run.
 
     python benchmarks/bench_native.py --case native_chain_5000 --size 5000
+    python benchmarks/bench_native.py --case native_transformer --model transformer --size 4
 
-Untimed: export, ``serde.save`` (canonical artifact), one emit to warm up. Timed, interleaved:
+Models: the pointwise chain (``--size`` ops; per-instruction overhead dominates) or ``--size``
+transformer blocks with dynamic batch and sequence (kernels dominate). Untimed: export,
+``serde.save`` (canonical artifact), one emit to warm up. Timed, interleaved:
 
 - run: ``Method.run`` (heap and arena) against ``ep.module()`` on the same input; both execute
   the same aten kernels, so the difference is interpreter overhead. ``overhead_per_instruction``
@@ -19,10 +22,18 @@ import statistics
 import sys
 import tempfile
 
-from _harness import base_parser, export_chain, graph_nodes, main_guard, ratio, time_interleaved
+from _harness import (
+    base_parser,
+    export_chain,
+    export_transformer,
+    graph_nodes,
+    main_guard,
+    ratio,
+    time_interleaved,
+)
 
 
-def run(size: int, repeats: int) -> dict:
+def run(model: str, size: int, repeats: int) -> dict:
     import torch
 
     import serde
@@ -31,7 +42,7 @@ def run(size: int, repeats: int) -> dict:
     from native.runtime import Method
     from serde.artifact import read_artifact
 
-    ep, args = export_chain(size)
+    ep, args = export_chain(size) if model == "chain" else export_transformer(size)
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
         art_path = os.path.join(d, "m.pt2s")
         serde.save(ep, art_path)
@@ -43,7 +54,7 @@ def run(size: int, repeats: int) -> dict:
         x = args[0]
         torch.testing.assert_close(heap.run(x), module(x))
         torch.testing.assert_close(arena.run(x), module(x))
-        inner = 20  # runs per timed call: one run of a 5000-op chain is a few milliseconds
+        inner = 20 if model == "chain" else 5  # runs per timed call: one run takes milliseconds
         t = time_interleaved({
             "eager": lambda: [module(x) for _ in range(inner)],
             "native": lambda: [heap.run(x) for _ in range(inner)],
@@ -60,6 +71,7 @@ def run(size: int, repeats: int) -> dict:
     overhead = (min(t["native"].wall) - min(t["eager"].wall)) / inner / n_ins
     return {
         "bench": "native",
+        "model": model,
         "size": size,
         **graph_nodes(ep),
         "repeats": repeats,
@@ -80,9 +92,10 @@ def run(size: int, repeats: int) -> dict:
 
 def main() -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, required=True, help="ops in the chain")
+    p.add_argument("--model", choices=("chain", "transformer"), default="chain")
+    p.add_argument("--size", type=int, required=True, help="ops in the chain, or transformer blocks")
     a = p.parse_args()
-    return main_guard(a.case, lambda: run(a.size, a.repeats))
+    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats))
 
 
 if __name__ == "__main__":
