@@ -32,5 +32,6 @@ def run(args: argparse.Namespace) -> int:
         print(render(native.program), end="")
     print(f"wrote {args.output}: {os.path.getsize(args.output)} bytes "
           f"(artifact {os.path.getsize(args.input)} bytes), emitted in {elapsed * 1000:.1f} ms")
-    print(summary(native.program))
+    if not args.listing:  # the listing ends with the summary already
+        print(summary(native.program))
     return 0

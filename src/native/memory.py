@@ -104,69 +104,90 @@ class Lifetimes:
         return lo, hi
 
 
-def analyze(p: P.Program) -> Lifetimes:
-    """Storage classes and their lifetimes, from the instructions alone."""
-    nv, n = len(p.values), len(p.instructions)
-    uf = _UnionFind(nv)
-    first = [n] * nv
-    last = [-1] * nv
-    freed = [False] * nv
-    producers: dict[int, int] = {}
-    calls: dict[int, list[int]] = {}
-    loops: list[tuple[int, int]] = []
-    values = p.values
+class _Scan:
+    """One pass over the instructions: events per value, alias unions, producers, loops."""
 
-    def touch(v: int, pos: int) -> None:
-        if pos < first[v]:
-            first[v] = pos
-        if pos > last[v]:
-            last[v] = pos
-        val = values[v]
+    def __init__(self, p: P.Program) -> None:
+        nv, n = len(p.values), len(p.instructions)
+        self.p = p
+        self.uf = _UnionFind(nv)
+        self.first = [n] * nv
+        self.last = [-1] * nv
+        self.freed = [False] * nv
+        self.producers: dict[int, int] = {}
+        self.calls: dict[int, list[int]] = {}
+        self.loops: list[tuple[int, int]] = []
+
+    def touch(self, v: int, pos: int) -> None:
+        if pos < self.first[v]:
+            self.first[v] = pos
+        if pos > self.last[v]:
+            self.last[v] = pos
+        val = self.p.values[v]
         if isinstance(val, P.List):
             for item in val.items:
-                touch(item, pos)
+                self.touch(item, pos)
 
-    def leaves(v: int) -> list[int]:
-        val = values[v]
+    def leaves(self, v: int) -> list[int]:
+        val = self.p.values[v]
         if isinstance(val, P.List):
-            return [x for item in val.items for x in leaves(item)]
+            return [x for item in val.items for x in self.leaves(item)]
         return [v]
 
+    def join(self, a: int, b: int) -> None:
+        for src in self.leaves(a):
+            for dst in self.leaves(b):
+                self.uf.union(src, dst)
+
+    def kernel(self, ins: P.KernelCall, pos: int) -> None:
+        for a in ins.args:
+            self.touch(a, pos)
+        aliases = self.p.operators[ins.op].returns_alias
+        for j, o in enumerate(ins.outs):
+            if o == -1:
+                continue
+            self.touch(o, pos)
+            for k in (aliases[j] if j < len(aliases) else ()):
+                if k < len(ins.args):
+                    self.join(ins.args[k], o)
+        outs = [o for o in ins.outs if o != -1]
+        if ins.out_op >= 0 and outs and all(isinstance(self.p.values[o], P.Tensor) for o in outs):
+            self.calls[pos] = outs
+            for o in outs:
+                self.producers.setdefault(o, pos)
+
+    def move(self, ins: P.MoveCall, pos: int) -> None:
+        self.touch(ins.src, pos)
+        self.touch(ins.dst, pos)
+        self.join(ins.src, ins.dst)
+
+    def jump(self, ins: P.JumpFalseCall, pos: int) -> None:
+        self.touch(ins.cond, pos)
+        if ins.target <= pos:
+            self.loops.append((ins.target, pos))
+
+    def free(self, ins: P.FreeCall, pos: int) -> None:
+        self.touch(ins.value, pos)
+        self.freed[ins.value] = True
+
+    def alloc(self, ins: P.AllocCall, pos: int) -> None:
+        self.touch(ins.value, pos)
+        self.producers.setdefault(ins.value, pos)
+
+
+_SCAN = {P.KernelCall: _Scan.kernel, P.MoveCall: _Scan.move, P.JumpFalseCall: _Scan.jump,
+         P.FreeCall: _Scan.free, P.AllocCall: _Scan.alloc}
+assert set(_SCAN) == set(P.INSTRUCTION_TYPES), "instruction dispatch is incomplete"
+
+
+def analyze(p: P.Program) -> Lifetimes:
+    """Storage classes and their lifetimes, from the instructions alone."""
+    sc = _Scan(p)
     for pos, ins in enumerate(p.instructions):
-        if isinstance(ins, P.KernelCall):
-            for a in ins.args:
-                touch(a, pos)
-            aliases = p.operators[ins.op].returns_alias
-            for j, o in enumerate(ins.outs):
-                if o == -1:
-                    continue
-                touch(o, pos)
-                for k in (aliases[j] if j < len(aliases) else ()):
-                    if k < len(ins.args):
-                        for src in leaves(ins.args[k]):
-                            for dst in leaves(o):
-                                uf.union(src, dst)
-            outs = [o for o in ins.outs if o != -1]
-            if ins.out_op >= 0 and outs and all(isinstance(values[o], P.Tensor) for o in outs):
-                calls[pos] = outs
-                for o in outs:
-                    producers.setdefault(o, pos)
-        elif isinstance(ins, P.MoveCall):
-            touch(ins.src, pos)
-            touch(ins.dst, pos)
-            for src in leaves(ins.src):
-                for dst in leaves(ins.dst):
-                    uf.union(src, dst)
-        elif isinstance(ins, P.JumpFalseCall):
-            touch(ins.cond, pos)
-            if ins.target <= pos:
-                loops.append((ins.target, pos))
-        elif isinstance(ins, P.FreeCall):
-            touch(ins.value, pos)
-            freed[ins.value] = True
-        else:  # AllocCall
-            touch(ins.value, pos)
-            producers.setdefault(ins.value, pos)
+        _SCAN[type(ins)](sc, ins, pos)
+    nv, n = len(p.values), len(p.instructions)
+    uf, first, last, freed = sc.uf, sc.first, sc.last, sc.freed
+    producers, calls, loops = sc.producers, sc.calls, sc.loops
 
     root = [uf.find(v) for v in range(nv)]
     start: dict[int, int] = {}

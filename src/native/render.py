@@ -55,48 +55,58 @@ def _dim(d: P.Dim, p: P.Program) -> str:
     return str(d) if isinstance(d, int) else f"e{d.expr}"
 
 
-def _value(v: P.Value, p: P.Program) -> str:
-    if isinstance(v, P.Tensor):
-        dt = _DTYPE.get(schema.ScalarType(v.dtype), schema.ScalarType(v.dtype).name.lower())
-        text = f"{dt}[{', '.join(_dim(d, p) for d in v.sizes)}] stride [{', '.join(_dim(d, p) for d in v.strides)}]"
-        if v.storage_offset != 0:
-            text += f" offset {_dim(v.storage_offset, p)}"
-        return text + (f" <- constants[{v.data}]" if v.data >= 0 else "")
-    if isinstance(v, P.List):
-        return "[" + ", ".join(f"%{i}" for i in v.items) + "]"
-    if isinstance(v, (P.SymInt, P.SymBool)):
-        return type(v).__name__ + (f" = e{v.expr}" if v.expr >= 0 else "")
-    if isinstance(v, P.SymFloat):
-        return "SymFloat"
-    if isinstance(v, P.NoneValue):
-        return "None"
-    if isinstance(v, P.ScalarType):
-        return f"dtype {schema.ScalarType(v.v).name}"
-    if isinstance(v, P.Device):
-        return f"device {v.kind}" + (f":{v.index}" if v.index is not None else "")
-    if isinstance(v, P.Complex):
-        return repr(complex(v.real, v.imag))
-    return repr(v.v) if hasattr(v, "v") else repr(v)
+def _tensor(v: P.Tensor, p: P.Program) -> str:
+    dt = _DTYPE.get(schema.ScalarType(v.dtype), schema.ScalarType(v.dtype).name.lower())
+    text = f"{dt}[{', '.join(_dim(d, p) for d in v.sizes)}] stride [{', '.join(_dim(d, p) for d in v.strides)}]"
+    if v.storage_offset != 0:
+        text += f" offset {_dim(v.storage_offset, p)}"
+    return text + (f" <- constants[{v.data}]" if v.data >= 0 else "")
 
 
-def _instruction(ins: P.Instruction, p: P.Program) -> str:
-    if isinstance(ins, P.KernelCall):
-        op = p.operators[ins.op]
-        outs = ", ".join("_" if o == -1 else f"%{o}" for o in ins.outs)
-        call = f"{op.name}.{op.overload}({', '.join(f'%{a}' for a in ins.args)})"
-        if ins.out_op >= 0:
-            call += f"  [out= .{p.operators[ins.out_op].overload}]"
-        return f"{outs} = {call}" if ins.outs else call
-    if isinstance(ins, P.MoveCall):
-        return f"%{ins.dst} = move %{ins.src}"
-    if isinstance(ins, P.JumpFalseCall):
-        c = p.values[ins.cond]
-        if isinstance(c, P.Bool) and not c.v:
-            return f"jump -> {ins.target}"
-        return f"jump_false %{ins.cond} -> {ins.target}"
-    if isinstance(ins, P.FreeCall):
-        return f"free %{ins.value}"
-    return f"%{ins.value} = alloc"
+def _plain(v: P.Value, p: P.Program) -> str:
+    return repr(v.v)
+
+
+_VALUES = {
+    **{t: _plain for t in (P.Int, P.Float, P.Bool, P.String, P.IntList, P.FloatList, P.BoolList, P.StringList)},
+    P.NoneValue: lambda v, p: "None",
+    P.Complex: lambda v, p: repr(complex(v.real, v.imag)),
+    P.ScalarType: lambda v, p: f"dtype {schema.ScalarType(v.v).name}",
+    P.Layout: lambda v, p: f"layout {schema.Layout(v.v).name}",
+    P.MemoryFormat: lambda v, p: f"memory_format {schema.MemoryFormat(v.v).name}",
+    P.Device: lambda v, p: f"device {v.kind}" + (f":{v.index}" if v.index is not None else ""),
+    P.Tensor: _tensor,
+    P.List: lambda v, p: "[" + ", ".join(f"%{i}" for i in v.items) + "]",
+    P.SymInt: lambda v, p: "SymInt" + (f" = e{v.expr}" if v.expr >= 0 else ""),
+    P.SymFloat: lambda v, p: "SymFloat",
+    P.SymBool: lambda v, p: "SymBool" + (f" = e{v.expr}" if v.expr >= 0 else ""),
+}
+
+
+def _kernel(ins: P.KernelCall, p: P.Program) -> str:
+    op = p.operators[ins.op]
+    outs = ", ".join("_" if o == -1 else f"%{o}" for o in ins.outs)
+    call = f"{op.name}.{op.overload}({', '.join(f'%{a}' for a in ins.args)})"
+    if ins.out_op >= 0:
+        call += f"  [out= .{p.operators[ins.out_op].overload}]"
+    return f"{outs} = {call}" if ins.outs else call
+
+
+def _jump(ins: P.JumpFalseCall, p: P.Program) -> str:
+    c = p.values[ins.cond]
+    if isinstance(c, P.Bool) and not c.v:
+        return f"jump -> {ins.target}"
+    return f"jump_false %{ins.cond} -> {ins.target}"
+
+
+_INSTRUCTIONS = {
+    P.KernelCall: _kernel,
+    P.MoveCall: lambda ins, p: f"%{ins.dst} = move %{ins.src}",
+    P.JumpFalseCall: _jump,
+    P.FreeCall: lambda ins, p: f"free %{ins.value}",
+    P.AllocCall: lambda ins, p: f"%{ins.value} = alloc",
+}
+assert set(_VALUES) == set(P.VALUE_TYPES) and set(_INSTRUCTIONS) == set(P.INSTRUCTION_TYPES)
 
 
 def render(p: P.Program) -> str:
@@ -115,9 +125,9 @@ def render(p: P.Program) -> str:
     names.update({s.value: f"{s.kind} {s.name}" + (" (mutable)" if s.mutable else "") for s in p.state})
     for i, v in enumerate(p.values):
         note = f"  # {names[i]}" if i in names else ""
-        lines.append(f"  %{i} = {_value(v, p)}{note}")
+        lines.append(f"  %{i} = {_VALUES[type(v)](v, p)}{note}")
     lines.append("instructions:")
-    lines += [f"  {pc}: {_instruction(ins, p)}" for pc, ins in enumerate(p.instructions)]
+    lines += [f"  {pc}: {_INSTRUCTIONS[type(ins)](ins, p)}" for pc, ins in enumerate(p.instructions)]
     lines.append(f"outputs: {', '.join(f'%{o}' for o in p.outputs)}")
     lines.append(summary(p))
     return "\n".join(lines) + "\n"

@@ -91,22 +91,21 @@ class _Validator:
 
     def values_table(self) -> None:
         for i, val in enumerate(self.p.values):
-            where = f"values[{i}]"
-            if isinstance(val, P.Tensor):
-                self.tensor(val, where)
-            elif isinstance(val, P.List):
-                for j, item in enumerate(val.items):
-                    # Items come first, so boxed lists cannot form cycles.
-                    if not 0 <= item < i:
-                        self.fail(f"{where}.items[{j}]", f"value {item} must precede the list itself")
-            elif isinstance(val, P.ScalarType) and val.v not in _SCALAR_TYPES:
-                self.fail(where, f"unknown scalar type {val.v}")
-            elif isinstance(val, P.Layout) and val.v not in _LAYOUTS:
-                self.fail(where, f"unknown layout {val.v}")
-            elif isinstance(val, P.MemoryFormat) and val.v not in _FORMATS:
-                self.fail(where, f"unknown memory format {val.v}")
-            elif isinstance(val, (P.SymInt, P.SymBool)) and not -1 <= val.expr < len(self.p.exprs):
-                self.fail(where, f"expression {val.expr} is out of range")
+            _VALUE_CHECKS[type(val)](self, val, i, f"values[{i}]")
+
+    def boxed(self, val: P.List, i: int, where: str) -> None:
+        for j, item in enumerate(val.items):
+            # Items come first, so boxed lists cannot form cycles.
+            if not 0 <= item < i:
+                self.fail(f"{where}.items[{j}]", f"value {item} must precede the list itself")
+
+    def enum(self, val: P.Value, allowed: frozenset[int], what: str, where: str) -> None:
+        if val.v not in allowed:
+            self.fail(where, f"unknown {what} {val.v}")
+
+    def sym(self, val: P.SymInt | P.SymBool, where: str) -> None:
+        if not -1 <= val.expr < len(self.p.exprs):
+            self.fail(where, f"expression {val.expr} is out of range")
 
     def tensor(self, t: P.Tensor, where: str) -> None:
         if t.dtype not in _SCALAR_TYPES:
@@ -137,29 +136,27 @@ class _Validator:
                 self.fail(f"operators[{i}]", f"{op.name!r}.{op.overload!r} is not an operator name")
 
     def instructions(self) -> None:
-        n_ops, n_ins = len(self.p.operators), len(self.p.instructions)
         for i, ins in enumerate(self.p.instructions):
-            where = f"instructions[{i}]"
-            if isinstance(ins, P.KernelCall):
-                if not 0 <= ins.op < n_ops or not -1 <= ins.out_op < n_ops:
-                    self.fail(where, f"operator {ins.op}/{ins.out_op} is out of range ({n_ops} operators)")
-                for j, a in enumerate(ins.args):
-                    self.value(a, f"{where}.args[{j}]")
-                for j, o in enumerate(ins.outs):
-                    self.value(o, f"{where}.outs[{j}]", allow_discard=True)
-            elif isinstance(ins, P.MoveCall):
-                self.value(ins.src, f"{where}.src")
-                self.value(ins.dst, f"{where}.dst")
-            elif isinstance(ins, P.JumpFalseCall):
-                self.value(ins.cond, f"{where}.cond")
-                if not 0 <= ins.target <= n_ins:
-                    self.fail(where, f"jump target {ins.target} is outside the {n_ins} instructions")
-            elif isinstance(ins, P.AllocCall):
-                self.value(ins.value, f"{where}.value")
-                if not isinstance(self.p.values[ins.value], P.Tensor):
-                    self.fail(where, "only tensors can be allocated")
-            else:
-                self.value(ins.value, f"{where}.value")
+            _INSTRUCTION_CHECKS[type(ins)](self, ins, f"instructions[{i}]")
+
+    def kernel(self, ins: P.KernelCall, where: str) -> None:
+        n_ops = len(self.p.operators)
+        if not 0 <= ins.op < n_ops or not -1 <= ins.out_op < n_ops:
+            self.fail(where, f"operator {ins.op}/{ins.out_op} is out of range ({n_ops} operators)")
+        for j, a in enumerate(ins.args):
+            self.value(a, f"{where}.args[{j}]")
+        for j, o in enumerate(ins.outs):
+            self.value(o, f"{where}.outs[{j}]", allow_discard=True)
+
+    def jump(self, ins: P.JumpFalseCall, where: str) -> None:
+        self.value(ins.cond, f"{where}.cond")
+        if not 0 <= ins.target <= len(self.p.instructions):
+            self.fail(where, f"jump target {ins.target} is outside the {len(self.p.instructions)} instructions")
+
+    def alloc(self, ins: P.AllocCall, where: str) -> None:
+        self.value(ins.value, f"{where}.value")
+        if not isinstance(self.p.values[ins.value], P.Tensor):
+            self.fail(where, "only tensors can be allocated")
 
     def signature(self) -> None:
         for i, inp in enumerate(self.p.inputs):
@@ -192,3 +189,29 @@ class _Validator:
                 verify_plan(self.p)
             except AssertionError as e:
                 self.fail("memory_plan", str(e))
+
+
+def _no_check(v: _Validator, val: P.Value, i: int, where: str) -> None:
+    return None
+
+
+_VALUE_CHECKS = {
+    **{t: _no_check for t in (P.NoneValue, P.Int, P.Float, P.Bool, P.String, P.IntList, P.FloatList, P.BoolList,
+                             P.StringList, P.Complex, P.Device, P.SymFloat)},
+    P.ScalarType: lambda v, val, i, w: v.enum(val, _SCALAR_TYPES, "scalar type", w),
+    P.Layout: lambda v, val, i, w: v.enum(val, _LAYOUTS, "layout", w),
+    P.MemoryFormat: lambda v, val, i, w: v.enum(val, _FORMATS, "memory format", w),
+    P.Tensor: lambda v, val, i, w: v.tensor(val, w),
+    P.List: lambda v, val, i, w: v.boxed(val, i, w),
+    P.SymInt: lambda v, val, i, w: v.sym(val, w),
+    P.SymBool: lambda v, val, i, w: v.sym(val, w),
+}
+_INSTRUCTION_CHECKS = {
+    P.KernelCall: _Validator.kernel,
+    P.MoveCall: lambda v, ins, w: (v.value(ins.src, f"{w}.src"), v.value(ins.dst, f"{w}.dst")),
+    P.JumpFalseCall: _Validator.jump,
+    P.FreeCall: lambda v, ins, w: v.value(ins.value, f"{w}.value"),
+    P.AllocCall: _Validator.alloc,
+}
+assert set(_VALUE_CHECKS) == set(P.VALUE_TYPES), "value checks are incomplete"
+assert set(_INSTRUCTION_CHECKS) == set(P.INSTRUCTION_TYPES), "instruction checks are incomplete"
