@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+import msgspec
+
 from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
@@ -52,8 +54,7 @@ def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payl
     em = _Emitter(program, weights, payload)
     p = em.run()
     if plan:
-        p = P.Program(**{f: getattr(p, f) for f in p.__struct_fields__ if f != "memory_plan"},
-                      memory_plan=plan_memory(p))
+        p = msgspec.structs.replace(p, memory_plan=plan_memory(p))
     return P.NativeProgram(p, em.b.segment.build())
 
 

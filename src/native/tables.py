@@ -10,8 +10,6 @@ from typing import Any
 
 import msgspec
 
-from serde.errors import UnsupportedConstructError
-
 from . import program as P
 from .container import SegmentBuilder
 from .exprs import compile_tree
@@ -119,9 +117,6 @@ class ProgramBuilder:
         j = self.instructions[pos]
         assert isinstance(j, P.JumpFalseCall)
         self.instructions[pos] = P.JumpFalseCall(j.cond, target)
-
-    def unsupported(self, where: str, what: str) -> UnsupportedConstructError:
-        return UnsupportedConstructError(f"{where}: {what}")
 
     def build(self, **extra: Any) -> P.Program:
         return P.Program(
