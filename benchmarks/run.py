@@ -24,7 +24,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,6 @@ class BenchCase:
     requires: str | None = None  # module that must be importable, else the case is skipped
     timed: bool = True  # takes --repeats
     timeout: float = 3600.0
-    notes: str = field(default="", compare=False)
 
 
 CASES: list[BenchCase] = [
@@ -123,7 +122,7 @@ def _available(case: BenchCase) -> bool:
 
 # ---------------------------------------------------------------- the table
 
-Row = tuple[str, str, str, str]  # metric, value, spread (median / cpu), bar
+Row = tuple[str, str, str, str]  # label, value, spread (median / cpu), metric key a bar may judge
 
 
 def _x(r: dict[str, float]) -> tuple[str, str]:
@@ -224,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.list:
         for c in CASES:
-            print(f"{c.name:22} {c.script} {' '.join(c.args)}")
+            bars = ", ".join(f"{b.metric} {b.text()} ({b.source})" for b in c.bars) or "no bar"
+            print(f"{c.name:20} {c.script} {' '.join(c.args)}\n{'':20} {bars}")
         return 0
     known = {c.name: c for c in CASES}
     names = a.only.split(",") if a.only else list(known)
