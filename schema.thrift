@@ -1,9 +1,13 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 1.0
+// SCHEMA_VERSION 2.0
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
+//   2.0  2026-11-22  Symbolic expressions are structured trees (Expr) instead of sympy-printed
+//                    strings: SymExpr.expr_str (id 10) is replaced by SymExpr.expr (id 30), and
+//                    range_constraints is a list of RangeConstraint{expr, min_val, max_val}.
+//                    Breaking; upgraders/v1_to_v2.py converts 1.x artifacts (fixtures/v1/).
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -80,10 +84,93 @@ union SymExprHint {
   30: double as_float;
 }
 
-// A symbolic expression printed in sympy's string syntax; parsed back by our own restricted parser.
+// Constants of the expression language.
+enum ExprConstant {
+  TRUE = 1,
+  FALSE = 2,
+  INFINITY = 3,
+  NEG_INFINITY = 4,
+  INT_INFINITY = 5,             // torch's int_oo: unbounded integer
+  NEG_INT_INFINITY = 6,
+  NAN = 7,
+  COMPLEX_INFINITY = 8,
+  // last used: 8
+}
+
+struct Rational {
+  10: i64 p;
+  20: i64 q;
+}
+
+// A unary function torch keeps opaque (OpaqueUnaryFn_<fn>): fn is one of sqrt, cos, cosh, sin,
+// sinh, tan, tanh, asin, acos, atan, exp, log, asinh, log2.
+struct OpaqueUnary {
+  10: string fn;
+  20: Expr arg;
+}
+
+// A symbolic expression as a tree (added 2.0). Symbols are named as torch names them (s0: backed
+// size, u0: unbacked int, zf0/zuf0: floats). Function members hold their operands in order;
+// piecewise holds (value, condition) pairs flattened: [v0, c0, v1, c1, ...].
+union Expr {
+  10: string symbol;
+  20: i64 integer;
+  30: double floating;
+  40: Rational rational;
+  50: ExprConstant constant;
+  60: OpaqueUnary opaque_unary;
+  100: list<Expr> add;
+  101: list<Expr> mul;
+  102: list<Expr> pow;
+  110: list<Expr> eq;
+  111: list<Expr> ne;
+  112: list<Expr> lt;
+  113: list<Expr> le;
+  114: list<Expr> gt;
+  115: list<Expr> ge;
+  120: list<Expr> logical_and;
+  121: list<Expr> logical_or;
+  122: list<Expr> logical_not;
+  123: list<Expr> ite;
+  124: list<Expr> piecewise;
+  130: list<Expr> abs;
+  131: list<Expr> floor;
+  132: list<Expr> ceiling;
+  200: list<Expr> floor_div;
+  201: list<Expr> mod;
+  202: list<Expr> python_mod;
+  203: list<Expr> clean_div;
+  204: list<Expr> ceil_div;
+  205: list<Expr> modular_indexing;
+  206: list<Expr> where;
+  207: list<Expr> ceil_to_int;
+  208: list<Expr> floor_to_int;
+  209: list<Expr> trunc_to_int;
+  210: list<Expr> trunc_to_float;
+  211: list<Expr> round_to_int;
+  212: list<Expr> round_decimal;
+  213: list<Expr> to_float;
+  214: list<Expr> int_true_div;
+  215: list<Expr> float_true_div;
+  216: list<Expr> pow_by_natural;
+  217: list<Expr> float_pow;
+  218: list<Expr> lshift;
+  219: list<Expr> rshift;
+  220: list<Expr> identity;
+  221: list<Expr> max;
+  222: list<Expr> min;
+  223: list<Expr> is_non_overlapping_and_dense;
+  224: list<Expr> bitwise_and;
+  225: list<Expr> bitwise_or;
+  226: list<Expr> bitwise_xor;
+  // last used: 226
+}
+
+// A symbolic expression with the value it had when the program was exported, if known.
 struct SymExpr {
-  10: string expr_str;
+  // 10: expr_str (string) until 1.x; retired in 2.0.
   20: optional SymExprHint hint;
+  30: Expr expr;                // added 2.0
 }
 
 union SymInt {
@@ -381,17 +468,18 @@ struct SchemaVersion {
   20: i64 minor;
 }
 
-// Inclusive bounds of a symbol; an unset bound is unbounded (int_oo).
+// Inclusive bounds of a symbol or derived expression; an unset bound is unbounded (int_oo).
 struct RangeConstraint {
   10: optional i64 min_val;
   20: optional i64 max_val;
+  30: Expr expr;                // added 2.0 (was the map key in 1.x)
 }
 
 // program.json
 struct ExportedProgram {
   10: GraphModule graph_module;
   20: map<string, i64> opset_version;
-  30: map<string, RangeConstraint> range_constraints;
+  30: list<RangeConstraint> range_constraints;   // 2.0: a list (was a map keyed by expression text)
   60: SchemaVersion schema_version;
   70: list<string> verifiers;
   80: string torch_version;

@@ -24,6 +24,7 @@ from typing import Any
 
 from serde import schema
 from serde.errors import MalformedArtifactError
+from serde.exprs import expr_from_text, ranges_by_text
 
 from .debuginfo import (
     DebugInfo,
@@ -76,7 +77,8 @@ def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
 
     syms = SymbolRenamer()
     plan.see_symbols(syms)
-    syms.see_remaining(program.range_constraints, "range_constraints")
+    ranges_in = ranges_by_text(program.range_constraints)
+    syms.see_remaining(ranges_in, "range_constraints")
 
     debug: dict[str, NodeDebug] | None = {} if keep_debug else None
     graph = plan.rewrite(syms, ModuleKeys(), debug, "")
@@ -96,11 +98,14 @@ def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
                 in_spec=s.in_spec, out_spec=s.out_spec, forward_arg_names=s.forward_arg_names,
             )
         mcg.append(schema.ModuleCallEntry(fqn=e.fqn, signature=s))
-    ranges = {syms.text(k, f"range_constraints[{k!r}]"): v for k, v in program.range_constraints.items()}
+    ranges = {syms.text(k, f"range_constraints[{k!r}]"): v for k, v in ranges_in.items()}
     out = schema.ExportedProgram(
         graph_module=schema.GraphModule(graph=graph, custom=gm.custom, signature=signature, module_call_graph=mcg),
         opset_version=dict(sorted(program.opset_version.items())),
-        range_constraints=dict(sorted(ranges.items())),
+        range_constraints=[
+            schema.RangeConstraint(min_val=v.min_val, max_val=v.max_val, expr=expr_from_text(k))
+            for k, v in sorted(ranges.items())
+        ],
         schema_version=program.schema_version,
         verifiers=program.verifiers,
         torch_version=program.torch_version,

@@ -56,6 +56,7 @@ import msgspec
 
 from serde import schema
 from serde.errors import MalformedArtifactError
+from serde.exprs import ranges_by_text
 
 from . import render as R
 
@@ -211,7 +212,7 @@ class _Differ:
         in_map = self.inputs(a.graph_module.signature, b.graph_module.signature, ga, gb)
         vmap = self.graph(ga, gb, in_map, "graph")
         self.outputs(a.graph_module.signature, b.graph_module.signature, ga, gb, vmap)
-        self.ranges(a.range_constraints, b.range_constraints)
+        self.ranges(ranges_by_text(a.range_constraints), ranges_by_text(b.range_constraints))
         self.call_graph(a.graph_module.module_call_graph, b.graph_module.module_call_graph, vmap)
 
     def _field(self, where: str, a: str, b: str) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from serde import schema
 from serde.errors import MalformedArtifactError
+from serde.exprs import expr_text, ranges_by_text
 
 __all__ = [
     "DTYPE_ABBREV",
@@ -142,7 +143,7 @@ def render_program(program: schema.ExportedProgram) -> list[str]:
     out += view.body_lines(INDENT)
     if program.range_constraints:
         out.append("range_constraints:")
-        out += [INDENT + range_line(k, r) for k, r in sorted_items(program.range_constraints)]
+        out += [INDENT + range_line(k, r) for k, r in sorted_items(ranges_by_text(program.range_constraints))]
     if gm.module_call_graph:
         out.append("module_call_graph:")
         out += [INDENT + module_call_line(e) for e in gm.module_call_graph]
@@ -553,11 +554,11 @@ def _scalar(v: object) -> str:
 
 
 def _symint(s: schema.SymInt) -> str:
-    return str(s.as_int) if s.as_expr is None else _text(s.as_expr.expr_str)
+    return str(s.as_int) if s.as_expr is None else _text(expr_text(s.as_expr.expr))
 
 
 def _symscalar(s: schema.SymFloat | schema.SymBool) -> str:
-    return _scalar(member(s)[1]) if s.as_expr is None else _text(s.as_expr.expr_str)
+    return _scalar(member(s)[1]) if s.as_expr is None else _text(expr_text(s.as_expr.expr))
 
 
 def _device(d: schema.Device) -> str:
@@ -680,7 +681,7 @@ def _is_contiguous(sizes: list[schema.SymInt], strides: list[schema.SymInt]) -> 
 
 
 def _key(x: schema.SymInt) -> int | str:
-    return x.as_int if x.as_expr is None else x.as_expr.expr_str
+    return x.as_int if x.as_expr is None else expr_text(x.as_expr.expr)
 
 
 @functools.lru_cache(maxsize=4096)  # a graph repeats a handful of shapes many times

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from serde import schema, wire
+from serde.exprs import expr_from_text, expr_text
 
 __all__ = [
     "Visitor", "argument_names", "rename_argument", "argument_key", "argument_subgraphs",
@@ -223,12 +224,14 @@ def output_leaves(outputs: list[schema.Argument]) -> list[tuple[int, str, str]]:
 # ---------------------------------------------------------------- symbolic values (symbol renaming)
 
 def _expr_kind(rename: Callable[[schema.SymExpr, Callable[[str], str]], schema.SymExpr]) -> _Kind:
-    return _Kind(lambda v: (v.expr_str,), rename, lambda v, ctx: v.expr_str)
+    return _Kind(lambda v: (expr_text(v.expr),), rename, lambda v, ctx: expr_text(v.expr))
 
 
 def _rename_expr(e: schema.SymExpr, f: Callable[[str], str]) -> schema.SymExpr:
-    new = f(e.expr_str)
-    return e if new == e.expr_str else schema.SymExpr(expr_str=new, hint=e.hint)
+    # Symbol renaming works on canonical text (commutative operands re-sorted by their text), and
+    # every canonical tree is re-read from that text, renamed or not, so that equal programs get
+    # equal trees whichever way their trees were built (from sympy, or parsed by an upgrader).
+    return schema.SymExpr(expr=expr_from_text(f(expr_text(e.expr))), hint=e.hint)
 
 
 _EXPR = _expr_kind(_rename_expr)

@@ -16,7 +16,7 @@ import msgspec
 __all__ = [
     "F64", "Id", "Struct", "Union", "to_f64", "from_f64",
     "ScalarType", "Layout", "MemoryFormat", "ArgumentKind",
-    "Device", "SymExprHint", "SymExpr", "SymInt", "SymFloat", "SymBool", "TensorMeta",
+    "Device", "SymExprHint", "ExprConstant", "Rational", "OpaqueUnary", "Expr", "SymExpr", "SymInt", "SymFloat", "SymBool", "TensorMeta",
     "SymIntArgument", "SymFloatArgument", "SymBoolArgument", "TensorArgument", "TokenArgument",
     "OptionalTensorArgument", "GraphArgument", "CustomObjArgument", "ComplexValue", "Argument",
     "NamedArgument", "ModuleStackEntry", "SourceFn", "NodeMetadata", "Node", "Graph",
@@ -160,9 +160,83 @@ class SymExprHint(Union, kw_only=True):
     as_float: Annotated[Optional[F64], Id(30)] = None
 
 
+class ExprConstant(enum.IntEnum):
+    TRUE = 1
+    FALSE = 2
+    INFINITY = 3
+    NEG_INFINITY = 4
+    INT_INFINITY = 5
+    NEG_INT_INFINITY = 6
+    NAN = 7
+    COMPLEX_INFINITY = 8
+
+
+class Rational(Struct, kw_only=True):
+    p: Annotated[int, Id(10)]
+    q: Annotated[int, Id(20)]
+
+
+class OpaqueUnary(Struct, kw_only=True):
+    fn: Annotated[str, Id(10)]
+    arg: Annotated[Expr, Id(20)]
+
+
+class Expr(Union, kw_only=True):
+    symbol: Annotated[Optional[str], Id(10)] = None
+    integer: Annotated[Optional[int], Id(20)] = None
+    floating: Annotated[Optional[F64], Id(30)] = None
+    rational: Annotated[Optional[Rational], Id(40)] = None
+    constant: Annotated[Optional[ExprConstant], Id(50)] = None
+    opaque_unary: Annotated[Optional[OpaqueUnary], Id(60)] = None
+    add: Annotated[Optional[list[Expr]], Id(100)] = None
+    mul: Annotated[Optional[list[Expr]], Id(101)] = None
+    pow: Annotated[Optional[list[Expr]], Id(102)] = None
+    eq: Annotated[Optional[list[Expr]], Id(110)] = None
+    ne: Annotated[Optional[list[Expr]], Id(111)] = None
+    lt: Annotated[Optional[list[Expr]], Id(112)] = None
+    le: Annotated[Optional[list[Expr]], Id(113)] = None
+    gt: Annotated[Optional[list[Expr]], Id(114)] = None
+    ge: Annotated[Optional[list[Expr]], Id(115)] = None
+    logical_and: Annotated[Optional[list[Expr]], Id(120)] = None
+    logical_or: Annotated[Optional[list[Expr]], Id(121)] = None
+    logical_not: Annotated[Optional[list[Expr]], Id(122)] = None
+    ite: Annotated[Optional[list[Expr]], Id(123)] = None
+    piecewise: Annotated[Optional[list[Expr]], Id(124)] = None
+    abs: Annotated[Optional[list[Expr]], Id(130)] = None
+    floor: Annotated[Optional[list[Expr]], Id(131)] = None
+    ceiling: Annotated[Optional[list[Expr]], Id(132)] = None
+    floor_div: Annotated[Optional[list[Expr]], Id(200)] = None
+    mod: Annotated[Optional[list[Expr]], Id(201)] = None
+    python_mod: Annotated[Optional[list[Expr]], Id(202)] = None
+    clean_div: Annotated[Optional[list[Expr]], Id(203)] = None
+    ceil_div: Annotated[Optional[list[Expr]], Id(204)] = None
+    modular_indexing: Annotated[Optional[list[Expr]], Id(205)] = None
+    where: Annotated[Optional[list[Expr]], Id(206)] = None
+    ceil_to_int: Annotated[Optional[list[Expr]], Id(207)] = None
+    floor_to_int: Annotated[Optional[list[Expr]], Id(208)] = None
+    trunc_to_int: Annotated[Optional[list[Expr]], Id(209)] = None
+    trunc_to_float: Annotated[Optional[list[Expr]], Id(210)] = None
+    round_to_int: Annotated[Optional[list[Expr]], Id(211)] = None
+    round_decimal: Annotated[Optional[list[Expr]], Id(212)] = None
+    to_float: Annotated[Optional[list[Expr]], Id(213)] = None
+    int_true_div: Annotated[Optional[list[Expr]], Id(214)] = None
+    float_true_div: Annotated[Optional[list[Expr]], Id(215)] = None
+    pow_by_natural: Annotated[Optional[list[Expr]], Id(216)] = None
+    float_pow: Annotated[Optional[list[Expr]], Id(217)] = None
+    lshift: Annotated[Optional[list[Expr]], Id(218)] = None
+    rshift: Annotated[Optional[list[Expr]], Id(219)] = None
+    identity: Annotated[Optional[list[Expr]], Id(220)] = None
+    max: Annotated[Optional[list[Expr]], Id(221)] = None
+    min: Annotated[Optional[list[Expr]], Id(222)] = None
+    is_non_overlapping_and_dense: Annotated[Optional[list[Expr]], Id(223)] = None
+    bitwise_and: Annotated[Optional[list[Expr]], Id(224)] = None
+    bitwise_or: Annotated[Optional[list[Expr]], Id(225)] = None
+    bitwise_xor: Annotated[Optional[list[Expr]], Id(226)] = None
+
+
 class SymExpr(Struct, kw_only=True):
-    expr_str: Annotated[str, Id(10)]
     hint: Annotated[Optional[SymExprHint], Id(20)] = None
+    expr: Annotated[Expr, Id(30)]
 
 
 class SymInt(Union, kw_only=True):
@@ -459,12 +533,13 @@ class SchemaVersion(Struct, kw_only=True):
 class RangeConstraint(Struct, kw_only=True):
     min_val: Annotated[Optional[int], Id(10)] = None
     max_val: Annotated[Optional[int], Id(20)] = None
+    expr: Annotated[Expr, Id(30)]
 
 
 class ExportedProgram(Struct, kw_only=True):
     graph_module: Annotated[GraphModule, Id(10)]
     opset_version: Annotated[dict[str, int], Id(20)]
-    range_constraints: Annotated[dict[str, RangeConstraint], Id(30)]
+    range_constraints: Annotated[list[RangeConstraint], Id(30)]
     schema_version: Annotated[SchemaVersion, Id(60)]
     verifiers: Annotated[list[str], Id(70)]
     torch_version: Annotated[str, Id(80)]

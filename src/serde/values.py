@@ -17,9 +17,10 @@ from torch.fx.experimental import symbolic_shapes
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from . import schema, symbolic
+from . import schema
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 from .errors import MalformedArtifactError, UnsupportedConstructError
+from .exprs import expr_from_sympy, expr_key, expr_text, expr_to_tree
 
 __all__ = [
     "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
@@ -42,7 +43,7 @@ def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.Sym
             return schema.SymInt(as_int=int(expr))
         hint = v.node.hint
         return schema.SymInt(as_expr=schema.SymExpr(
-            expr_str=symbolic.print_expr(expr),
+            expr=expr_from_sympy(expr, where=where),
             hint=None if hint is None else schema.SymExprHint(as_int=int(hint)),
         ))
     raise UnsupportedConstructError(f"{where}: expected an int or SymInt, got {type(v).__name__}")
@@ -57,7 +58,7 @@ def serialize_sym_float(v: float | torch.SymFloat, where: str = "value") -> sche
             return schema.SymFloat(as_float=schema.to_f64(float(expr)))
         hint = v.node.hint
         return schema.SymFloat(as_expr=schema.SymExpr(
-            expr_str=symbolic.print_expr(expr),
+            expr=expr_from_sympy(expr, where=where),
             hint=None if hint is None else schema.SymExprHint(as_float=schema.to_f64(float(hint))),
         ))
     raise UnsupportedConstructError(f"{where}: expected a float or SymFloat, got {type(v).__name__}")
@@ -72,7 +73,7 @@ def serialize_sym_bool(v: bool | torch.SymBool, where: str = "value") -> schema.
             return schema.SymBool(as_bool=bool(expr))
         hint = v.node.hint
         return schema.SymBool(as_expr=schema.SymExpr(
-            expr_str=symbolic.print_expr(expr),
+            expr=expr_from_sympy(expr, where=where),
             hint=None if hint is None else schema.SymExprHint(as_bool=bool(hint)),
         ))
     raise UnsupportedConstructError(f"{where}: expected a bool or SymBool, got {type(v).__name__}")
@@ -115,13 +116,15 @@ def _bound(v: Any, is_lower: bool) -> int | None:
     return int(f)
 
 
-def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> dict[str, schema.RangeConstraint]:
-    return {
-        symbolic.print_expr(k): schema.RangeConstraint(
-            min_val=_bound(v.lower, True), max_val=_bound(v.upper, False)
+def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[schema.RangeConstraint]:
+    out = [
+        schema.RangeConstraint(
+            expr=expr_from_sympy(k, where="range_constraints"),
+            min_val=_bound(v.lower, True), max_val=_bound(v.upper, False),
         )
         for k, v in rc.items()
-    }
+    ]
+    return sorted(out, key=lambda r: expr_text(r.expr))
 
 
 # ---------------------------------------------------------------- reading
@@ -139,7 +142,7 @@ _ASSUMPTIONS = {
 class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
 
-    def __init__(self, range_constraints: dict[str, schema.RangeConstraint]) -> None:
+    def __init__(self, range_constraints: list[schema.RangeConstraint]) -> None:
         self.shape_env = symbolic_shapes.ShapeEnv(assume_static_by_default=True)
         self.fake_mode = FakeTensorMode(
             allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.shape_env
@@ -151,7 +154,8 @@ class SymbolicContext:
         self._serialized_ranges = range_constraints
         self._ranges: dict[str, ValueRanges] = {}
         max_unbacked = {"u": -1, "zuf": -1}
-        for key, rc in range_constraints.items():
+        for rc in range_constraints:
+            key = expr_text(rc.expr, where="range_constraints")
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
             hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
             self._ranges[key] = ValueRanges(lo, hi)
@@ -182,11 +186,14 @@ class SymbolicContext:
             self.unbacked_symbols.add(sym)
         return sym
 
-    def expr(self, text: str, where: str) -> sympy.Basic:
-        e = self._exprs.get(text)
-        if e is None:
-            e = self._exprs[text] = symbolic.parse_expr(text, self.symbol, where=where)
-        return e
+    def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
+        key = expr_key(e, where=where)
+        out = self._exprs.get(key)
+        if out is None:
+            from .symbolic import tree_to_sympy
+
+            out = self._exprs[key] = tree_to_sympy(expr_to_tree(e, where=where), self.symbol, where=where)
+        return out
 
     def _hint(self, expr: sympy.Basic, hint: Any) -> Any:
         """Record the example value of backed symbols; return the hint to attach to the SymNode."""
@@ -215,7 +222,7 @@ class SymbolicContext:
         if s.as_int is not None:
             return s.as_int
         e = s.as_expr
-        expr = self.expr(e.expr_str, where)
+        expr = self.expr(e.expr, where)
         hint = self._hint(expr, None if e.hint is None else e.hint.value)
         if isinstance(expr, sympy.Integer):
             return int(expr)
@@ -225,7 +232,7 @@ class SymbolicContext:
         if s.as_expr is None:
             return schema.from_f64(s.as_float)
         e = s.as_expr
-        expr = self.expr(e.expr_str, where)
+        expr = self.expr(e.expr, where)
         hint = None if e.hint is None else schema.from_f64(e.hint.value)
         if symbolic_shapes.free_unbacked_symbols(expr):
             hint = None
@@ -234,7 +241,7 @@ class SymbolicContext:
     def sym_bool(self, s: schema.SymBool, where: str) -> bool | torch.SymBool:
         if s.as_expr is None:
             return s.as_bool
-        return self.shape_env.create_symboolnode(self.expr(s.as_expr.expr_str, where))
+        return self.shape_env.create_symboolnode(self.expr(s.as_expr.expr, where))
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
         """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""
@@ -261,6 +268,6 @@ class SymbolicContext:
 
     def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:
         out: dict[sympy.Basic, ValueRanges] = {}
-        for key in self._serialized_ranges:
-            out[self.expr(key, f"{where}[{key!r}]")] = self._ranges[key]
+        for i, rc in enumerate(self._serialized_ranges):
+            out[self.expr(rc.expr, f"{where}[{i}]")] = self._ranges[expr_text(rc.expr)]
         return out

@@ -17,6 +17,8 @@ T = TypeVar("T")
 _encoder = msgspec.json.Encoder(order="deterministic")
 _decoders: dict[type, msgspec.json.Decoder] = {}
 _raw_decoder = msgspec.json.Decoder()
+_TOO_DEEP = ("{where}: JSON nested too deeply to decode; no artifact pt2serde writes comes close, "
+             "so the file is damaged or hostile")
 
 
 def encode(obj: Any) -> bytes:
@@ -38,6 +40,8 @@ def decode(data: bytes | str, type_: type[T], *, where: str = "artifact") -> T:
         ) from None
     except msgspec.DecodeError as e:
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except RecursionError:
+        raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
 
 
 def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
@@ -46,6 +50,8 @@ def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
         return _raw_decoder.decode(data)
     except msgspec.DecodeError as e:
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except RecursionError:
+        raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
 
 
 def to_builtins(obj: Any) -> Any:

@@ -20,6 +20,7 @@ import torch
 import serde
 from canonical import render as R
 from serde.artifact import read_artifact
+from serde.exprs import ranges_by_text
 
 PT2SERDE = Path(sys.executable).parent / "pt2serde"
 
@@ -132,7 +133,7 @@ def test_show_prints_the_real_program(tmp_path):
     for name, t in Stack().state_dict().items():
         assert any(ln.startswith(f"  {name}: f32[{', '.join(map(str, t.shape))}]") for ln in lines), name
     # the batch dimension is symbolic, with its range
-    (sym, rc), = art.program.range_constraints.items()
+    (sym, rc), = ranges_by_text(art.program.range_constraints).items()
     assert f"  {sym}: [{rc.min_val}, {rc.max_val}]" in lines and (rc.min_val, rc.max_val) == (2, 64)
     assert f"  user_input x: f32[{sym}, 16]" in lines
     bare = subprocess.run([str(PT2SERDE), "show", "--no-weights", str(path)], check=True, capture_output=True,

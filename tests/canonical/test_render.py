@@ -17,6 +17,7 @@ from canonical.diff import diff
 from serde import schema as s
 from serde.artifact import read_artifact
 from serde.errors import MalformedArtifactError
+from serde.exprs import expr_from_text
 from serde.zoo import CASES, export_case
 
 POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
@@ -26,7 +27,12 @@ POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
 
 
 def si(v):
-    return s.SymInt(as_int=v) if isinstance(v, int) else s.SymInt(as_expr=s.SymExpr(expr_str=v))
+    return s.SymInt(as_int=v) if isinstance(v, int) else s.SymInt(as_expr=s.SymExpr(expr=expr_from_text(v)))
+
+
+def ranges_list(ranges: dict[str, tuple[int | None, int | None]]) -> list[s.RangeConstraint]:
+    """``{expression text: (min, max)}`` -> the schema's list of RangeConstraint."""
+    return [s.RangeConstraint(min_val=lo, max_val=hi, expr=expr_from_text(k)) for k, (lo, hi) in ranges.items()]
 
 
 def meta(sizes, strides=None, dtype=s.ScalarType.FLOAT, rg=False, offset=0, device="cpu"):
@@ -67,8 +73,8 @@ def program(g, input_specs, output_specs, ranges=None, call_graph=None):
         graph_module=s.GraphModule(graph=g, signature=s.GraphSignature(input_specs=input_specs,
                                                                         output_specs=output_specs),
                                    module_call_graph=call_graph or []),
-        opset_version={"aten": 10}, range_constraints=ranges or {},
-        schema_version=s.SchemaVersion(major=1, minor=0), verifiers=[], torch_version="2.13.0")
+        opset_version={"aten": 10}, range_constraints=ranges_list(ranges or {}),
+        schema_version=s.SchemaVersion(major=2, minor=0), verifiers=[], torch_version="2.13.0")
 
 
 def user_in(n):
@@ -102,7 +108,7 @@ def mlp():
     g = graph(["p_w", "p_b", "x"], nodes, ["v", "i", "t"], tv, {"sym_size_int": si("s0")})
     return program(g, [param("p_w", "fc.weight"), param("p_b", "fc.bias"), user_in("x")],
                    [user_out("v"), user_out("i"), user_out("t")],
-                   ranges={"s0": s.RangeConstraint(min_val=2, max_val=1024)})
+                   ranges={"s0": (2, 1024)})
 
 
 def weights():
@@ -129,7 +135,7 @@ def chain(n, insert_at=None):
         nodes.append(node(name, "torch.ops.aten.sin.default", [arg("self", T(prev))]))
         prev = name
     return program(graph(["x"], nodes, [prev], tv, single=True), [user_in("x")], [user_out(prev)],
-                   ranges={"s0": s.RangeConstraint(min_val=2)})
+                   ranges={"s0": (2, None)})
 
 
 # ---------------------------------------------------------------- the text
@@ -138,7 +144,7 @@ def chain(n, insert_at=None):
 def test_show_text_of_small_program():
     text = R.render(mlp(), weights())
     lines = text.splitlines()
-    assert lines[0] == "# pt2serde program: schema 1.0, torch 2.13.0"
+    assert lines[0] == "# pt2serde program: schema 2.0, torch 2.13.0"
     assert "  parameter p_w: f32[8, 4] requires_grad <- fc.weight" in lines
     assert "  user_input x: f32[s0, 4]" in lines
     assert "  user_output i: i64[s0, 2]" in lines
@@ -178,7 +184,8 @@ def test_symbolic_strides_are_elided_only_when_row_major():
     assert R.render_tensor_meta(meta(["s0", 4], [1, "s0"])) == "f32[s0, 4] stride=[1, s0]"
     assert R.render_tensor_meta(meta([4, "s0 + 1"], [1, 4])) == "f32[4, s0 + 1] stride=[1, 4]"
     assert R.render_tensor_meta(meta([4, "s0 + 1"], ["s0 + 2", 1])) == "f32[4, s0 + 1] stride=[s0 + 2, 1]"
-    assert R.render_tensor_meta(meta([4, "s0/2"], ["s0/2", 1])) == "f32[4, s0/2] stride=[s0/2, 1]"
+    assert R.render_tensor_meta(meta([4, "FloorDiv(s0, 2)"], ["FloorDiv(s0, 2)", 1])) == \
+        "f32[4, FloorDiv(s0, 2)] stride=[FloorDiv(s0, 2), 1]"
     assert R.render_tensor_meta(meta([4, 4], offset=3)) == "f32[4, 4] offset=3"
     assert R.render_tensor_meta(meta([4], device="cuda")) == "f32[4] device=cuda"
     assert R.render_tensor_meta(meta([], rg=True), full=True) == "f32[] requires_grad"
@@ -287,8 +294,8 @@ def test_subgraphs_are_indented_under_their_node():
 
 
 def test_ranges_sort_naturally_and_print_unbounded_ends():
-    p = msgspec.structs.replace(mlp(), range_constraints={
-        "s10": s.RangeConstraint(min_val=0), "s2": s.RangeConstraint(max_val=8), "s1": s.RangeConstraint()})
+    p = msgspec.structs.replace(mlp(), range_constraints=ranges_list({
+        "s10": (0, None), "s2": (None, 8), "s1": (None, None)}))
     lines = R.render(p).splitlines()
     i = lines.index("range_constraints:")
     assert lines[i + 1:i + 4] == ["  s1: [-int_oo, int_oo]", "  s2: [-int_oo, 8]", "  s10: [0, int_oo]"]

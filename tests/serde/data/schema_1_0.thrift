@@ -1,0 +1,452 @@
+// pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
+//
+// SCHEMA_VERSION 1.0
+//
+// Version history (date, change, compatibility):
+//   1.0  2026-11-22  First release.
+//
+// Rules (enforced by `pt2serde schema check`):
+//   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
+//   * Enum values are explicit and never reused.
+//   * Unions are written as single-key JSON objects: {"as_tensor": {"name": "x"}}.
+//   * A `double` that is nan, inf or -inf is written as the JSON string "nan", "inf" or "-inf".
+//   * Optional fields are omitted from JSON when unset; readers ignore fields they do not know.
+//   * A new optional field, union member or enum value is a minor bump; anything else is major.
+
+namespace py serde.schema
+
+enum ScalarType {
+  UNKNOWN = 0,
+  BYTE = 1,
+  CHAR = 2,
+  SHORT = 3,
+  INT = 4,
+  LONG = 5,
+  HALF = 6,
+  FLOAT = 7,
+  DOUBLE = 8,
+  COMPLEXHALF = 9,
+  COMPLEXFLOAT = 10,
+  COMPLEXDOUBLE = 11,
+  BOOL = 12,
+  BFLOAT16 = 13,
+  UINT16 = 28,
+  FLOAT8E4M3FN = 29,
+  FLOAT8E5M2 = 30,
+  FLOAT8E4M3FNUZ = 31,
+  FLOAT8E5M2FNUZ = 32,
+  FLOAT8E8M0FNU = 33,
+  UINT32 = 34,
+  UINT64 = 35,
+  // last used: 35
+}
+
+enum Layout {
+  Unknown = 0,
+  SparseCoo = 1,
+  SparseCsr = 2,
+  SparseCsc = 3,
+  SparseBsr = 4,
+  SparseBsc = 5,
+  _mkldnn = 6,
+  Strided = 7,
+  // last used: 7
+}
+
+enum MemoryFormat {
+  Unknown = 0,
+  ContiguousFormat = 1,
+  ChannelsLast = 2,
+  ChannelsLast3d = 3,
+  PreserveFormat = 4,
+  // last used: 4
+}
+
+enum ArgumentKind {
+  UNKNOWN = 0,
+  POSITIONAL = 1,
+  KEYWORD = 2,
+  // last used: 2
+}
+
+struct Device {
+  10: string type;
+  20: optional i64 index;
+}
+
+union SymExprHint {
+  10: i64 as_int;
+  20: bool as_bool;
+  30: double as_float;
+}
+
+// A symbolic expression printed in sympy's string syntax; parsed back by our own restricted parser.
+struct SymExpr {
+  10: string expr_str;
+  20: optional SymExprHint hint;
+}
+
+union SymInt {
+  10: SymExpr as_expr;
+  20: i64 as_int;
+}
+
+union SymFloat {
+  10: SymExpr as_expr;
+  20: double as_float;
+}
+
+union SymBool {
+  10: SymExpr as_expr;
+  20: bool as_bool;
+}
+
+struct TensorMeta {
+  10: ScalarType dtype;
+  20: list<SymInt> sizes;
+  30: bool requires_grad;
+  40: Device device;
+  50: list<SymInt> strides;
+  60: SymInt storage_offset;
+  70: Layout layout;
+}
+
+union SymIntArgument {
+  10: string as_name;
+  20: i64 as_int;
+}
+
+union SymFloatArgument {
+  10: string as_name;
+  20: double as_float;
+}
+
+union SymBoolArgument {
+  10: string as_name;
+  20: bool as_bool;
+}
+
+struct TensorArgument {
+  10: string name;
+}
+
+struct TokenArgument {
+  10: string name;
+}
+
+union OptionalTensorArgument {
+  10: bool as_none;
+  20: TensorArgument as_tensor;
+}
+
+// A subgraph of a higher-order op (cond branches, map bodies, ...), stored inline.
+struct GraphArgument {
+  10: string name;
+  20: Graph graph;
+}
+
+struct CustomObjArgument {
+  10: string name;
+  20: string class_fqn;
+}
+
+struct ComplexValue {
+  10: double real;
+  20: double imag;
+}
+
+// Every value a graph can carry.
+union Argument {
+  10: bool as_none;
+  20: TensorArgument as_tensor;
+  30: list<TensorArgument> as_tensors;
+  50: i64 as_int;
+  70: list<i64> as_ints;
+  80: double as_float;
+  90: list<double> as_floats;
+  100: string as_string;
+  101: list<string> as_strings;
+  110: SymIntArgument as_sym_int;
+  120: list<SymIntArgument> as_sym_ints;
+  130: ScalarType as_scalar_type;
+  140: MemoryFormat as_memory_format;
+  150: Layout as_layout;
+  160: Device as_device;
+  170: bool as_bool;
+  180: list<bool> as_bools;
+  182: SymBoolArgument as_sym_bool;
+  184: list<SymBoolArgument> as_sym_bools;
+  190: list<OptionalTensorArgument> as_optional_tensors;
+  200: GraphArgument as_graph;
+  210: CustomObjArgument as_custom_obj;
+  220: string as_operator;
+  230: SymFloatArgument as_sym_float;
+  240: list<SymFloatArgument> as_sym_floats;
+  250: OptionalTensorArgument as_optional_tensor;
+  260: ComplexValue as_complex;
+  270: list<list<TensorArgument>> as_nested_tensors;
+  280: list<list<i64>> as_int_lists;
+  290: map<string, Argument> as_string_to_argument;
+  300: list<list<double>> as_float_lists;
+  // last used: 300
+}
+
+struct NamedArgument {
+  10: string name;
+  20: Argument arg;
+  30: optional ArgumentKind kind;
+}
+
+// nn_module_stack entry: key -> (module path, module type name).
+struct ModuleStackEntry {
+  10: string key;
+  20: string path;
+  30: optional string type_name;
+}
+
+// source_fn_stack / torch_fn entry: (name, function or class qualified name).
+struct SourceFn {
+  10: string name;
+  20: string target;
+}
+
+struct NodeMetadata {
+  10: optional string stack_trace;
+  20: optional list<ModuleStackEntry> nn_module_stack;
+  30: optional list<SourceFn> source_fn_stack;
+  40: optional SourceFn torch_fn;
+  50: optional string custom;          // JSON text of node.meta["custom"], keys sorted
+  60: optional string from_node;       // JSON text of node.meta["from_node"] provenance (debug only)
+}
+
+struct Node {
+  10: string target;
+  20: list<NamedArgument> inputs;
+  30: list<Argument> outputs;
+  40: NodeMetadata metadata;
+  50: optional bool is_hop_single_tensor_return;
+  60: string name;
+}
+
+struct Graph {
+  10: list<Argument> inputs;
+  20: list<Argument> outputs;
+  30: list<Node> nodes;
+  40: map<string, TensorMeta> tensor_values;
+  50: map<string, SymInt> sym_int_values;
+  60: map<string, SymBool> sym_bool_values;
+  70: bool is_single_tensor_return;
+  80: map<string, CustomObjArgument> custom_obj_values;
+  90: map<string, SymFloat> sym_float_values;
+}
+
+struct UserInputSpec {
+  10: Argument arg;
+}
+
+union ConstantValue {
+  10: bool as_none;
+  20: i64 as_int;
+  30: double as_float;
+  40: string as_string;
+  50: bool as_bool;
+}
+
+struct InputToConstantInputSpec {
+  10: string name;
+  20: ConstantValue value;
+}
+
+struct InputToParameterSpec {
+  10: TensorArgument arg;
+  20: string parameter_name;
+}
+
+struct InputToBufferSpec {
+  10: TensorArgument arg;
+  20: string buffer_name;
+  30: bool persistent;
+}
+
+struct InputToTensorConstantSpec {
+  10: TensorArgument arg;
+  20: string tensor_constant_name;
+}
+
+struct InputToCustomObjSpec {
+  10: CustomObjArgument arg;
+  20: string custom_obj_name;
+}
+
+struct InputTokenSpec {
+  10: TokenArgument arg;
+}
+
+union InputSpec {
+  10: UserInputSpec user_input;
+  20: InputToParameterSpec parameter;
+  30: InputToBufferSpec buffer;
+  40: InputToTensorConstantSpec tensor_constant;
+  50: InputToCustomObjSpec custom_obj;
+  60: InputToConstantInputSpec constant_input;
+  70: InputTokenSpec token;
+  // last used: 70
+}
+
+struct UserOutputSpec {
+  10: Argument arg;
+}
+
+struct LossOutputSpec {
+  10: TensorArgument arg;
+}
+
+struct BufferMutationSpec {
+  10: TensorArgument arg;
+  20: string buffer_name;
+}
+
+struct ParameterMutationSpec {
+  10: TensorArgument arg;
+  20: string parameter_name;
+}
+
+struct GradientToParameterSpec {
+  10: TensorArgument arg;
+  20: string parameter_name;
+}
+
+struct GradientToUserInputSpec {
+  10: TensorArgument arg;
+  20: string user_input_name;
+}
+
+struct UserInputMutationSpec {
+  10: TensorArgument arg;
+  20: string user_input_name;
+}
+
+struct OutputTokenSpec {
+  10: TokenArgument arg;
+}
+
+union OutputSpec {
+  10: UserOutputSpec user_output;
+  20: LossOutputSpec loss_output;
+  30: BufferMutationSpec buffer_mutation;
+  40: GradientToParameterSpec gradient_to_parameter;
+  50: GradientToUserInputSpec gradient_to_user_input;
+  60: UserInputMutationSpec user_input_mutation;
+  70: OutputTokenSpec token;
+  80: ParameterMutationSpec parameter_mutation;
+  // last used: 80
+}
+
+struct GraphSignature {
+  10: list<InputSpec> input_specs;
+  20: list<OutputSpec> output_specs;
+}
+
+// A pytree spec. `type` is a builtin container name ("tuple", "list", "dict", "namedtuple",
+// "OrderedDict", "defaultdict", "deque", "None") or the serialized name of a registered type;
+// a leaf has type "*". `context` is JSON text (dict keys, namedtuple fields, ...).
+struct TreeSpec {
+  10: string type;
+  20: optional string context;
+  30: list<TreeSpec> children = [];
+}
+
+struct ModuleCallSignature {
+  10: list<Argument> inputs;
+  20: list<Argument> outputs;
+  30: TreeSpec in_spec;
+  40: TreeSpec out_spec;
+  50: optional list<string> forward_arg_names;
+}
+
+struct ModuleCallEntry {
+  10: string fqn;
+  30: optional ModuleCallSignature signature;
+}
+
+struct GraphModule {
+  10: Graph graph;
+  40: optional string custom;          // JSON text of graph_module.meta["custom"]
+  50: GraphSignature signature;
+  60: list<ModuleCallEntry> module_call_graph;
+}
+
+struct SchemaVersion {
+  10: i64 major;
+  20: i64 minor;
+}
+
+// Inclusive bounds of a symbol; an unset bound is unbounded (int_oo).
+struct RangeConstraint {
+  10: optional i64 min_val;
+  20: optional i64 max_val;
+}
+
+// program.json
+struct ExportedProgram {
+  10: GraphModule graph_module;
+  20: map<string, i64> opset_version;
+  30: map<string, RangeConstraint> range_constraints;
+  60: SchemaVersion schema_version;
+  70: list<string> verifiers;
+  80: string torch_version;
+}
+
+// ---- weights.json: tensors stored as raw bytes in content-addressed archive members ----
+
+// One storage; tensors that share it (tied weights, views) stay aliased after load.
+struct Storage {
+  10: string sha256;                   // member name is "data/<sha256>"
+  20: i64 nbytes;
+}
+
+struct StoredTensor {
+  10: ScalarType dtype;
+  20: list<i64> sizes;
+  30: list<i64> strides;
+  40: i64 storage_offset;              // in elements of dtype
+  50: i64 storage;                     // index into Weights.storages
+  60: bool requires_grad;
+}
+
+union ExampleLeaf {
+  10: bool as_none;
+  20: StoredTensor as_tensor;
+  30: i64 as_int;
+  40: double as_float;
+  50: bool as_bool;
+  60: string as_string;
+}
+
+// (args, kwargs) flattened with a pytree spec.
+struct ExampleInputs {
+  10: TreeSpec spec;
+  20: list<ExampleLeaf> leaves;
+}
+
+struct Weights {
+  10: list<Storage> storages;
+  20: map<string, StoredTensor> state_dict;
+  30: map<string, StoredTensor> constants;
+  40: optional ExampleInputs example_inputs;
+}
+
+// ---- manifest.json ----
+
+struct Member {
+  10: string sha256;
+  20: i64 size;
+}
+
+struct Manifest {
+  10: string format;                   // always "pt2serde"
+  20: i64 format_version;              // archive layout version
+  30: SchemaVersion schema_version;
+  40: string torch_version;            // torch that wrote the artifact (informational)
+  50: map<string, Member> members;
+}
