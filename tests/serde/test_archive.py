@@ -369,14 +369,14 @@ def test_failed_save_removes_its_temp_file(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- pt2serde check
 
 
-def _check_members(schema_version: tuple[int, int] = (1, 0)) -> dict[str, bytes]:
+def _check_members(schema_version: tuple[int, int] = SCHEMA_VERSION) -> dict[str, bytes]:
     graph = schema.Graph(inputs=[], outputs=[], nodes=[], tensor_values={}, sym_int_values={},
                          sym_bool_values={}, is_single_tensor_return=False, custom_obj_values={},
                          sym_float_values={})
     program = schema.ExportedProgram(
         graph_module=schema.GraphModule(graph=graph, signature=schema.GraphSignature(input_specs=[], output_specs=[]),
                                         module_call_graph=[]),
-        opset_version={}, range_constraints={},
+        opset_version={}, range_constraints=[],
         schema_version=schema.SchemaVersion(major=schema_version[0], minor=schema_version[1]),
         verifiers=[], torch_version=TORCH)
     name_a, a = _payload(bytes(range(64)))
@@ -392,27 +392,27 @@ def _check_members(schema_version: tuple[int, int] = (1, 0)) -> dict[str, bytes]
 
 def test_check_reports_versions_and_sizes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "ok.pt2s"
-    write_archive(path, _check_members(), schema_version=(1, 0), torch_version=TORCH)
+    write_archive(path, _check_members(), schema_version=SCHEMA_VERSION, torch_version=TORCH)
     report = cmd_check.verify(path)
-    assert (report.format_version, report.schema_version, report.torch_version) == (FORMAT_VERSION, (1, 0), TORCH)
+    assert (report.format_version, report.schema_version, report.torch_version) == (FORMAT_VERSION, SCHEMA_VERSION, TORCH)
     assert (report.members, report.payload_bytes, report.storages, report.tensors) == (5, 88, 2, 2)
     assert report.unreferenced_payloads == ()
     import argparse
 
     assert cmd_check.run(argparse.Namespace(file=str(path))) == 0
     out = capsys.readouterr().out
-    assert "schema version:  1.0" in out and "torch version:   2.13.0" in out
+    assert f"schema version:  {SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}" in out and "torch version:   2.13.0" in out
     assert out.rstrip().endswith("OK")
 
 
 def test_check_rejects_inconsistent_artifacts(tmp_path: Path) -> None:
     path = tmp_path / "bad.pt2s"
-    write_archive(path, _check_members(schema_version=(1, 1)), schema_version=(1, 0), torch_version=TORCH)
+    write_archive(path, _check_members(schema_version=(SCHEMA_VERSION[0], 1)), schema_version=SCHEMA_VERSION, torch_version=TORCH)
     with pytest.raises(MalformedArtifactError, match="disagrees with manifest.json"):
         cmd_check.verify(path)
     members = _check_members()
     members["program.json"] = b'{"graph_module": 3}'
-    write_archive(path, members, schema_version=(1, 0), torch_version=TORCH)
+    write_archive(path, members, schema_version=SCHEMA_VERSION, torch_version=TORCH)
     with pytest.raises(MalformedArtifactError, match="program.json: does not match schema ExportedProgram"):
         cmd_check.verify(path)
     write_archive(path, _check_members(), schema_version=(SCHEMA_VERSION[0] + 1, 0), torch_version=TORCH)
@@ -422,7 +422,7 @@ def test_check_rejects_inconsistent_artifacts(tmp_path: Path) -> None:
 
 def test_check_does_not_import_torch(tmp_path: Path) -> None:
     path = tmp_path / "ok.pt2s"
-    write_archive(path, _check_members(), schema_version=(1, 0), torch_version=TORCH)
+    write_archive(path, _check_members(), schema_version=SCHEMA_VERSION, torch_version=TORCH)
     code = ("import sys; from serde import cmd_check; r = cmd_check.verify(sys.argv[1]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; print(r.storages)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True)
