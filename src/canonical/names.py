@@ -40,10 +40,10 @@ from typing import Any
 
 __all__ = ["RADIUS", "op_base", "sanitize", "Namespace", "node_names", "ILLEGAL_NAMES"]
 
-RADIUS = 2
+RADIUS = 3
 
 _TAG_ALPHABET = "bcdfghjklmnpqrstvwxz"
-_TAG_LEN = 4
+_TAG_LEN = 5
 
 # Names a generated FX forward() cannot bind: keywords, builtins, FX's own imports, `self`.
 ILLEGAL_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(

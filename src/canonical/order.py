@@ -8,8 +8,8 @@ The order is a function of the graph's structure, never of node names or of the 
    like the program and small edits move few lines.
 2. **Side nodes.** Nodes no output depends on (runtime asserts, ``sym_constrain_range``...) are
    placed as early as their inputs allow, as torch places them; ties among them are broken by a
-   name-free structural hash of what they compute (upstream) and of how their values are used
-   (downstream).
+   name-free structural hash of what they compute (upstream, including their stable metadata:
+   module paths, ``custom``) and of how their values are used (downstream).
 3. **Module frames.** ``torch.export.unflatten`` needs the nodes of one module call to be
    contiguous. Nodes are grouped by their ``nn_module_stack`` keys and each call frame is scheduled
    as one block inside its parent frame (a topological sort of blocks, each block recursively), so a
@@ -33,7 +33,7 @@ from serde.errors import MalformedArtifactError
 
 from .walk import argument_key, argument_names, output_leaves
 
-__all__ = ["GraphIndex", "canonical_order", "EMPTY_STACK_KEY"]
+__all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
 
 # torch marks nodes whose module stack is unknown with this key (torch._export.passes._node_metadata_hook).
 EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
@@ -147,6 +147,17 @@ def node_key(node: schema.Node, ctx: Any) -> tuple:
     return (node.target, tuple((na.name, na.kind, argument_key(na.arg, ctx)) for na in node.inputs))
 
 
+def meta_key(m: schema.NodeMetadata) -> tuple:
+    """The stable part of a node's metadata (module paths and call indices, custom, source targets).
+
+    Stored stack keys may be per-process ids and source-function names are tracing counters, so
+    only what survives canonicalization unchanged takes part.
+    """
+    stack = tuple((e.path, e.key.partition("@")[2]) for e in m.nn_module_stack or ())
+    sfs = tuple(s.target for s in m.source_fn_stack or ())
+    return (stack, m.custom, sfs, m.torch_fn.target if m.torch_fn is not None else None)
+
+
 def _structural_hashes(idx: GraphIndex, subgraph_key: Callable) -> list[bytes]:
     """Per node: hash of what it computes (upstream) combined with how it is used (downstream)."""
     nodes = idx.graph.nodes
@@ -154,7 +165,7 @@ def _structural_hashes(idx: GraphIndex, subgraph_key: Callable) -> list[bytes]:
     up: list[bytes | None] = [None] * n
     ctx = _HashCtx(idx, up, subgraph_key)
     for i in idx.topo:
-        up[i] = _digest(node_key(nodes[i], ctx))
+        up[i] = _digest((node_key(nodes[i], ctx), meta_key(nodes[i].metadata)))
     uses: list[list[tuple]] = [[] for _ in range(n)]
     for pos, name in enumerate(idx.output_refs):
         p = idx.producer[name]
@@ -244,75 +255,116 @@ def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
         for i in range(n):
             if not prio[i]:
                 prio[i] = (0, hashes[i])
-    frames = _frames(idx, stacks)
-    out: list[int] = []
-    _schedule(idx, list(range(n)), 0, frames, prio, out)
-    return out
+    s = _Scheduler(idx, _frames(idx, stacks), prio)
+    s.schedule(list(range(n)), 0)
+    return s.out
 
 
-def _schedule(idx: GraphIndex, items: list[int], depth: int, frames: list[tuple[str, ...]],
-              prio: list[tuple], out: list[int]) -> None:
-    """Append ``items`` (all in one frame at ``depth``) to ``out``, child frames as blocks."""
-    unit_of: dict[int, int] = {}
-    units: list[list[int]] = []
-    child_unit: dict[str, int] = {}
-    for i in items:
-        f = frames[i]
-        if len(f) > depth:
-            u = child_unit.get(f[depth])
-            if u is None:
-                u = child_unit[f[depth]] = len(units)
+class _Scheduler:
+    """Kahn's algorithm over blocks (module-call frames) and nodes, recursively.
+
+    A ready block or node is keyed by its static priority, then by the canonical positions of the
+    values it consumes from outside itself (known once it is ready): two side nodes with equal
+    hashes but different inputs are told apart by which value came first.
+    """
+
+    def __init__(self, idx: GraphIndex, frames: list[tuple[str, ...]], prio: list[tuple]) -> None:
+        self.idx, self.frames, self.prio = idx, frames, prio
+        self.rank = [-1] * len(prio)
+        self.out: list[int] = []
+
+    def _emit(self, i: int) -> None:
+        self.rank[i] = len(self.out)
+        self.out.append(i)
+
+    def _input_ranks(self, members: list[int], inside: set[int] | None) -> tuple:
+        idx, rank = self.idx, self.rank
+        ranks = []
+        for i in members:
+            for r in idx.refs[i]:
+                p = idx.producer[r]
+                if p < 0:
+                    ranks.append((-1, -p - 1, 0))
+                elif inside is None or p not in inside:
+                    ranks.append((0, rank[p], idx.leaf_index[r]))
+        return tuple(ranks) if inside is None else tuple(sorted(ranks))
+
+    def schedule(self, items: list[int], depth: int) -> None:
+        """Emit ``items`` (all inside one frame at ``depth``), child frames as contiguous blocks."""
+        frames = self.frames
+        if len(items) > 1 and all(len(frames[i]) > depth for i in items) and \
+                len({frames[i][depth] for i in items}) == 1:
+            self.schedule(items, depth + 1)  # everything is in one child frame
+            return
+        units, unit_of, succ, indeg = self._units(items, depth, flat=False)
+        if not _acyclic(succ, indeg):
+            # Blocks that need each other's values: only possible when the stored order already
+            # interleaved these frames. Schedule node by node instead.
+            units, unit_of, succ, indeg = self._units(items, depth, flat=True)
+            frames = self.frames
+        m = len(units)
+        uprio = [min(self.prio[i] for i in members) for members in units]
+        is_block = [len(members) > 1 or len(frames[members[0]]) > depth for members in units]
+
+        def key(u: int) -> tuple:
+            inside = set(units[u]) if is_block[u] else None
+            return (uprio[u], self._input_ranks(units[u], inside), u)
+
+        heap = [key(u) for u in range(m) if indeg[u] == 0]
+        heapq.heapify(heap)
+        while heap:
+            u = heapq.heappop(heap)[-1]
+            if is_block[u]:
+                self.schedule(units[u], depth + 1)
+            else:
+                self._emit(units[u][0])
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, key(v))
+
+    def _units(self, items: list[int], depth: int, flat: bool):
+        """Group ``items`` into units (a node, or a child frame's nodes) and link them."""
+        frames = self.frames
+        unit_of: dict[int, int] = {}
+        units: list[list[int]] = []
+        child_unit: dict[str, int] = {}
+        for i in items:
+            f = frames[i]
+            if not flat and len(f) > depth:
+                u = child_unit.get(f[depth])
+                if u is None:
+                    u = child_unit[f[depth]] = len(units)
+                    units.append([])
+            else:
+                u = len(units)
                 units.append([])
-        else:
-            u = len(units)
-            units.append([])
-        units[u].append(i)
-        unit_of[i] = u
-    if len(units) == 1 and len(units[0]) > 1:
-        _schedule(idx, units[0], depth + 1, frames, prio, out)
-        return
-    m = len(units)
-    indeg = [0] * m
-    succ: list[set[int]] = [set() for _ in range(m)]
-    for i in items:
-        ui = unit_of[i]
-        for p in idx.preds[i]:
-            up = unit_of.get(p)
-            if up is not None and up != ui and ui not in succ[up]:
-                succ[up].add(ui)
-                indeg[ui] += 1
-    uprio = [min(prio[i] for i in members) for members in units]
-    heap = [(uprio[u], u) for u in range(m) if indeg[u] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        order.append(u)
-        for s in succ[u]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (uprio[s], s))
-    if len(order) < m:
-        _flat(idx, items, prio, out)  # blocks depend on each other both ways: schedule node by node
-        return
-    for u in order:
-        members = units[u]
-        if len(members) == 1 and len(frames[members[0]]) <= depth:
-            out.append(members[0])
-        else:
-            _schedule(idx, members, depth + 1, frames, prio, out)
+            units[u].append(i)
+            unit_of[i] = u
+        m = len(units)
+        indeg = [0] * m
+        succ: list[set[int]] = [set() for _ in range(m)]
+        for i in items:
+            ui = unit_of[i]
+            for p in self.idx.preds[i]:
+                up = unit_of.get(p)
+                if up is not None and up != ui and ui not in succ[up]:
+                    succ[up].add(ui)
+                    indeg[ui] += 1
+        if flat:
+            self.frames = [f[:depth] if j in unit_of else f for j, f in enumerate(frames)]
+        return units, unit_of, succ, indeg
 
 
-def _flat(idx: GraphIndex, items: list[int], prio: list[tuple], out: list[int]) -> None:
-    inside = set(items)
-    indeg = {i: sum(1 for p in idx.preds[i] if p in inside) for i in items}
-    heap = [(prio[i], i) for i in items if indeg[i] == 0]
-    heapq.heapify(heap)
-    while heap:
-        _, i = heapq.heappop(heap)
-        out.append(i)
-        for s in idx.succs[i]:
-            if s in inside:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(heap, (prio[s], s))
+def _acyclic(succ: list[set[int]], indeg: list[int]) -> bool:
+    deg = list(indeg)
+    stack = [u for u in range(len(deg)) if deg[u] == 0]
+    seen = 0
+    while stack:
+        u = stack.pop()
+        seen += 1
+        for v in succ[u]:
+            deg[v] -= 1
+            if deg[v] == 0:
+                stack.append(v)
+    return seen == len(deg)

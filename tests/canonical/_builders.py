@@ -17,6 +17,41 @@ from serde import schema
 S = schema
 A = schema.Argument
 
+# Schema 1.x stores expressions as text (SymExpr.expr_str, range_constraints keyed by text);
+# 2.x as trees (SymExpr.expr, a list of RangeConstraint with .expr). Tests speak text through these.
+_TREES = "expr" in S.SymExpr.__struct_fields__
+
+
+def sym_expr(text: str) -> S.SymExpr:
+    if _TREES:
+        from serde.exprs import expr_from_text
+        return S.SymExpr(expr=expr_from_text(text))
+    return S.SymExpr(expr_str=text)
+
+
+def expr_of(v: S.SymInt | S.SymExpr) -> str:
+    """Text of a SymInt/SymBool/SymFloat expression (or of a SymExpr)."""
+    e = v.as_expr if not isinstance(v, S.SymExpr) else v
+    if _TREES:
+        from serde.exprs import expr_text
+        return expr_text(e.expr)
+    return e.expr_str
+
+
+def make_ranges(ranges: dict[str, tuple[int | None, int | None]]) -> Any:
+    if _TREES:
+        from serde.exprs import expr_from_text
+        return [S.RangeConstraint(min_val=lo, max_val=hi, expr=expr_from_text(k)) for k, (lo, hi) in ranges.items()]
+    return {k: S.RangeConstraint(min_val=lo, max_val=hi) for k, (lo, hi) in ranges.items()}
+
+
+def ranges_of(p: S.ExportedProgram) -> dict[str, tuple[int | None, int | None]]:
+    rc = p.range_constraints
+    if _TREES:
+        from serde.exprs import expr_text
+        return {expr_text(r.expr): (r.min_val, r.max_val) for r in rc}
+    return {k: (r.min_val, r.max_val) for k, r in rc.items()}
+
 # Argument descriptions (tuples):
 #   ("in", k) / ("n", i) / ("n", i, leaf)  tensor reference to input k / node i (output leaf)
 #   ("ts", [ref, ...])                     list of tensor references
@@ -55,7 +90,7 @@ def _meta(shape: list[Any], syms: dict[str, str]) -> S.TensorMeta:
     def si(x: Any) -> S.SymInt:
         if isinstance(x, int):
             return S.SymInt(as_int=x)
-        return S.SymInt(as_expr=S.SymExpr(expr_str=x.format(**syms)))
+        return S.SymInt(as_expr=sym_expr(x.format(**syms)))
     strides = [1] * len(shape)
     return S.TensorMeta(dtype=S.ScalarType.FLOAT, sizes=[si(x) for x in shape], requires_grad=False,
                         device=S.Device(type="cpu"), strides=[S.SymInt(as_int=s) for s in strides],
@@ -189,7 +224,7 @@ def render(p: Prog, *, order: list[int] | None = None, namer: Any = None,
             tensor_values[nm] = _meta(n.shape, symmap)
         elif n.out == "symint":
             outputs = [A(as_sym_int=S.SymIntArgument(as_name=nm))]
-            sym_int_values[nm] = S.SymInt(as_expr=S.SymExpr(expr_str=(n.sym_expr or "{s0}").format(**symmap)))
+            sym_int_values[nm] = S.SymInt(as_expr=sym_expr((n.sym_expr or "{s0}").format(**symmap)))
         elif n.out == "none":
             outputs = []
         else:
@@ -228,7 +263,7 @@ def render(p: Prog, *, order: list[int] | None = None, namer: Any = None,
             in_specs.append(S.InputSpec(tensor_constant=S.InputToTensorConstantSpec(
                 arg=ta, tensor_constant_name=d.name)))
     out_specs = [S.OutputSpec(user_output=S.UserOutputSpec(arg=o)) for o in outs]
-    ranges = {k.format(**symmap): S.RangeConstraint(min_val=lo, max_val=hi) for k, (lo, hi) in p.ranges.items()}
+    ranges = make_ranges({k.format(**symmap): v for k, v in p.ranges.items()})
     return S.ExportedProgram(
         graph_module=S.GraphModule(
             graph=g, signature=S.GraphSignature(input_specs=in_specs, output_specs=out_specs),
@@ -236,7 +271,7 @@ def render(p: Prog, *, order: list[int] | None = None, namer: Any = None,
                 inputs=[], outputs=[], in_spec=S.TreeSpec(type="tuple"), out_spec=S.TreeSpec(type="tuple")))],
         ),
         opset_version={"aten": 10}, range_constraints=ranges,
-        schema_version=S.SchemaVersion(major=1, minor=0), verifiers=[], torch_version="2.13.0",
+        schema_version=S.SchemaVersion(major=2 if _TREES else 1, minor=0), verifiers=[], torch_version="2.13.0",
     )
 
 

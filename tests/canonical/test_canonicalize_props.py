@@ -31,24 +31,26 @@ def programs(draw) -> Prog:
     ranges = {f"{{s{k}}}": (draw(st.integers(0, 3)), draw(st.sampled_from([None, 64, 128]))) for k in range(n_in)}
     nodes: list[NodeSpec] = []
     tensors: list[tuple] = [("in", k) for k in range(len(inputs))]
+    shapes: dict[tuple, list] = {("in", k): d.shape for k, d in enumerate(inputs)}
     syms: list[tuple] = []
+    sym_exprs: dict[tuple, str] = {}
     n_unbacked = 0
     for _ in range(draw(st.integers(1, 24))):
-        kind = draw(st.sampled_from(["unary", "binary", "binary", "const", "split", "symsize", "assert",
-                                     "nonzero", "full"]))
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "const", "split", "symsize", "symmul",
+                                     "assert", "nonzero", "full"]))
         frame = draw(st.sampled_from(FRAMES))
         i = len(nodes)
-        shape = [f"{{s{draw(st.integers(0, n_in - 1))}}}", 4]
+        # Output metas follow from the arguments, as they do for every deterministic op.
         if kind == "unary":
-            nodes.append(NodeSpec(draw(st.sampled_from(UNARY)), [draw(st.sampled_from(tensors))], module=frame,
-                                  shape=shape))
+            a = draw(st.sampled_from(tensors))
+            nodes.append(NodeSpec(draw(st.sampled_from(UNARY)), [a], module=frame, shape=shapes[a]))
         elif kind == "binary":
             a, b = draw(st.sampled_from(tensors)), draw(st.sampled_from(tensors))
-            nodes.append(NodeSpec(draw(st.sampled_from(BINARY)), [a, b], module=frame, shape=shape))
+            nodes.append(NodeSpec(draw(st.sampled_from(BINARY)), [a, b], module=frame, shape=shapes[a]))
         elif kind == "const":
+            a = draw(st.sampled_from(tensors))
             nodes.append(NodeSpec(draw(st.sampled_from(BINARY)),
-                                  [draw(st.sampled_from(tensors)), ("f", draw(st.sampled_from([1.0, 2.0, 0.5])))],
-                                  module=frame, shape=shape))
+                                  [a, ("f", draw(st.sampled_from([1.0, 2.0, 0.5])))], module=frame, shape=shapes[a]))
         elif kind == "full":
             nodes.append(NodeSpec("torch.ops.aten.full.default",
                                   [("ints", [4]), ("f", draw(st.sampled_from([0.0, 1.0])))], module=frame))
@@ -56,12 +58,25 @@ def programs(draw) -> Prog:
             nodes.append(NodeSpec("torch.ops.aten.split.Tensor", [draw(st.sampled_from(tensors)), ("i", 2)],
                                   out="list:2", shape=[2, 4], module=frame))
             tensors += [("n", i, 0), ("n", i, 1)]
+            shapes[("n", i, 0)] = shapes[("n", i, 1)] = [2, 4]
             continue
         elif kind == "symsize":
             k = draw(st.integers(0, n_in - 1))
+            # the value is a function of the arguments, as for every deterministic op
             nodes.append(NodeSpec("torch.ops.aten.sym_size.int", [("in", k), ("i", 0)], out="symint",
-                                  sym_expr=draw(st.sampled_from([f"{{s{k}}}", f"2*{{s{k}}} + 1"])), module=frame))
+                                  sym_expr=f"{{s{k}}}", module=frame))
             syms.append(("n", i))
+            sym_exprs[("n", i)] = f"{{s{k}}}"
+            continue
+        elif kind == "symmul":
+            if not syms:
+                continue
+            src = draw(st.sampled_from(syms))
+            c = draw(st.integers(2, 3))
+            nodes.append(NodeSpec("_operator.mul", [("sym", src), ("i", c)], out="symint",
+                                  sym_expr=f"{c}*{sym_exprs[src]}", module=frame))
+            syms.append(("n", i))
+            sym_exprs[("n", i)] = f"({c}*{sym_exprs[src]})"
             continue
         elif kind == "assert":
             if not syms:
@@ -75,6 +90,7 @@ def programs(draw) -> Prog:
             ranges[f"{{u{n_unbacked}}}"] = (0, None)
             n_unbacked += 1
         tensors.append(("n", i))
+        shapes[("n", i)] = nodes[-1].shape
     produced = [t for t in tensors if t[0] == "n"] or tensors
     outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3))
     if syms and draw(st.booleans()):
