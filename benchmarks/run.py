@@ -74,6 +74,11 @@ CASES: list[BenchCase] = [
               bars=(Bar("cost_fraction.min", "<=", 0.1, "issue 4 §7"),)),
     BenchCase("diff_locality", "bench_diff_locality.py", ("--size", "1000"), ("--size", "30"),
               bars=(Bar("changed_lines", "<=", 10, "issue 4 §6", unit=""),), timed=False),
+    # Native emitter (issue 6 §6 asks for these numbers without bars).
+    BenchCase("native_chain_5000", "bench_native.py", ("--model", "chain", "--size", "5000"),
+              ("--model", "chain", "--size", "30"), requires="native.emit"),
+    BenchCase("native_transformer", "bench_native.py", ("--model", "transformer", "--size", "4"),
+              ("--model", "transformer", "--size", "1"), requires="native.emit"),
 ]
 
 
@@ -151,11 +156,25 @@ def _diff_rows(r: dict[str, Any]) -> list[Row]:
              f"of {r['show_lines']} lines", "changed_lines")]
 
 
+def _native_rows(r: dict[str, Any]) -> list[Row]:
+    size = f"{_mb(r['emitted_bytes'])} vs {_mb(r['artifact_bytes'])}"
+    return [
+        ("native run / ep.module() run", *_x(r["run_vs_eager"]), "run_vs_eager.min"),
+        ("  with the arena memory plan", *_x(r["arena_run_vs_eager"]), "arena_run_vs_eager.min"),
+        ("overhead per instruction / eager time per op", f"{r['overhead_per_instruction']:.3f}",
+         f"{r['instructions']} instructions", "overhead_per_instruction"),
+        ("emit / torch.export.save", *_x(r["emit_vs_torch_save"]), "emit_vs_torch_save.min"),
+        ("emitted size / artifact size", f"{r['emitted_vs_artifact_size']:.2f}x", size,
+         "emitted_vs_artifact_size"),
+    ]
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
     "canonicalize": _canonicalize_rows,
     "diff_locality": _diff_rows,
+    "native": _native_rows,
 }
 
 

@@ -88,6 +88,12 @@ def test_case_record_is_well_formed(smoke_run, name):
         assert r["changed_lines"] >= 1
         assert any(line.startswith("+") and "0.5" in line for line in r["diff"]), r["diff"]
         assert r["show_lines"] > r["ops"]
+    elif kind == "native":
+        for key in ("run_vs_eager", "arena_run_vs_eager", "emit_vs_torch_save"):
+            _ratio_ok(r[key])
+        assert r["instructions"] >= r["kernel_calls"] >= 1
+        assert r["emitted_bytes"] > 0 and r["artifact_bytes"] > 0
+        assert math.isfinite(r["overhead_per_instruction"])
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -107,7 +113,7 @@ def test_bars_and_miss_factor():
 def test_every_bar_names_a_row_of_its_case():
     # A bar whose metric no table row shows would never be judged in the table.
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
-             "bench_diff_locality.py": "diff_locality"}
+             "bench_diff_locality.py": "diff_locality", "bench_native.py": "native"}
     for case in runner.CASES:
         fmt = runner._ROWS[kinds[case.script]]
         shown = {row[-1] for row in fmt(_fake_record(kinds[case.script]))}
@@ -121,6 +127,9 @@ def _fake_record(kind: str) -> dict:
         "save_load": {"save_speedup": r, "load_speedup": r, "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0},
         "canonicalize": {"cost_fraction": r, "canonicalize_fraction": r, "encode_fraction": r},
         "diff_locality": {"changed_lines": 1, "show_lines": 2},
+        "native": {"run_vs_eager": r, "arena_run_vs_eager": r, "emit_vs_torch_save": r,
+                   "overhead_per_instruction": 0.1, "instructions": 2, "emitted_bytes": 1,
+                   "artifact_bytes": 1, "emitted_vs_artifact_size": 1.0},
     }[kind]
 
 
