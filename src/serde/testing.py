@@ -12,6 +12,15 @@ Example::
     from serde.testing import assert_roundtrip
     ep = torch.export.export(model, args)
     assert_roundtrip(ep)
+
+Property tests over random exported programs (needs hypothesis)::
+
+    from hypothesis import given
+    from serde.testing import exported_programs
+
+    @given(exported_programs())
+    def test_roundtrip(ep):
+        assert_roundtrip(ep)
 """
 
 from __future__ import annotations
@@ -28,7 +37,18 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA"]
+# Hypothesis strategies live in serde.strategies (hypothesis is a test dependency): loaded on use.
+_STRATEGIES = ("exported_programs", "program_specs", "build_program", "schema_structs")
+
+__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA", *_STRATEGIES]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STRATEGIES:
+        from . import strategies
+
+        return getattr(strategies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 DEFAULT_METADATA = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
 
@@ -211,40 +231,31 @@ class _Comparer:
         oa, ob = ga.graph.output_node(), gb.graph.output_node()
         self.arg(oa.args, ob.args, f"{where}.outputs", todo)
         self._drain(ga, gb, pairs, todo, where)
-        # Nodes not reachable from the outputs (in-place updates, asserts): match by op and mapped args.
-        live_a = [n for n in ga.graph.nodes if n not in pairs and n.op != "output" and not _dead_getitem(n)]
-        rest_b = [n for n in gb.graph.nodes if n not in pairs.values() and n.op != "output" and not _dead_getitem(n)]
-        progress = True
-        while live_a and progress:
-            progress = False
-            for n in list(live_a):
-                for m in rest_b:
-                    if m.target == n.target and self._args_match(n, m, pairs):
-                        todo.append((n, m, f"{where}.nodes[{n.name!r}]"))
-                        self._drain(ga, gb, pairs, todo, where)
-                        live_a = [x for x in live_a if x not in pairs]
-                        rest_b = [x for x in rest_b if x not in pairs.values()]
-                        progress = True
-                        break
-                if progress:
-                    break
+        # Nodes not reachable from the outputs (in-place updates, asserts, dead code) end in sinks:
+        # pair the sinks by the structure of everything they depend on, then drain from each pair.
+        # (Subgraph get_attr nodes pair up with the op that uses them.)
+        sinks_a, sinks_b = _sinks(ga, set(pairs)), _sinks(gb, set(pairs.values()))
+        ha, hb = _structure_hashes(ga), _structure_hashes(gb)
+        groups: dict[int, tuple[list, list]] = {}
+        for n in sinks_a:
+            groups.setdefault(ha[n], ([], []))[0].append(n)
+        for m in sinks_b:
+            groups.setdefault(hb[m], ([], []))[1].append(m)
+        for xs, ys in groups.values():
+            for n in xs:
+                # Same structure; among those, the one whose inputs already pair with n's inputs.
+                paired_b = {v: k for k, v in pairs.items()}
+                m = next((m for m in ys if m not in paired_b and _consistent(n, m, pairs, paired_b)), None)
+                if m is not None and n not in pairs:
+                    todo.append((n, m, f"{where}.nodes[{n.name!r}]"))
+                    self._drain(ga, gb, pairs, todo, where)
+        live_a = [n for n in ga.graph.nodes if n not in pairs and n.op not in ("output", "get_attr")
+                  and not _dead_getitem(n)]
+        rest_b = [n for n in gb.graph.nodes if n not in pairs.values() and n.op not in ("output", "get_attr")
+                  and not _dead_getitem(n)]
         if live_a or rest_b:
             self.fail(where, f"unmatched nodes: only in first {[n.name for n in live_a]}, "
                              f"only in second {[n.name for n in rest_b]}")
-
-    def _args_match(self, n: torch.fx.Node, m: torch.fx.Node, pairs: dict) -> bool:
-        def norm(v: Any, rename: bool) -> Any:
-            if isinstance(v, torch.fx.Node):
-                return id(pairs.get(v)) if rename else id(v)
-            if isinstance(v, (list, tuple)):
-                return tuple(norm(x, rename) for x in v)
-            if isinstance(v, dict):
-                return tuple((k, norm(x, rename)) for k, x in v.items())
-            return v
-        try:
-            return norm((n.args, n.kwargs), True) == norm((m.args, m.kwargs), False)
-        except TypeError:
-            return False
 
     def _drain(self, ga, gb, pairs: dict, todo: list, where: str) -> None:
         while todo:
@@ -469,6 +480,53 @@ def _to_sympy(v: Any) -> sympy.Basic:
     if isinstance(v, float):
         return sympy.Float(v)
     return v
+
+
+def _sinks(gm: torch.fx.GraphModule, paired: set) -> list[torch.fx.Node]:
+    """Unpaired nodes nothing (but unused getitems) consumes, in graph order."""
+    return [n for n in gm.graph.nodes if n not in paired and n.op not in ("output", "get_attr", "placeholder")
+            and not _dead_getitem(n) and all(_dead_getitem(u) for u in n.users)]
+
+
+def _consistent(n: torch.fx.Node, m: torch.fx.Node, pairs: dict, paired_b: dict) -> bool:
+    """Whether pairing n with m agrees with the pairs made so far (input by input)."""
+    def nodes(v: Any) -> list:
+        out: list = []
+        torch.fx.node.map_arg(v, out.append)
+        return out
+
+    xs, ys = nodes((n.args, n.kwargs)), nodes((m.args, m.kwargs))
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys, strict=True):
+        if (x in pairs and pairs[x] is not y) or (y in paired_b and paired_b[y] is not x):
+            return False
+    return True
+
+
+def _structure_hashes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int]:
+    """A hash per node of its op, constants and (recursively) inputs; inputs count by position."""
+    out: dict[torch.fx.Node, int] = {}
+    index = 0
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, torch.fx.Node):
+            return ("node", out[v])
+        if isinstance(v, (list, tuple)):
+            return tuple(norm(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
+        return repr(v)
+
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            out[n] = hash(("placeholder", index))
+            index += 1
+        elif n.op == "get_attr":
+            out[n] = hash("get_attr")
+        else:
+            out[n] = hash((n.op, str(n.target), norm(n.args), norm(n.kwargs)))
+    return out
 
 
 def _dead_getitem(n: torch.fx.Node) -> bool:

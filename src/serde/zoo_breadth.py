@@ -326,6 +326,22 @@ class Autocast(nn.Module):
         return z.float() + 1
 
 
+class HintsWrapper(nn.Module):
+    """hints_wrapper: a subgraph plus a str-keyed dict of hints (as_string_to_argument)."""
+
+    def forward(self, x):
+        from torch._higher_order_ops.hints_wrap import hints_wrapper
+
+        return hints_wrapper(lambda x: x.relu() + 1, (x,), {}, hints={"tag": "block", "depth": 3, "fused": True})
+
+
+class Indexing(nn.Module):
+    """Advanced indexing with a None in the index list (index.Tensor takes Tensor?[])."""
+
+    def forward(self, x, idx):
+        return x[:, idx] * 2, x[idx]
+
+
 class Mutating(nn.Module):
     """A custom op that mutates a buffer and a user input, and an effectful op."""
 
@@ -430,6 +446,19 @@ class Classifier(nn.Module):
         return nn.functional.cross_entropy(logits, target), logits.detach()
 
 
+class ParameterUpdate(nn.Module):
+    """Updates a parameter in place under no_grad: a parameter mutation in the ATen IR."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.mul_(0.5)
+        return x * self.w
+
+
 class Regressor(nn.Module):
     """A scalar loss of an input that requires grad: the joint graph has a gradient for it too."""
 
@@ -460,6 +489,8 @@ CASES: list[Case] = [
     Case("invoke_subgraph", lambda: (InvokeSubgraph(), (_r(3, 3), _r(3, 3)), {}, None), tags=("hop", "strict")),
     Case("set_grad_enabled", lambda: (SetGrad(), (_r(2, 3),), {}, None), tags=("hop", "training_ir")),
     Case("autocast", lambda: (Autocast(), (_r(3, 3), _r(3, 3)), {}, None), tags=("hop", "training_ir")),
+    Case("hints_wrapper", lambda: (HintsWrapper(), (_r(3, 2),), {}, None), tags=("hop",)),
+    Case("indexing", lambda: (Indexing(), (_r(4, 5), torch.tensor([3, 0, 1])), {}, None), tags=("ops",)),
     Case("effects_and_mutation", lambda: (Mutating(), (_r(3), torch.zeros(3)), {}, None),
          tags=("custom_op", "effects")),
     Case("effects_and_mutation_aten", lambda: (Mutating(), (_r(3), torch.zeros(3)), {}, None), post=decompose,
@@ -494,6 +525,8 @@ CASES: list[Case] = [
          post=decompose, tags=("ir", "aten")),
     Case("classifier_joint", lambda: (Classifier(), (_r(5, 4), torch.randint(0, 3, (5,))), {}, None),
          post=joint, tags=("ir", "joint")),
+    Case("parameter_mutation_aten", lambda: (ParameterUpdate(), (_r(3),), {}, None), post=decompose,
+         tags=("ir", "aten", "signature")),
     Case("regressor_joint", lambda: (Regressor(), (_r(5, 4).requires_grad_(),), {}, None), post=joint,
          tags=("ir", "joint")),
 ]

@@ -26,6 +26,7 @@ HOPS = {
     "autocast": {"wrap_with_autocast"},
     "effects_and_mutation_aten": {"with_effects", "auto_functionalized_v2"},
     "unbacked_in_cond": {"cond"},
+    "hints_wrapper": {"hints_wrapper"},
 }
 
 
@@ -90,6 +91,12 @@ def test_subgraphs_are_stored_inline_in_the_schema(breadth_program):
     inner = list(graphs(art.program.graph_module.graph))
     assert len(inner) == 4  # two branches of the outer cond, two of the nested one
     assert all(g.nodes for g in inner)
+
+
+def test_hints_dict_comes_back(breadth_program):
+    loaded = serde.load(_saved(breadth_program("hints_wrapper")))
+    (node,) = [n for n in loaded.graph.nodes if n.target is torch.ops.higher_order.hints_wrapper]
+    assert node.kwargs["hints"] == {"tag": "block", "depth": 3, "fused": True}
 
 
 def test_effect_tokens_are_in_the_signature(breadth_program):

@@ -73,3 +73,11 @@ def test_ir_variants_of_one_model_all_load(breadth_program):
         buf = io.BytesIO()
         serde.save(breadth_program(name), buf)
         assert _dialects(serde.load(buf.getvalue())) == [dialect]
+
+
+def test_index_with_none_in_the_index_list(breadth_program):
+    """x[:, idx] is aten.index.Tensor(x, [None, idx]): a list of optional tensors."""
+    ep = breadth_program("indexing")
+    loaded = assert_roundtrip(ep)
+    (node,) = [n for n in loaded.graph.nodes if n.target is torch.ops.aten.index.Tensor and n.args[1][0] is None]
+    assert isinstance(node.args[1][1], torch.fx.Node)
