@@ -25,6 +25,7 @@ from typing import Any
 from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_from_text, ranges_by_text
+from serde.gcpause import paused_gc
 
 from .debuginfo import (
     DebugInfo,
@@ -48,6 +49,13 @@ _HOP_PREFIX = "torch.ops.higher_order."
 
 def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
                  ) -> tuple[schema.ExportedProgram, DebugInfo | None]:
+    """Canonical form of ``program`` and its debug info (see :func:`_canonicalize`)."""
+    with paused_gc():  # it allocates many short-lived containers; a full collection costs more than the work
+        return _canonicalize(program, keep_debug=keep_debug)
+
+
+def _canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
+                  ) -> tuple[schema.ExportedProgram, DebugInfo | None]:
     """Canonical form of ``program`` (the input is not modified).
 
     Args:

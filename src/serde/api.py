@@ -11,6 +11,7 @@ from torch.export import ExportedProgram
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
 from .errors import SerializeError, UnsupportedConstructError
+from .gcpause import paused_gc
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
 
@@ -36,8 +37,9 @@ def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False) -> Non
     """
     if not isinstance(ep, ExportedProgram):
         raise SerializeError(f"save() expects a torch.export.ExportedProgram, got {type(ep).__name__}")
-    program, weights, payloads, debug = to_artifact_parts(ep, debug_info=debug_info)
-    write_artifact(f, program, weights, payloads, debug, torch_version=str(torch.__version__))
+    with paused_gc():
+        program, weights, payloads, debug = to_artifact_parts(ep, debug_info=debug_info)
+        write_artifact(f, program, weights, payloads, debug, torch_version=str(torch.__version__))
 
 
 def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
@@ -66,6 +68,7 @@ def _canonicalize(program, debug_info: bool):
 
 def _attach_debug(program, debug):
     import msgspec
+
     from canonical.canonicalize import attach_debug
     from canonical.debuginfo import DebugInfo
 
@@ -88,7 +91,8 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
         UnknownOperatorError: an operator is not registered in this process.
     """
-    return from_artifact(read_artifact(f, limits=limits))
+    with paused_gc():
+        return from_artifact(read_artifact(f, limits=limits))
 
 
 def from_artifact(a: Artifact) -> ExportedProgram:

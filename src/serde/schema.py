@@ -69,12 +69,9 @@ class Union(Struct, kw_only=True):
     """Base of every schema union: all members optional, exactly one set."""
 
     def __post_init__(self) -> None:
-        n = 0
-        for f in self.__struct_fields__:
-            if getattr(self, f) is not None:
-                n += 1
-        if n != 1:
-            set_ = [f for f in self.__struct_fields__ if getattr(self, f) is not None]
+        values = msgspec.structs.astuple(self)  # one C call instead of a getattr per member
+        if len(values) - values.count(None) != 1:
+            set_ = [f for f, v in zip(self.__struct_fields__, values, strict=True) if v is not None]
             raise ValueError(
                 f"{type(self).__name__} must set exactly one of {list(self.__struct_fields__)}, "
                 f"got {set_ or 'none'}"
@@ -83,8 +80,9 @@ class Union(Struct, kw_only=True):
     @property
     def kind(self) -> str:
         """Name of the member that is set."""
-        for f in self.__struct_fields__:
-            if getattr(self, f) is not None:
+        values = msgspec.structs.astuple(self)
+        for f, v in zip(self.__struct_fields__, values, strict=True):
+            if v is not None:
                 return f
         raise AssertionError("unreachable: validated in __post_init__")
 
