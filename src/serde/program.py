@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 from torch._export.verifier import TrainingIRVerifier, Verifier
-from torch.export.exported_program import ExportedProgram, _create_graph_module_for_export
+from torch.export.exported_program import ExportedProgram
 
 from . import schema
 from .custom_objects import decode_constants
@@ -67,9 +67,6 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         constant_input_names=constant_input_names(gm_s.signature),
         extra_refs=module_call_graph_names(gm_s.module_call_graph),
     )
-    gm = _create_graph_module_for_export(reader.root, graph)
-    if gm_s.custom is not None:
-        gm.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     signature = deserialize_signature(gm_s.signature)
     verifiers = []
     for d in p.verifiers:
@@ -82,9 +79,10 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     if custom_objs:
         constants = decode_constants(constants, custom_objs)
         _fake_custom_objects(graph, signature, constants, ctx)
-    return ExportedProgram(
-        root=gm,
-        graph=gm.graph,
+    # ExportedProgram builds (and compiles) the GraphModule itself: hand it the plain root.
+    ep = ExportedProgram(
+        root=reader.root,
+        graph=graph,
         graph_signature=signature,
         state_dict=_as_parameters(state_dict, params),
         range_constraints=ctx.range_constraints(),
@@ -93,6 +91,9 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         constants=constants,
         verifiers=verifiers or None,
     )
+    if gm_s.custom is not None:
+        ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
+    return ep
 
 
 def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],
