@@ -44,6 +44,7 @@ __all__ = [
     "tree_to_str",
     "free_symbol_names",
     "rename_symbols",
+    "as_sympy",
 ]
 
 ExprTree = tuple
@@ -132,7 +133,7 @@ def print_expr(e: Any) -> str:
     Raises:
         UnsupportedConstructError: ``e`` uses a class or value the text form cannot carry.
     """
-    return _print_cached(_unwrap(e))
+    return _print_cached(as_sympy(e))
 
 
 def parse_expr(text: str, symbol: Callable[[str], Any], *, where: str) -> Any:
@@ -182,7 +183,7 @@ def sympy_to_tree(e: Any, *, where: str = "expression") -> ExprTree:
         UnsupportedConstructError: a class outside the allow-list, a symbol name the grammar cannot
             carry, or a Float with more than double precision.
     """
-    return _render(_from_sympy(_unwrap(e), where, 0), where, 0).tree
+    return _render(_from_sympy(as_sympy(e), where, 0), where, 0).tree
 
 
 def tree_to_str(tree: Any, *, where: str = "expression") -> str:
@@ -796,7 +797,8 @@ def _print_cached(e: Any) -> str:
     return _render(_from_sympy(e, "expression", 0), "expression", 0).text
 
 
-def _unwrap(e: Any) -> Any:
+def as_sympy(e: Any) -> Any:
+    """The sympy value of a torch SymInt/SymFloat/SymBool or Python scalar (other values unchanged)."""
     import sympy
 
     node = getattr(e, "node", None)

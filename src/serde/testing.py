@@ -37,6 +37,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from serde.symbolic import as_sympy
+
 # Hypothesis strategies live in serde.strategies (hypothesis is a test dependency): loaded on use.
 _STRATEGIES = ("exported_programs", "program_specs", "build_program", "schema_structs")
 
@@ -132,7 +134,7 @@ class _Comparer:
             self.fail(where, f"{a!r} was renamed {prev!r} before, now {b!r}")
 
     def expr(self, a: Any, b: Any, where: str) -> None:
-        ea, eb = _to_sympy(a), _to_sympy(b)
+        ea, eb = as_sympy(a), as_sympy(b)
         if isinstance(ea, sympy.Symbol) and isinstance(eb, sympy.Symbol) and ea not in self.symbols:
             if self.exact and ea.name != eb.name:
                 self.fail(where, f"symbol {ea} != {eb}")
@@ -468,18 +470,6 @@ def _custom_object_state(obj: Any, where: str) -> tuple[str | None, bytes | None
         return fqn, None
     t = encode_constants({where: obj})[where]
     return fqn, bytes(t.tolist())
-
-
-def _to_sympy(v: Any) -> sympy.Basic:
-    if hasattr(v, "node"):
-        return v.node.expr
-    if isinstance(v, bool):
-        return sympy.true if v else sympy.false
-    if isinstance(v, int):
-        return sympy.Integer(v)
-    if isinstance(v, float):
-        return sympy.Float(v)
-    return v
 
 
 def _sinks(gm: torch.fx.GraphModule, paired: set) -> list[torch.fx.Node]:

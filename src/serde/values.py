@@ -34,6 +34,15 @@ def _expr_of(v: Any) -> sympy.Basic:
     return v.node.expr
 
 
+def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: Any) -> schema.SymExpr:
+    """The expression of a symbolic scalar, with its example value when it has one."""
+    hint = v.node.hint
+    return schema.SymExpr(
+        expr=expr_from_sympy(expr, where=where),
+        hint=None if hint is None else schema.SymExprHint(**{hint_member: convert(hint)}),
+    )
+
+
 def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.SymInt:
     if isinstance(v, int) and not isinstance(v, bool):
         return schema.SymInt(as_int=v)
@@ -41,11 +50,7 @@ def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.Sym
         expr = _expr_of(v)
         if isinstance(expr, sympy.Integer):
             return schema.SymInt(as_int=int(expr))
-        hint = v.node.hint
-        return schema.SymInt(as_expr=schema.SymExpr(
-            expr=expr_from_sympy(expr, where=where),
-            hint=None if hint is None else schema.SymExprHint(as_int=int(hint)),
-        ))
+        return schema.SymInt(as_expr=_sym_expr(v, expr, where, "as_int", int))
     raise UnsupportedConstructError(f"{where}: expected an int or SymInt, got {type(v).__name__}")
 
 
@@ -56,11 +61,7 @@ def serialize_sym_float(v: float | torch.SymFloat, where: str = "value") -> sche
         expr = _expr_of(v)
         if isinstance(expr, (sympy.Float, sympy.Integer)):
             return schema.SymFloat(as_float=schema.to_f64(float(expr)))
-        hint = v.node.hint
-        return schema.SymFloat(as_expr=schema.SymExpr(
-            expr=expr_from_sympy(expr, where=where),
-            hint=None if hint is None else schema.SymExprHint(as_float=schema.to_f64(float(hint))),
-        ))
+        return schema.SymFloat(as_expr=_sym_expr(v, expr, where, "as_float", lambda h: schema.to_f64(float(h))))
     raise UnsupportedConstructError(f"{where}: expected a float or SymFloat, got {type(v).__name__}")
 
 
@@ -71,11 +72,7 @@ def serialize_sym_bool(v: bool | torch.SymBool, where: str = "value") -> schema.
         expr = _expr_of(v)
         if expr in (sympy.true, sympy.false):
             return schema.SymBool(as_bool=bool(expr))
-        hint = v.node.hint
-        return schema.SymBool(as_expr=schema.SymExpr(
-            expr=expr_from_sympy(expr, where=where),
-            hint=None if hint is None else schema.SymExprHint(as_bool=bool(hint)),
-        ))
+        return schema.SymBool(as_expr=_sym_expr(v, expr, where, "as_bool", bool))
     raise UnsupportedConstructError(f"{where}: expected a bool or SymBool, got {type(v).__name__}")
 
 
