@@ -30,6 +30,7 @@ from .values import (
 
 __all__ = ["GraphWriter", "GraphReader", "argument_names"]
 
+_CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
 _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
@@ -71,6 +72,7 @@ class GraphWriter:
         self.is_single_tensor_return = False
         self.args = ArgumentWriter(self._subgraph, _custom_obj_class)
         self._names = {n.name for n in gm.graph.nodes}
+        self._target_names: dict[Any, str] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -165,7 +167,11 @@ class GraphWriter:
         if target is operator.getitem and _produces_multi(node.args[0]):
             return  # folded into the producer's outputs
         where = f"{self.where}.nodes[{node.name!r}]"
-        name = serialize_target(target, where=where)
+        name = self._target_names.get(target) if isinstance(target, _CACHEABLE) else None
+        if name is None:
+            name = serialize_target(target, where=where)
+            if isinstance(target, _CACHEABLE):
+                self._target_names[target] = name  # a graph has few distinct targets; naming one is not free
         if isinstance(target, torch._ops.OpOverload):
             inputs = self._schema_inputs(node, target._schema, where)
             outputs = self._schema_outputs(node, target._schema.returns, where)

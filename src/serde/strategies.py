@@ -67,7 +67,7 @@ OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
         _f(v).max(dim=-1, keepdim=True))),
     "aminmax": (1, lambda m, v, k: (lambda r: r.min * 2 - r.max)(torch.aminmax(v, dim=-1, keepdim=True))),
     "size_arith": (1, lambda m, v, k: v * (v.shape[0] // 2 + 1) + v.shape[-1] % 3),
-    "new_full": (1, lambda m, v, k: v.new_full((v.shape[0], 1), 0.5 + k) + v),
+    "new_full": (1, lambda m, v, k: v.new_full((*v.shape[:-1], 1), 0.5 + k) + v),
     "to_double": (1, lambda m, v, k: v.to(torch.float64)),
     "linear": (1, lambda m, v, k: torch.nn.functional.linear((v + m.zero_row).to(m.weight.dtype), m.weight,
                                                            m.bias)),
