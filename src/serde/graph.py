@@ -182,11 +182,16 @@ class GraphWriter:
             inputs += [schema.NamedArgument(name=k, arg=self.args.write(v, f"{where}.kwargs[{k!r}]"), kind=_KW)
                        for k, v in node.kwargs.items()]
             val = node.meta.get("val")
-            if value_kind(val) == "multi":
+            kind = value_kind(val)
+            if kind == "multi":
                 outputs, single = self._elements(node, val, where), None
+            elif kind == "none" and not isinstance(target, torch._ops.HigherOrderOperator):
+                outputs, single = [], None  # a Python callable run for its effect (vmap level bookkeeping)
             else:
                 outputs = [self._value(node.name, val, f"{where}.outputs[0]")]
-                single = True if isinstance(target, torch._ops.HigherOrderOperator) else None
+                # HOPs, and Python callables returning one tensor (e.g. torch._functorch.predispatch
+                # wrappers), return it bare: without the flag a reader would unpack a 1-tuple.
+                single = True if isinstance(target, torch._ops.HigherOrderOperator) or kind == "tensor" else None
         self.nodes.append(schema.Node(
             target=name, inputs=inputs, outputs=outputs,
             metadata=serialize_node_metadata(node.meta, where),
