@@ -254,6 +254,18 @@ class _RenameCtx:
         return self.plan.sub_args[ga.name]
 
 
+class _NodePart:
+    """``<graph>.nodes[i].<part>``, formatted only when an error needs it."""
+
+    __slots__ = ("graph", "i", "part")
+
+    def __init__(self, graph: str, i: int, part: str) -> None:
+        self.graph, self.i, self.part = graph, i, part
+
+    def __str__(self) -> str:
+        return f"{self.graph}.nodes[{self.i}].{self.part}"
+
+
 class _Plan:
     """Canonical order and names of one graph (and, recursively, of its subgraphs)."""
 
@@ -263,10 +275,16 @@ class _Plan:
         self.idx = idx = GraphIndex(g, where)
         nodes = g.nodes
         # Subgraphs first: the parent's order and names use their fingerprints.
+        # (node index -> [(input position, argument name, subgraph)]; most nodes have none)
+        self.subs_of: dict[int, list[tuple[int, str, schema.GraphArgument]]] = {}
         self.sub: dict[str, _Plan] = {}
         for i, node in enumerate(nodes):
             for j, na in enumerate(node.inputs):
-                for ga in argument_subgraphs(na.arg):
+                a = na.arg
+                if a.as_graph is None and a.as_string_to_argument is None:
+                    continue
+                for ga in argument_subgraphs(a):
+                    self.subs_of.setdefault(i, []).append((j, na.name, ga))
                     if ga.name not in self.sub:
                         sub_inputs = [[f"arg{k}" if m == 0 else f"arg{k}_{m}" for m, _ in enumerate(argument_names(a))]
                                       for k, a in enumerate(ga.graph.inputs)]
@@ -275,9 +293,6 @@ class _Plan:
                                                   f"{where}.nodes[{i}].inputs[{j}].graph", set())
         stacks = [frame_of(n.metadata) for n in nodes]
         self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)
-        rank = [0] * len(nodes)
-        for r, i in enumerate(order):
-            rank[i] = r
 
         # Names: inputs as given, then nodes, then multi-output values, then subgraphs.
         self.value_map: dict[str, str] = {}
@@ -310,21 +325,29 @@ class _Plan:
         sub_ns.used |= ns.used
         self.sub_names: dict[str, str] = {}
         for i in order:
-            k = 0
-            for na in nodes[i].inputs:
-                for ga in argument_subgraphs(na.arg):
-                    if ga.name not in self.sub_names:
-                        stem = self.node_names[i].lstrip("_") or "graph"
-                        suffix = sanitize(na.name) if na.name else f"graph{k}"
-                        self.sub_names[ga.name] = sub_ns.claim(f"{stem}_{suffix}")
-                    k += 1
-        rctx = _RankCtx(self, rank)
-        self.fingerprint = _digest((
-            len(g.inputs),
-            tuple(node_key(nodes[i], rctx) for i in order),
-            tuple(rctx.value(r) for r in idx.output_refs),
-        ))
+            for k, (_, arg_name, ga) in enumerate(self.subs_of.get(i, ())):
+                if ga.name not in self.sub_names:
+                    stem = self.node_names[i].lstrip("_") or "graph"
+                    suffix = sanitize(arg_name) if arg_name else f"graph{k}"
+                    self.sub_names[ga.name] = sub_ns.claim(f"{stem}_{suffix}")
+        self._fingerprint: bytes | None = None
         self.sub_args: dict[str, schema.GraphArgument] = {}
+
+    @property
+    def fingerprint(self) -> bytes:
+        """Name-free structural hash of the graph (how a parent tells its subgraphs apart)."""
+        if self._fingerprint is None:
+            nodes, idx = self.graph.nodes, self.idx
+            rank = [0] * len(nodes)
+            for r, i in enumerate(self.order):
+                rank[i] = r
+            rctx = _RankCtx(self, rank)
+            self._fingerprint = _digest((
+                len(self.graph.inputs),
+                tuple(node_key(nodes[i], rctx) for i in self.order),
+                tuple(rctx.value(r) for r in idx.output_refs),
+            ))
+        return self._fingerprint
 
     def rename_ctx(self, where: str) -> _RenameCtx:
         return _RenameCtx(self, where)
@@ -338,11 +361,10 @@ class _Plan:
                 self._see_value(name, syms)
         seen_sub: set[str] = set()
         for i in self.order:
-            for na in g.nodes[i].inputs:
-                for ga in argument_subgraphs(na.arg):
-                    if ga.name not in seen_sub:
-                        seen_sub.add(ga.name)
-                        self.sub[ga.name].see_symbols(syms)
+            for _, _, ga in self.subs_of.get(i, ()):
+                if ga.name not in seen_sub:
+                    seen_sub.add(ga.name)
+                    self.sub[ga.name].see_symbols(syms)
             for _, _, name in idx.leaves[i]:
                 self._see_value(name, syms)
 
@@ -369,18 +391,16 @@ class _Plan:
         prefix = f"{path}/" if path else ""
         for i in self.order:
             node, name = nodes[i], self.node_names[i]
-            where = f"{self.where}.nodes[{i}]"
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
-            for na in node.inputs:
-                for ga in argument_subgraphs(na.arg):
-                    if ga.name not in self.sub_args:
-                        sub_name = self.sub_names[ga.name]
-                        sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
-                        self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
-            ctx.where = f"{where}.inputs"
+            for _, _, ga in self.subs_of.get(i, ()):
+                if ga.name not in self.sub_args:
+                    sub_name = self.sub_names[ga.name]
+                    sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
+                    self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+            ctx.where = _NodePart(self.where, i, "inputs")
             inputs = [schema.NamedArgument(name=na.name, arg=rename_argument(na.arg, ctx), kind=na.kind)
                       for na in node.inputs]
-            ctx.where = f"{where}.outputs"
+            ctx.where = _NodePart(self.where, i, "outputs")
             outputs = [rename_argument(o, ctx) for o in node.outputs]
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels)
             if dbg is not None and debug is not None:
@@ -447,7 +467,10 @@ def _user_arg_spec(cls: type, name_field: str | None = None) -> Any:
     def rename(v: Any, ctx: _RenameCtx) -> Any:
         if name_field is None:
             return cls(arg=rename_argument(v.arg, ctx))
-        return cls(arg=_arg_spec_arg(v.arg, ctx), **{name_field: ctx.value(getattr(v, name_field))})
+        # The user input named here is normally a graph input, renamed like it. torch's joint graphs
+        # name it by its tracing-time placeholder ("arg2_1"), no graph value: that name is kept.
+        old = getattr(v, name_field)
+        return cls(arg=_arg_spec_arg(v.arg, ctx), **{name_field: ctx.values.get(old, old)})
     return rename
 
 

@@ -69,13 +69,12 @@ def op_base(target: str) -> str:
     return sanitize(parts[-1])
 
 
+# byte -> letter (256 is not a multiple of 20: the first 16 letters are a little likelier; harmless)
+_TAG_TABLE = bytes(ord(_TAG_ALPHABET[b % len(_TAG_ALPHABET)]) for b in range(256))
+
+
 def _tag(digest: bytes) -> str:
-    v = int.from_bytes(digest[:8], "little")
-    out = []
-    for _ in range(_TAG_LEN):
-        v, r = divmod(v, len(_TAG_ALPHABET))
-        out.append(_TAG_ALPHABET[r])
-    return "".join(out)
+    return digest[:_TAG_LEN].translate(_TAG_TABLE).decode("ascii")
 
 
 def _digest(parts: Any) -> bytes:
@@ -116,12 +115,14 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
     n = len(targets)
     bases = [op_base(t) for t in targets]
     sig: list[bytes] = [_digest((targets[i], scopes[i], local_keys[i])) for i in range(n)]
+    # Producer tokens: a node's value is (its signature, output index); an input is its name.
+    rows = [[(p, b"%d;" % j) if isinstance(p, int) else (None, b"in:%d:%s;" % (len(p), p.encode()))
+             for p, j in producers[i]] for i in range(n)]
+    blake = hashlib.blake2b
     for _ in range(RADIUS):
         prev = sig
-        sig = [
-            _digest((prev[i], tuple((prev[p] if isinstance(p, int) else p, j) for p, j in producers[i])))
-            for i in range(n)
-        ]
+        sig = [blake(prev[i] + b"".join((prev[p] + t) if p is not None else t for p, t in rows[i]),
+                     digest_size=12).digest() for i in range(n)]
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))
     candidates: list[str] = [""] * n

@@ -7,7 +7,7 @@ outputs; sizes, then strides, then storage offset), keeping their prefix class: 
 appear only in ``range_constraints`` come last, ordered by prefix and stored number.
 
 Known limitation: when one expression introduces several new symbols at once, they are numbered in
-the order the expression text mentions them; the printer sorts commutative terms by name, so that
+the order its canonical text mentions them; the printer sorts commutative terms by name, so that
 order can depend on the stored names. torch introduces symbols one per input dimension, so this
 does not arise for exported programs.
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from serde import schema, symbolic
+from serde import schema, symbolic, wire
+from serde.exprs import expr_from_text, expr_text
 
 from .walk import rename_sym_value, sym_value_exprs
 
@@ -34,13 +35,20 @@ def _split(name: str) -> tuple[str, int]:
 
 
 class SymbolRenamer:
-    """Collects symbols in traversal order, then renames expression texts consistently."""
+    """Collects symbols in traversal order, then renames expressions consistently.
+
+    Expressions are trees (``schema.Expr``); symbol order and renaming go through their canonical
+    text, and every distinct tree is converted once (cached by its encoding).
+    """
 
     def __init__(self) -> None:
         self.mapping: dict[str, str] = {}
         self._next: dict[str, int] = {}
         self._ordered: dict[str, list[str]] = {}
         self._renamed: dict[str, str] = {}
+        self._texts: dict[bytes, str] = {}
+        self._trees: dict[bytes, tuple[schema.Expr, bool]] = {}
+        self.seen_any = False  # no expression at all: metas are static and stay as they are
 
     # -- collecting
 
@@ -58,30 +66,38 @@ class SymbolRenamer:
             if s not in self.mapping:
                 self._assign(s)
 
+    def _text(self, key: bytes, e: schema.Expr, where: str) -> str:
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = expr_text(e, where=where)
+        return text
+
     def see_value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool, where: str) -> None:
-        for text in sym_value_exprs(v):
-            self.see_text(text, where)
+        if v.as_expr is None:
+            return
+        self.seen_any = True
+        for e in sym_value_exprs(v):
+            self.see_text(self._text(wire.encode(e.expr), e.expr, where), where)
 
     def see_meta(self, m: schema.TensorMeta, where: str) -> None:
         for s in m.sizes:
-            self.see_value(s, where)
+            if s.as_expr is not None:
+                self.see_value(s, where)
         for s in m.strides:
-            self.see_value(s, where)
-        self.see_value(m.storage_offset, where)
+            if s.as_expr is not None:
+                self.see_value(s, where)
+        if m.storage_offset.as_expr is not None:
+            self.see_value(m.storage_offset, where)
 
     def see_remaining(self, names: Iterable[str], where: str) -> None:
-        """Symbols named only by ``names`` (range constraint keys): by prefix, number, name."""
+        """Symbols named only by ``names`` (range constraint texts): by prefix, number, name."""
         rest: list[str] = []
-        for key in names:
-            self.see_text_later(key, where, rest)
+        for text in names:
+            for s in symbolic.free_symbol_names(text, where=where):
+                if s not in self.mapping and s not in rest:
+                    rest.append(s)
         for s in sorted(rest, key=lambda s: (*_split(s), s)):
-            if s not in self.mapping:
-                self._assign(s)
-
-    def see_text_later(self, text: str, where: str, out: list[str]) -> None:
-        for s in symbolic.free_symbol_names(text, where=where):
-            if s not in self.mapping:
-                out.append(s)
+            self._assign(s)
 
     def _assign(self, s: str) -> None:
         prefix = _split(s)[0] or "s"
@@ -97,10 +113,23 @@ class SymbolRenamer:
             out = self._renamed[text] = symbolic.rename_symbols(text, self.mapping, where=where)
         return out
 
+    def _expr(self, e: schema.SymExpr) -> schema.SymExpr:
+        key = wire.encode(e.expr)
+        hit = self._trees.get(key)
+        if hit is None:
+            new = expr_from_text(self.text(self._text(key, e.expr, "expression")))
+            # Re-reading the text also normalizes trees built another way (e.g. by an upgrader).
+            hit = self._trees[key] = (new, wire.encode(new) == key)
+        return e if hit[1] else schema.SymExpr(expr=hit[0], hint=e.hint)
+
     def value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool) -> schema.SymInt | schema.SymFloat | schema.SymBool:
-        return rename_sym_value(v, self.text)
+        if v.as_expr is None:
+            return v
+        return rename_sym_value(v, self._expr)
 
     def meta(self, m: schema.TensorMeta) -> schema.TensorMeta:
+        if not self.seen_any:
+            return m
         sizes = [self.value(s) for s in m.sizes]
         strides = [self.value(s) for s in m.strides]
         off = self.value(m.storage_offset)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from serde import schema, wire
-from serde.exprs import expr_from_text, expr_text
 
 __all__ = [
     "Visitor", "argument_names", "rename_argument", "argument_key", "argument_subgraphs",
@@ -180,11 +179,17 @@ DIRECT_LEAF_KINDS = frozenset({"as_tensor", "as_sym_int", "as_sym_float", "as_sy
 
 def argument_names(a: schema.Argument) -> Iterable[str]:
     """Names of the graph values ``a`` refers to, in order (subgraph internals excluded)."""
+    t = a.as_tensor  # the common case, without the dispatch
+    if t is not None:
+        return (t.name,)
     return ARGUMENT.names(a)
 
 
 def rename_argument(a: schema.Argument, ctx: Visitor) -> schema.Argument:
     """``a`` with references renamed and subgraphs replaced through ``ctx``."""
+    t = a.as_tensor  # the common case, without the dispatch
+    if t is not None:
+        return schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
     return ARGUMENT.rename(a, ctx)
 
 
@@ -215,6 +220,10 @@ def output_leaves(outputs: list[schema.Argument]) -> list[tuple[int, str, str]]:
     """(position in ``outputs``, argument kind, name) of every value a node defines, in order."""
     leaves = []
     for i, o in enumerate(outputs):
+        t = o.as_tensor
+        if t is not None:
+            leaves.append((i, "as_tensor", t.name))
+            continue
         k = o.kind
         for n in ARGUMENT.names(o):
             leaves.append((i, k, n))
@@ -223,18 +232,8 @@ def output_leaves(outputs: list[schema.Argument]) -> list[tuple[int, str, str]]:
 
 # ---------------------------------------------------------------- symbolic values (symbol renaming)
 
-def _expr_kind(rename: Callable[[schema.SymExpr, Callable[[str], str]], schema.SymExpr]) -> _Kind:
-    return _Kind(lambda v: (expr_text(v.expr),), rename, lambda v, ctx: expr_text(v.expr))
-
-
-def _rename_expr(e: schema.SymExpr, f: Callable[[str], str]) -> schema.SymExpr:
-    # Symbol renaming works on canonical text (commutative operands re-sorted by their text), and
-    # every canonical tree is re-read from that text, renamed or not, so that equal programs get
-    # equal trees whichever way their trees were built (from sympy, or parsed by an upgrader).
-    return schema.SymExpr(expr=expr_from_text(f(expr_text(e.expr))), hint=e.hint)
-
-
-_EXPR = _expr_kind(_rename_expr)
+# A SymInt/SymFloat/SymBool is an expression or a literal; only expressions hold symbols.
+_EXPR = _Kind(lambda v: (v,), lambda v, f: f(v), lambda v, ctx: v)
 _SYM_VALUE_TABLES = {
     schema.SymInt: _checked(schema.SymInt, {"as_expr": _EXPR, "as_int": CONST}),
     schema.SymFloat: _checked(schema.SymFloat, {"as_expr": _EXPR, "as_float": CONST}),
@@ -243,14 +242,14 @@ _SYM_VALUE_TABLES = {
 SYM_VALUE_KINDS = tuple(_SYM_VALUE_TABLES)
 
 
-def sym_value_exprs(v: schema.SymInt | schema.SymFloat | schema.SymBool) -> Iterable[str]:
-    """The expression texts inside a symbolic value (none for a literal)."""
+def sym_value_exprs(v: schema.SymInt | schema.SymFloat | schema.SymBool) -> Iterable[schema.SymExpr]:
+    """The expressions inside a symbolic value (none for a literal)."""
     k = "as_expr" if v.as_expr is not None else v.kind
     return _SYM_VALUE_TABLES[type(v)][k].names(getattr(v, k))
 
 
-def rename_sym_value(v: Any, f: Callable[[str], str]) -> Any:
-    """``v`` with every expression text passed through ``f`` (returned as is when unchanged)."""
+def rename_sym_value(v: Any, f: Callable[[schema.SymExpr], schema.SymExpr]) -> Any:
+    """``v`` with every expression passed through ``f`` (returned as is when unchanged)."""
     k = "as_expr" if v.as_expr is not None else v.kind
     h = _SYM_VALUE_TABLES[type(v)][k]
     if h is CONST:
