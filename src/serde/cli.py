@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "demo": "serde.cmd_demo",
     "show": "canonical.cmd_show",
     "diff": "canonical.cmd_diff",
+    "canonicalize": "canonical.cmd_canonicalize",
     "check": "serde.cmd_check",
     "schema": "serde.cmd_schema",
     "upgrade": "serde.cmd_upgrade",
