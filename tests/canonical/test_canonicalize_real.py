@@ -1,0 +1,105 @@
+"""canonicalize() on real exports: strict-mode metadata across processes, module frames and unflatten."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import serde
+from canonical.canonicalize import canonicalize
+from serde.program import serialize_program
+
+# A submodule returning two values used far apart: a demand-driven order alone would split its frame.
+MODEL = """
+import torch
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.a(x).relu(), self.b(x).sigmoid()
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = Pair()
+        self.mid = torch.nn.Linear(8, 8)
+        self.tail = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        p, q = self.pair(x)
+        h = self.mid(p).tanh()
+        return self.tail(h * q) + 1
+"""
+
+DRIVER = """
+import importlib.util, sys, torch, serde
+spec = importlib.util.spec_from_file_location("some_user_module", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+torch.manual_seed(0)
+ep = torch.export.export(mod.Net().eval(), (torch.randn(3, 8),), strict=True)
+serde.save(ep, sys.argv[2])
+"""
+
+
+def _load_model():
+    ns: dict = {}
+    exec(compile(textwrap.dedent(MODEL), "<model>", "exec"), ns)  # test-local model source, not artifact data
+    torch.manual_seed(0)
+    return ns["Net"]().eval()
+
+
+def test_strict_export_is_byte_stable_across_processes_and_paths(tmp_path):
+    # Strict export keys nn_module_stack frames by id(module) and numbers source_fn_stack names in
+    # tracing order; neither may leak into the artifact.
+    digests = []
+    for folder, filename in (("one", "model.py"), ("two/deeper", "renamed_file.py")):
+        d = tmp_path / folder
+        d.mkdir(parents=True)
+        (d / filename).write_text(textwrap.dedent(MODEL))
+        out = d / "m.pt2s"
+        subprocess.run([sys.executable, "-c", DRIVER, str(d / filename), str(out)], check=True, timeout=600,
+                       capture_output=True)
+        digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
+
+
+def test_module_call_frames_stay_contiguous_and_unflatten_works():
+    model = _load_model()
+    x = torch.randn(3, 8)
+    for strict in (False, True):
+        ep = torch.export.export(model, (x,), strict=strict)
+        program, _ = canonicalize(serialize_program(ep))
+        frames = [tuple(e.key for e in n.metadata.nn_module_stack or ()) for n in program.graph_module.graph.nodes]
+        closed: set = set()
+        for prev, cur in zip(frames, frames[1:], strict=False):
+            # leaving a frame closes it and every frame nested in it; none may be entered again
+            for k in range(len(prev)):
+                if cur[:k + 1] != prev[:k + 1]:
+                    closed.add(prev[:k + 1])
+            assert not any(cur[:k + 1] in closed for k in range(len(cur))), (strict, frames)
+        buf = io.BytesIO()
+        serde.save(ep, buf)
+        loaded = serde.load(buf.getvalue())
+        torch.testing.assert_close(loaded.module()(x), model(x))
+        torch.testing.assert_close(torch.export.unflatten(loaded)(x), model(x))
+
+
+def test_strict_and_non_strict_module_keys_agree():
+    model = _load_model()
+    x = torch.randn(3, 8)
+    keys = []
+    for strict in (False, True):
+        program, _ = canonicalize(serialize_program(torch.export.export(model, (x,), strict=strict)))
+        keys.append({e.key for n in program.graph_module.graph.nodes for e in n.metadata.nn_module_stack or ()})
+    assert keys[0] == keys[1]
+    assert {"L__self__", "L__self__pair", "L__self__pair.a", "L__self__mid"} <= keys[0]
