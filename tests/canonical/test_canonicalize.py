@@ -216,6 +216,46 @@ def test_module_call_graph_signatures_are_renamed():
     assert sig.forward_arg_names == ["inp"]
 
 
+def test_tokens_and_custom_objects_are_renamed_everywhere():
+    def tensor(n):
+        return A(as_tensor=S.TensorArgument(name=n))
+    meta = render(chain(1, 0)).graph_module.graph.tensor_values["x"]
+    fqn = "__torch__.torch.classes.mylib.Foo"
+    obj = S.CustomObjArgument(name="weird_obj", class_fqn=fqn)
+    pos = S.ArgumentKind.POSITIONAL
+    node = S.Node(
+        target="torch.ops.higher_order.with_effects",
+        inputs=[S.NamedArgument(name="", arg=a, kind=pos) for a in (
+            tensor("tok_in"), A(as_operator="torch.ops.mylib.foo.default"), A(as_custom_obj=obj), tensor("x"))],
+        outputs=[tensor("tok_out"), tensor("res")], metadata=S.NodeMetadata(), name="with_effects_7")
+    g = S.Graph(inputs=[tensor("tok_in"), A(as_custom_obj=obj), tensor("x")], outputs=[tensor("tok_out"), tensor("res")],
+                nodes=[node], tensor_values={"tok_in": meta, "tok_out": meta, "res": meta, "x": meta},
+                sym_int_values={}, sym_bool_values={}, is_single_tensor_return=False,
+                custom_obj_values={"weird_obj": obj}, sym_float_values={})
+    sig = S.GraphSignature(
+        input_specs=[S.InputSpec(token=S.InputTokenSpec(arg=S.TokenArgument(name="tok_in"))),
+                     S.InputSpec(custom_obj=S.InputToCustomObjSpec(arg=obj, custom_obj_name="attr")),
+                     S.InputSpec(user_input=S.UserInputSpec(arg=tensor("x")))],
+        output_specs=[S.OutputSpec(token=S.OutputTokenSpec(arg=S.TokenArgument(name="tok_out"))),
+                      S.OutputSpec(user_output=S.UserOutputSpec(arg=tensor("res")))])
+    base = render(chain(1, 0))
+    p = msgspec.structs.replace(base, graph_module=S.GraphModule(graph=g, signature=sig, module_call_graph=[]))
+    c, _ = canonicalize(p)
+    gc = c.graph_module.graph
+    assert [a.value.name for a in gc.inputs] == ["token", "obj_attr", "x"]
+    n = gc.nodes[0]
+    assert n.name == "with_effects"
+    assert [o.as_tensor.name for o in n.outputs] == ["with_effects_0", "with_effects_1"]
+    assert n.inputs[2].arg.as_custom_obj == S.CustomObjArgument(name="obj_attr", class_fqn=fqn)
+    assert gc.custom_obj_values == {"obj_attr": S.CustomObjArgument(name="obj_attr", class_fqn=fqn)}
+    specs = c.graph_module.signature
+    assert specs.input_specs[0].token.arg.name == "token"
+    assert specs.input_specs[1].custom_obj.arg.name == "obj_attr"
+    assert specs.output_specs[0].token.arg.name == "with_effects_0"
+    assert set(gc.tensor_values) == {"token", "with_effects_0", "with_effects_1", "x"}
+    assert canonicalize(c)[0] == c
+
+
 # ---------------------------------------------------------------- subgraphs
 
 
