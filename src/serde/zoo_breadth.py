@@ -266,6 +266,14 @@ class CondNested(nn.Module):
         return torch.cond(x.shape[0] > 2, outer_true, outer_false, (x,))
 
 
+class CondSizeClosure(nn.Module):
+    """Branches close over a dynamic size: the operands mix a tensor and a SymInt."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        return torch.cond(x.sum() > 0, lambda x: x * n + 1, lambda x: x - n, (x,))
+
+
 class Map(nn.Module):
     def forward(self, xs, y):
         from torch._higher_order_ops.map import map as control_flow_map
@@ -479,6 +487,8 @@ CASES: list[Case] = [
     Case("cond_nested_aten", lambda: (CondNested(), (_r(3, 4).abs(), _r(2)), {}, ({0: _n}, None)),
          post=decompose, other_inputs=lambda: [((-_r(5, 4).abs(), _r(2)), {}), ((_r(1, 4), _r(2)), {})],
          tags=("hop", "cond", "aten")),
+    Case("cond_size_closure", lambda: (CondSizeClosure(), (_r(3, 2).abs(),), {}, ({0: _n},)),
+         other_inputs=lambda: [((-_r(6, 2).abs(),), {}), ((_r(2, 2).abs(),), {})], tags=("hop", "cond", "dynamic")),
     Case("map", lambda: (Map(), (_r(5, 3), _r(3)), {}, None), tags=("hop",)),
     Case("while_loop", lambda: (WhileLoop(), (torch.tensor(0), _r(3)), {}, None),
          other_inputs=lambda: [((torch.tensor(3), _r(3)), {})], tags=("hop",)),

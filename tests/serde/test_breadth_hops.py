@@ -18,6 +18,7 @@ HOPS = {
     "cond_operands": {"cond"},
     "cond_nested": {"cond"},
     "cond_nested_aten": {"cond"},
+    "cond_size_closure": {"cond"},
     "map": {"map_impl"},
     "while_loop": {"while_loop"},
     "scan": {"scan"},
@@ -49,7 +50,8 @@ def test_hop_roundtrips_and_runs(name, breadth_program):
         assert_programs_equal(ep, loaded, inputs=(args, kwargs))
 
 
-@pytest.mark.parametrize("name", ["cond_operands", "cond_nested", "cond_nested_aten", "unbacked_in_cond"])
+@pytest.mark.parametrize("name", ["cond_operands", "cond_nested", "cond_nested_aten", "cond_size_closure",
+                                  "unbacked_in_cond"])
 def test_cond_both_branches_taken_after_load(name, breadth_program):
     """The example and other inputs take both branches; the loaded program matches eager on each."""
     case = zoo_breadth.get(name)
@@ -61,6 +63,16 @@ def test_cond_both_branches_taken_after_load(name, breadth_program):
         taken.add(_outer_predicate(loaded, a))
         torch.testing.assert_close(loaded.module()(*a, **k), model(*a, **k))
     assert taken == {True, False}
+
+
+def test_cond_operands_mixing_tensors_and_sizes(breadth_program):
+    loaded = serde.load(_saved(breadth_program("cond_size_closure")))
+    (cond,) = [n for n in loaded.graph.nodes if n.target is torch.ops.higher_order.cond]
+    kinds = sorted(type(o.meta["val"]).__name__ for o in cond.args[3])
+    assert kinds == ["FakeTensor", "SymInt"]
+    for n in (2, 5, 9):
+        x = torch.full((n, 2), 0.5)
+        torch.testing.assert_close(loaded.module()(x), x * n + 1)
 
 
 def test_while_loop_iterates_from_the_loaded_program(breadth_program):
