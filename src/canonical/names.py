@@ -30,9 +30,7 @@ list output) names them ``<node>_<k>``. Subgraphs are ``<node>_graph<k>`` (or
 
 from __future__ import annotations
 
-import builtins
 import hashlib
-import keyword
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -45,10 +43,19 @@ RADIUS = 3
 _TAG_ALPHABET = "bcdfghjklmnpqrstvwxz"
 _TAG_LEN = 5
 
-# Names a generated FX forward() cannot bind: keywords, builtins, FX's own imports, `self`.
-ILLEGAL_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
-    {"inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree", "math", "self", "operator"}
-)
+# Names a generated FX forward() cannot bind: Python keywords and builtins, FX's own imports,
+# `self`. Written out (not read from this interpreter) so names never depend on the Python version;
+# only lowercase ones matter, operator names are lowercase.
+ILLEGAL_NAMES = frozenset("""
+    abs aiter all and anext any as ascii assert async await bin bool break breakpoint bytearray bytes
+    callable chr class classmethod compile complex continue copyright credits def del delattr dict dir
+    divmod elif else enumerate eval except exec exit filter finally float for format from frozenset
+    getattr global globals hasattr hash help hex id if import in input int is isinstance issubclass
+    iter lambda len license list locals map max memoryview min next nonlocal not object oct open or
+    ord pass pow print property quit raise range repr return reversed round set setattr slice sorted
+    staticmethod str sum super try tuple type vars while with yield zip
+    inf nan device fx_pytree pytree math torch operator self
+""".split())
 
 _NOT_IDENT = re.compile(r"[^0-9A-Za-z_]+")
 

@@ -144,7 +144,9 @@ class _HashCtx:
 
 def node_key(node: schema.Node, ctx: Any) -> tuple:
     """Name-free structural key of one node: target and every argument."""
-    return (node.target, tuple((na.name, na.kind, argument_key(na.arg, ctx)) for na in node.inputs))
+    # kind as a plain int: keys are hashed through repr(), which must not depend on enum reprs
+    return (node.target, tuple((na.name, None if na.kind is None else int(na.kind), argument_key(na.arg, ctx))
+                               for na in node.inputs))
 
 
 def meta_key(m: schema.NodeMetadata) -> tuple:
