@@ -79,3 +79,14 @@ def test_index_with_none_in_the_index_list(breadth_program):
     loaded = assert_roundtrip(ep)
     (node,) = [n for n in loaded.graph.nodes if n.target is torch.ops.aten.index.Tensor and n.args[1][0] is None]
     assert isinstance(node.args[1][1], torch.fx.Node)
+
+
+def test_parameter_mutation(breadth_program):
+    ep = breadth_program("parameter_mutation_aten")
+    loaded = assert_roundtrip(ep)
+    assert [s.kind.name for s in loaded.graph_signature.output_specs] == ["PARAMETER_MUTATION", "USER_OUTPUT"]
+    m = loaded.module()
+    x = torch.ones(3)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), x * 0.5)
+        torch.testing.assert_close(m(x), x * 0.25)  # the update is written back to the parameter
