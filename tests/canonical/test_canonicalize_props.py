@@ -23,6 +23,19 @@ FRAMES = [None, [("L__self__", "")], [("L__self__", ""), ("L__self__a", "a")],
 
 
 @st.composite
+def _branches(draw, shape: list) -> Prog:
+    """A cond branch: a short chain of unary ops on its one input."""
+    nodes = []
+    for k in range(draw(st.integers(1, 3))):
+        src = ("in", 0) if k == 0 else ("n", k - 1)
+        nodes.append(NodeSpec(draw(st.sampled_from(UNARY)), [src], shape=shape))
+    if draw(st.booleans()):  # an independent second chain joined at the end
+        nodes.append(NodeSpec(draw(st.sampled_from(UNARY)), [("in", 0)], shape=shape))
+        nodes.append(NodeSpec(BINARY[0], [("n", len(nodes) - 2), ("n", len(nodes) - 1)], shape=shape))
+    return Prog([InputSpecDesc("user", "a", shape)], nodes, [("n", len(nodes) - 1)])
+
+
+@st.composite
 def programs(draw) -> Prog:
     n_in = draw(st.integers(1, 3))
     inputs = [InputSpecDesc("user", f"x{k}", [f"{{s{k}}}", 4]) for k in range(n_in)]
@@ -37,7 +50,7 @@ def programs(draw) -> Prog:
     n_unbacked = 0
     for _ in range(draw(st.integers(1, 24))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "const", "split", "symsize", "symmul",
-                                     "assert", "nonzero", "full"]))
+                                     "assert", "nonzero", "full", "cond"]))
         frame = draw(st.sampled_from(FRAMES))
         i = len(nodes)
         # Output metas follow from the arguments, as they do for every deterministic op.
@@ -84,6 +97,12 @@ def programs(draw) -> Prog:
             nodes.append(NodeSpec("torch.ops.aten._assert_scalar.default",
                                   [("sym", draw(st.sampled_from(syms))), ("str", "check")], out="none", module=frame))
             continue
+        elif kind == "cond":
+            a = draw(st.sampled_from(tensors))
+            branches = [draw(_branches(shapes[a])) for _ in range(2)]
+            nodes.append(NodeSpec("torch.ops.higher_order.cond",
+                                  [("b", draw(st.booleans())), ("g", branches[0]), ("g", branches[1]), ("ts", [a])],
+                                  module=frame, shape=shapes[a]))
         else:  # nonzero: introduces a fresh unbacked symbol
             nodes.append(NodeSpec("torch.ops.aten.nonzero.default", [draw(st.sampled_from(tensors))],
                                   shape=[f"{{u{n_unbacked}}}", 2], module=frame))
