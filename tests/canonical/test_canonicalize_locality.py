@@ -38,3 +38,16 @@ def test_names_stay_readable_in_a_long_chain():
     ops = {n.target.split(".")[3] for n in c.graph_module.graph.nodes}
     assert all(name.split("_")[0] in ops or name.startswith("clamp_min") for name in names), names[:20]
     assert max(len(n) for n in names) <= len("clamp_min_bcdf_12")
+
+
+@pytest.mark.slow
+def test_locality_over_many_insertion_points():
+    # Exact ties of whole 4-node neighbourhoods are the only way past 10 lines (their ordinals
+    # shift); on random chains that is rare.
+    counts = []
+    for seed in range(10):
+        base = _show(chain(N, seed))
+        counts += [count_changed_lines(base, _show(chain(N, seed, insert_at=at))) for at in range(50, N, 50)]
+    within = sum(c <= 10 for c in counts) / len(counts)
+    assert within >= 0.97, sorted(counts)[-10:]
+    assert max(counts) <= 20, sorted(counts)[-10:]
