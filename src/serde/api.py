@@ -10,7 +10,8 @@ from torch.export import ExportedProgram
 
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
-from .errors import SerializeError, UnsupportedConstructError
+from .custom_objects import encode_constants
+from .errors import SerializeError
 from .gcpause import paused_gc
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
@@ -45,15 +46,8 @@ def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False) -> Non
 def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     """``ep`` -> (program Struct, weights Struct, payload members, debug info or None)."""
     program = serialize_program(ep)
-    tensor_constants = {}
-    for name, c in ep.constants.items():
-        if not isinstance(c, torch.Tensor):
-            raise UnsupportedConstructError(
-                f"constants[{name!r}]: a {type(c).__qualname__} constant cannot be stored; "
-                "register an encoder for custom objects (see the README)"
-            )
-        tensor_constants[name] = c
-    weights, payloads = serialize_weights(ep.state_dict, tensor_constants, ep.example_inputs)
+    # Custom objects become uint8 tensors through their registered codec (never pickle).
+    weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
     program, debug = _canonicalize(program, debug_info)
     return program, weights, payloads, debug
 
@@ -67,18 +61,9 @@ def _canonicalize(program, debug_info: bool):
 
 
 def _attach_debug(program, debug):
-    import msgspec
-
     from canonical.canonicalize import attach_debug
-    from canonical.debuginfo import DebugInfo
 
-    from .errors import MalformedArtifactError
-
-    try:
-        info = msgspec.convert(debug, DebugInfo)
-    except msgspec.ValidationError as e:
-        raise MalformedArtifactError(f"debug.json: does not match the debug-info schema: {e}") from None
-    return attach_debug(program, info)
+    return attach_debug(program, debug)
 
 
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> ExportedProgram:

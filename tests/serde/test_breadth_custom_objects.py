@@ -33,8 +33,6 @@ needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbi
 # serde.api.to_artifact_parts must turn custom objects into payloads with
 # serde.custom_objects.encode_constants (requested from the owner of api.py); until then saving any
 # program with a custom object fails there. Remove this marker once it does (strict: XPASS fails).
-needs_api = pytest.mark.xfail(raises=UnsupportedConstructError, strict=True,
-                              reason="api.to_artifact_parts does not call custom_objects.encode_constants yet")
 
 
 def _foo(x: int = 10, y: int = 20):
@@ -101,7 +99,6 @@ def test_decoding_errors_are_typed_and_located(no_codec):
 # ---------------------------------------------------------------- end to end
 
 
-@needs_api
 @pytest.mark.parametrize("name", ["opaque_object", pytest.param("torchbind", marks=needs_torchbind),
                                   pytest.param("torchbind_aten", marks=needs_torchbind)])
 def test_programs_with_custom_objects_roundtrip_and_run(name, breadth_program):
@@ -113,7 +110,6 @@ def test_programs_with_custom_objects_roundtrip_and_run(name, breadth_program):
     assert co.class_fqn_of(obj) in co.registered_classes()
 
 
-@needs_api
 @needs_torchbind
 def test_loaded_torchbind_program_can_be_decomposed(breadth_program):
     loaded = serde.load(_saved(breadth_program("torchbind")))
@@ -129,7 +125,6 @@ def test_unregistered_class_fails_at_save(breadth_program, no_codec):
         serde.save(breadth_program("torchbind"), io.BytesIO())
 
 
-@needs_api
 @needs_torchbind
 def test_loading_without_the_codec_says_how_to_register(breadth_program):
     data = _saved(breadth_program("torchbind"))
