@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.0
+// SCHEMA_VERSION 2.1
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -8,6 +8,7 @@
 //                    strings: SymExpr.expr_str (id 10) is replaced by SymExpr.expr (id 30), and
 //                    range_constraints is a list of RangeConstraint{expr, min_val, max_val}.
 //                    Breaking; upgraders/v1_to_v2.py converts 1.x artifacts (fixtures/v1/).
+//   2.1  2026-11-22  debug.json is described here (DebugInfo, NodeDebug). Compatible.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -522,6 +523,20 @@ struct Weights {
   20: map<string, StoredTensor> state_dict;
   30: map<string, StoredTensor> constants;
   40: optional ExampleInputs example_inputs;
+}
+
+// ---- debug.json (optional; written by save(..., debug_info=True)) ----
+
+// Debug-only metadata of one node, kept apart from the canonical program (added 2.1).
+struct NodeDebug {
+  10: optional string stack_trace;
+  20: optional string from_node;
+  30: optional map<string, string> module_types;   // canonical nn_module_stack key -> module type name
+}
+
+// Keyed by "<subgraph path>/<canonical node name>" ("" path for the top graph: bare node names).
+struct DebugInfo {
+  10: map<string, NodeDebug> nodes = {};
 }
 
 // ---- manifest.json ----

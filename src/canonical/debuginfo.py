@@ -18,10 +18,7 @@ Semantic (kept, made stable):
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
-
 from serde import schema
-from serde.schema import Id
 
 from .names import sanitize
 from .order import EMPTY_STACK_KEY
@@ -30,23 +27,9 @@ __all__ = ["NodeDebug", "DebugInfo", "ModuleKeys", "Labels", "frame_of", "scope_
            "with_debug"]
 
 
-class NodeDebug(schema.Struct, kw_only=True):
-    """Debug-only metadata of one node."""
-
-    stack_trace: Annotated[Optional[str], Id(10)] = None
-    from_node: Annotated[Optional[str], Id(20)] = None
-    # canonical nn_module_stack key -> module type name
-    module_types: Annotated[Optional[dict[str, str]], Id(30)] = None
-
-
-class DebugInfo(schema.Struct, kw_only=True):
-    """Debug-only metadata of a program, keyed by ``<subgraph path>/<canonical node name>``.
-
-    The subgraph path is the chain of canonical subgraph names from the top graph ("" for the top
-    graph itself, so its nodes are keyed by their bare names).
-    """
-
-    nodes: Annotated[dict[str, NodeDebug], Id(10)] = {}
+# The wire form of debug.json lives in the schema; these names stay for existing callers.
+NodeDebug = schema.NodeDebug
+DebugInfo = schema.DebugInfo
 
 
 def frame_of(m: schema.NodeMetadata) -> tuple[str, ...] | None:

@@ -28,7 +28,7 @@ class Artifact:
     manifest: schema.Manifest
     program: schema.ExportedProgram
     weights: schema.Weights
-    debug: Any | None
+    debug: schema.DebugInfo | None
     contents: archive.ArchiveContents
     written_version: tuple[int, int]
 
@@ -53,7 +53,7 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         # Same major: unknown optional fields from a newer minor are ignored by the typed decoder.
         program = wire.decode(contents.member(archive.PROGRAM), schema.ExportedProgram, where=archive.PROGRAM)
         weights = wire.decode(contents.member(archive.WEIGHTS), schema.Weights, where=archive.WEIGHTS)
-        debug = (wire.decode_json(contents.member(archive.DEBUG), where=archive.DEBUG)
+        debug = (wire.decode(contents.member(archive.DEBUG), schema.DebugInfo, where=archive.DEBUG)
                  if archive.DEBUG in contents else None)
         _check_agrees((program.schema_version.major, program.schema_version.minor), version)
     else:
@@ -62,7 +62,7 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         docs = upgrade_documents(docs, version)
         program = _convert(docs["program"], schema.ExportedProgram, archive.PROGRAM)
         weights = _convert(docs["weights"], schema.Weights, archive.WEIGHTS)
-        debug = docs.get("debug")
+        debug = None if docs.get("debug") is None else _convert(docs["debug"], schema.DebugInfo, archive.DEBUG)
     return Artifact(contents.manifest, program, weights, debug, contents, version)
 
 

@@ -27,7 +27,7 @@ __all__ = [
     "UserInputMutationSpec", "OutputTokenSpec", "OutputSpec", "GraphSignature", "TreeSpec",
     "ModuleCallSignature", "ModuleCallEntry", "GraphModule", "SchemaVersion", "RangeConstraint",
     "ExportedProgram", "Storage", "StoredTensor", "ExampleLeaf", "ExampleInputs", "Weights",
-    "Member", "Manifest",
+    "NodeDebug", "DebugInfo", "Member", "Manifest",
 ]
 
 
@@ -579,6 +579,19 @@ class Weights(Struct, kw_only=True):
     state_dict: Annotated[dict[str, StoredTensor], Id(20)]
     constants: Annotated[dict[str, StoredTensor], Id(30)]
     example_inputs: Annotated[Optional[ExampleInputs], Id(40)] = None
+
+
+# ---------------------------------------------------------------- debug.json
+
+
+class NodeDebug(Struct, kw_only=True):
+    stack_trace: Annotated[Optional[str], Id(10)] = None
+    from_node: Annotated[Optional[str], Id(20)] = None
+    module_types: Annotated[Optional[dict[str, str]], Id(30)] = None
+
+
+class DebugInfo(Struct, kw_only=True):
+    nodes: Annotated[dict[str, NodeDebug], Id(10)] = {}
 
 
 # ---------------------------------------------------------------- manifest.json

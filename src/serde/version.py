@@ -5,13 +5,14 @@ Version history (date, what changed, compatibility):
   2.0  2026-11-22  Symbolic expressions are structured trees (schema.Expr) instead of
                    sympy-printed strings, and range_constraints is a list. Breaking:
                    upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1/).
+  2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
 """
 
 from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION"]
 
-SCHEMA_VERSION: tuple[int, int] = (2, 0)
+SCHEMA_VERSION: tuple[int, int] = (2, 1)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.

@@ -13,7 +13,7 @@ from serde import zoo
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exported(name: str):
     return zoo.export_case(zoo.get(name))
 

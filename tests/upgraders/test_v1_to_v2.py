@@ -12,6 +12,7 @@ from serde.archive import read_archive
 from serde.errors import SerializeError
 from serde.exprs import expr_text
 from serde.upgrade import load_step, upgrade_documents
+from serde.version import SCHEMA_VERSION
 from upgraders import v1_to_v2
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1"
@@ -76,7 +77,7 @@ def test_runner_finds_and_chains_the_step():
     step = load_step(1)
     assert step.FROM == (1, 0) and step.TO == (2, 0) and step.DATE and step.SUMMARY
     docs = upgrade_documents(_v1_docs("dynamic_arith"), (1, 0))
-    assert docs["program"]["schema_version"] == {"major": 2, "minor": 0}
+    assert docs["program"]["schema_version"] == {"major": SCHEMA_VERSION[0], "minor": SCHEMA_VERSION[1]}
 
 
 def test_hostile_expression_text_is_rejected_not_evaluated(tmp_path):
