@@ -407,7 +407,7 @@ def test_check_reports_versions_and_sizes(tmp_path: Path, capsys: pytest.Capture
 
 def test_check_rejects_inconsistent_artifacts(tmp_path: Path) -> None:
     path = tmp_path / "bad.pt2s"
-    write_archive(path, _check_members(schema_version=(SCHEMA_VERSION[0], 1)), schema_version=SCHEMA_VERSION, torch_version=TORCH)
+    write_archive(path, _check_members(schema_version=(SCHEMA_VERSION[0], SCHEMA_VERSION[1] + 1)), schema_version=SCHEMA_VERSION, torch_version=TORCH)
     with pytest.raises(MalformedArtifactError, match="disagrees with manifest.json"):
         cmd_check.verify(path)
     members = _check_members()
