@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         print(f"{args.input}: {'canonical' if same else 'not canonical'}")
         return 0 if same else 1
-    payloads = {n: a.contents.member(n) for n in a.contents.names if n.startswith("data/")}
-    write_artifact(args.output, canon, a.weights, payloads, debug if keep else None,
+    write_artifact(args.output, canon, a.weights, a.payloads(), debug if keep else None,
                    torch_version=a.manifest.torch_version)
     state = "already canonical" if same else "canonicalized"
     print(f"{args.input}: {state}, wrote {args.output}")

@@ -8,6 +8,8 @@ from typing import BinaryIO
 import torch
 from torch.export import ExportedProgram
 
+from canonical.canonicalize import attach_debug, canonicalize
+
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
@@ -48,22 +50,8 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     program = serialize_program(ep)
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
-    program, debug = _canonicalize(program, debug_info)
+    program, debug = canonicalize(program, keep_debug=debug_info)
     return program, weights, payloads, debug
-
-
-def _canonicalize(program, debug_info: bool):
-    try:
-        from canonical.canonicalize import canonicalize
-    except ImportError:  # canonical form not available yet
-        return program, None
-    return canonicalize(program, keep_debug=debug_info)
-
-
-def _attach_debug(program, debug):
-    from canonical.canonicalize import attach_debug
-
-    return attach_debug(program, debug)
 
 
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> ExportedProgram:
@@ -85,5 +73,5 @@ def from_artifact(a: Artifact) -> ExportedProgram:
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
     program = a.program
     if a.debug is not None:
-        program = _attach_debug(program, a.debug)
+        program = attach_debug(program, a.debug)
     return deserialize_program(program, state_dict, constants, example_inputs)

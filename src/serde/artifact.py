@@ -36,6 +36,10 @@ class Artifact:
         """Raw bytes of the storage with this content hash."""
         return self.contents.member(archive.payload_name(sha256))
 
+    def payloads(self) -> dict[str, memoryview]:
+        """Every payload member (``data/<sha256>`` -> bytes), as ``write_artifact`` takes them."""
+        return {n: self.contents.member(n) for n in self.contents.names if n.startswith("data/")}
+
 
 def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Artifact:
     """Read, verify, upgrade and decode an artifact.

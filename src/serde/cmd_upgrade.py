@@ -17,13 +17,12 @@ def run(args: argparse.Namespace) -> int:
     from .version import SCHEMA_VERSION
 
     a = read_artifact(args.input)
-    payloads = {n: a.contents.member(n) for n in a.contents.names if n.startswith("data/")}
     from canonical.canonicalize import attach_debug, canonicalize
 
     program = a.program if a.debug is None else attach_debug(a.program, a.debug)
     # Debug info is keyed by canonical node names: re-derive it with the (re)canonicalized program.
     program, debug = canonicalize(program, keep_debug=a.debug is not None)
-    write_artifact(args.output, program, a.weights, payloads, debug, torch_version=a.manifest.torch_version)
+    write_artifact(args.output, program, a.weights, a.payloads(), debug, torch_version=a.manifest.torch_version)
     old = ".".join(map(str, a.written_version))
     new = ".".join(map(str, SCHEMA_VERSION))
     print(f"{args.input}: schema {old} -> {new}, wrote {args.output}")

@@ -6,7 +6,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from . import schema
 from .errors import MalformedArtifactError
 
 __all__ = ["encode", "decode", "decode_json", "to_builtins"]
@@ -58,6 +57,3 @@ def to_builtins(obj: Any) -> Any:
     """Struct -> plain dicts/lists, exactly as it would be written."""
     return msgspec.to_builtins(obj)
 
-
-# Touch the schema so circular imports surface here, not deep inside a load.
-assert schema.ExportedProgram

@@ -83,8 +83,7 @@ def test_members_pt2serde_never_writes_still_load(member, breadth_program):
     _walk(edited, seen)
     assert member in seen["argument"]
     out = io.BytesIO()
-    write_artifact(out, edited, art.weights, {n: art.contents.member(n) for n in art.contents.names
-                                              if n.startswith("data/")}, torch_version=torch.__version__)
+    write_artifact(out, edited, art.weights, art.payloads(), torch_version=torch.__version__)
     loaded = serde.load(out.getvalue())
     if member == "as_optional_tensor":  # the same program: the reader resolves both forms alike
         assert_programs_equal(ep, loaded, metadata=())

@@ -27,7 +27,7 @@ def _artifact_bytes(name: str = "dynamic_arith") -> bytes:
 def _rewrite(edit, name: str = "dynamic_arith") -> bytes:
     """Re-write a valid artifact with ``edit(program) -> program``, checksums recomputed."""
     a = read_artifact(_artifact_bytes(name))
-    payloads = {n: bytes(a.contents.member(n)) for n in a.contents.names if n.startswith("data/")}
+    payloads = a.payloads()
     out = io.BytesIO()
     write_artifact(out, edit(a.program), a.weights, payloads, torch_version="test")
     return out.getvalue()
