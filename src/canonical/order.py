@@ -10,7 +10,9 @@ The order is a function of the graph's structure, never of node names or of the 
    placed as early as their inputs allow, as torch places them; ties among them are broken by a
    name-free structural hash of what they compute (upstream, including their stable metadata:
    module paths, ``custom``) and of how their values are used (downstream).
-3. **Module frames.** ``torch.export.unflatten`` needs the nodes of one module call to be
+3. **Stateful calls.** Calls that change interpreter state without a data edge (vmap nesting in
+   training-IR ``associative_scan``) are fences: every node keeps its stored side of each of them.
+4. **Module frames.** ``torch.export.unflatten`` needs the nodes of one module call to be
    contiguous. Nodes are grouped by their ``nn_module_stack`` keys and each call frame is scheduled
    as one block inside its parent frame (a topological sort of blocks, each block recursively), so a
    frame is never split. Nodes without a stack join the innermost frame common to their users.
@@ -30,6 +32,7 @@ from typing import Any
 
 from serde import schema
 from serde.errors import MalformedArtifactError
+from serde.operators import STATEFUL_TARGETS
 
 from .walk import argument_key, argument_names, output_leaves
 
@@ -78,6 +81,8 @@ class GraphIndex:
             self.refs.append(refs)
             preds = [p for p in (self.producer[r] for r in refs) if p >= 0]
             self.preds.append(preds)
+        self._pin_to_stateful_calls()
+        for i, preds in enumerate(self.preds):
             for p in preds:
                 self.succs[p].append(i)
         self.output_refs: list[str] = []
@@ -86,6 +91,26 @@ class GraphIndex:
                 self._check_ref(name, f"{where}.outputs[{j}]")
                 self.output_refs.append(name)
         self.topo = self._topological()
+
+    def _pin_to_stateful_calls(self) -> None:
+        """Order-only edges that keep every node on its stored side of each stateful call.
+
+        A stateful call (``STATEFUL_TARGETS``: vmap nesting) has no data edge to the nodes whose
+        meaning it changes, so each node depends on the stateful call stored before it, and the
+        next stateful call depends on it. Graphs without stateful calls get no extra edges.
+        """
+        last = -1
+        segment: list[int] = []
+        for i, node in enumerate(self.graph.nodes):
+            if node.target in STATEFUL_TARGETS:
+                self.preds[i].extend(segment)
+                if last >= 0 and not segment:
+                    self.preds[i].append(last)
+                last, segment = i, []
+            else:
+                if last >= 0:
+                    self.preds[i].append(last)
+                segment.append(i)
 
     def _define(self, name: str, producer: int, leaf: int, where: str) -> None:
         if name in self.producer:

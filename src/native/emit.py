@@ -18,6 +18,7 @@ from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from serde.exprs import expr_text, ranges_by_text
+from serde.operators import PREDISPATCH_TARGETS
 
 from . import program as P
 from .exprs import affine_in, symbols_of, tree_of
@@ -30,6 +31,9 @@ __all__ = ["emit", "emit_artifact", "SUPPORTED_HOPS"]
 Payload = Callable[[str], bytes | memoryview]
 _HOP_PREFIX = "torch.ops.higher_order."
 _OP_PREFIX = "torch.ops."
+# Training-IR vmap calls (associative_scan): the core ATen IR has the same program as plain ops.
+_PREDISPATCH_HINT = (" (a torch.func vmap call from the training IR: save ep.run_decompositions() "
+                     "to emit this program)")
 A = schema.Argument
 
 
@@ -182,7 +186,8 @@ class _Emitter:
         else:
             raise UnsupportedConstructError(
                 f"{where}: call target {t!r} cannot be emitted; only torch.ops operators, symbolic size "
-                f"arithmetic and the higher-order ops {', '.join(SUPPORTED_HOPS)} are supported")
+                f"arithmetic and the higher-order ops {', '.join(SUPPORTED_HOPS)} are supported"
+                + (_PREDISPATCH_HINT if t in PREDISPATCH_TARGETS else ""))
 
     def kernel(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
         info = self.kernel_info(node.target, where)

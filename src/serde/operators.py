@@ -22,11 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch._functorch.predispatch as predispatch
 
 from .errors import SerializeError, UnknownOperatorError, UnsafeArtifactError, UnsupportedConstructError
 
 __all__ = [
     "SYMBOLIC_TARGETS",
+    "PREDISPATCH_TARGETS",
+    "STATEFUL_TARGETS",
     "HIGHER_ORDER_OPS",
     "serialize_target",
     "deserialize_target",
@@ -51,6 +54,22 @@ SYMBOLIC_TARGETS: dict[str, Callable] = {
         "_sym_sqrt",  # math.sqrt / torch.sym_sqrt of a size; torch.sym_sqrt is this object
     )},
 }
+
+# Training-IR graphs of vmap-based ops (associative_scan) trace through torch.func and keep these
+# torch._functorch.predispatch calls. The nesting calls change the interpreter's vmap level: the
+# batch-dim calls between them only mean something inside that level, so the canonical order keeps
+# every node on its side of a stateful call (STATEFUL_TARGETS). Not here: the grad/jvp wrappers,
+# which no export seen with torch 2.13 emits.
+PREDISPATCH_TARGETS: dict[str, Callable] = {
+    f"torch._functorch.predispatch.{n}": getattr(predispatch, n) for n in (
+        "_add_batch_dim", "_remove_batch_dim", "_vmap_increment_nesting",
+        "_vmap_decrement_nesting", "lazy_load_decompositions",
+    )
+}
+STATEFUL_TARGETS: frozenset[str] = frozenset(
+    f"torch._functorch.predispatch.{n}"
+    for n in ("_vmap_increment_nesting", "_vmap_decrement_nesting", "lazy_load_decompositions")
+)
 # Accepted when reading, never written.
 _READ_ALIASES: dict[str, str] = {"torch.sym_sqrt": "torch._sym_sqrt", "operator.getitem": "_operator.getitem"}
 
@@ -65,8 +84,9 @@ HIGHER_ORDER_OPS: frozenset[str] = frozenset({
     "_export_tracepoint",
 })
 
-_TARGET_TO_NAME: dict[Any, str] = {fn: name for name, fn in SYMBOLIC_TARGETS.items()}
-assert len(_TARGET_TO_NAME) == len(SYMBOLIC_TARGETS), "symbolic target table is not one-to-one"
+_CALLABLE_TARGETS: dict[str, Callable] = {**SYMBOLIC_TARGETS, **PREDISPATCH_TARGETS}
+_TARGET_TO_NAME: dict[Any, str] = {fn: name for name, fn in _CALLABLE_TARGETS.items()}
+assert len(_TARGET_TO_NAME) == len(_CALLABLE_TARGETS), "callable target tables are not one-to-one"
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _OP_RE = re.compile(rf"torch\.ops\.({_IDENT})\.({_IDENT})(?:\.({_IDENT}))?\Z")
@@ -141,7 +161,7 @@ def deserialize_target(name: str, *, where: str) -> Callable:
     if not isinstance(name, str):
         raise UnsafeArtifactError(f"{where}: node target must be a string, got {type(name).__name__}.")
     name = _READ_ALIASES.get(name, name)
-    fn = SYMBOLIC_TARGETS.get(name)
+    fn = _CALLABLE_TARGETS.get(name)
     if fn is not None:
         return fn
     if name.startswith(_HOP_PREFIX):

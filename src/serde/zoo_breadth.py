@@ -306,6 +306,18 @@ class AssociativeScan(nn.Module):
         return associative_scan(lambda a, b: a + b, xs, dim=0, combine_mode="generic")
 
 
+class AssociativeScanPair(nn.Module):
+    """A pytree of two tensors scanned along dim 1: running product and running maximum."""
+
+    def forward(self, xs, ys):
+        from torch._higher_order_ops.associative_scan import associative_scan
+
+        def combine(a, b):
+            return a[0] * b[0], torch.maximum(a[1], b[1])
+
+        return associative_scan(combine, (xs, ys), dim=1, combine_mode="generic")
+
+
 @torch.compiler.nested_compile_region
 def _region(x, y):
     return torch.mm(x, y).relu()
@@ -493,6 +505,9 @@ CASES: list[Case] = [
     Case("while_loop", lambda: (WhileLoop(), (torch.tensor(0), _r(3)), {}, None),
          other_inputs=lambda: [((torch.tensor(3), _r(3)), {})], tags=("hop",)),
     Case("scan", lambda: (Scan(), (torch.zeros(3), _r(4, 3)), {}, None), tags=("hop",)),
+    # the training IR traces associative_scan through torch.func.vmap (predispatch calls)
+    Case("associative_scan", lambda: (AssociativeScanPair(), (_r(3, 5), _r(3, 5)), {}, None),
+         tags=("hop", "training_ir")),
     Case("associative_scan_aten", lambda: (AssociativeScan(), (_r(4, 3),), {}, None), post=decompose,
          tags=("hop", "aten")),
     # non-strict export inlines nested_compile_region; strict export keeps invoke_subgraph

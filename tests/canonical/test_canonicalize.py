@@ -140,6 +140,40 @@ def test_side_nodes_are_placed_early_and_tie_broken_by_structure():
     assert targets.index(assert_) < targets.index(RELU)
 
 
+_PRE = "torch._functorch.predispatch."
+
+
+def _vmap_region_program() -> Prog:
+    """relu outside; a vmap level (fences) around add_batch_dim -> sin -> remove_batch_dim, plus a
+    cos stored inside the level that nothing inside needs: the demand order alone would move it
+    past the closing fence, next to its user."""
+    nodes = [
+        NodeSpec(RELU, [("in", 0)], shape=[2, 4]),                                   # 0
+        NodeSpec(_PRE + "lazy_load_decompositions", [], out="none"),                 # 1
+        NodeSpec(_PRE + "_vmap_increment_nesting", [("i", 2), ("str", "error")], out="none"),  # 2
+        NodeSpec(_PRE + "_add_batch_dim", [("n", 0), ("i", 0), ("i", 1)]),           # 3
+        NodeSpec("torch.ops.aten.cos.default", [("in", 0)], shape=[2, 4]),          # 4
+        NodeSpec("torch.ops.aten.sin.default", [("n", 3)]),                          # 5
+        NodeSpec(_PRE + "_remove_batch_dim", [("n", 5), ("i", 1), ("i", 2), ("i", 0)], shape=[2, 4]),  # 6
+        NodeSpec(_PRE + "_vmap_decrement_nesting", [], out="none"),                  # 7
+        NodeSpec(ADD, [("n", 6), ("n", 4)], shape=[2, 4]),                           # 8
+    ]
+    return Prog([user("x", [2, 4])], nodes, [("n", 8)])
+
+
+def test_nodes_keep_their_side_of_stateful_calls():
+    c, _ = canonicalize(render(_vmap_region_program()))
+    targets = [n.target.rpartition(".")[0].rpartition(".")[2] if n.target.startswith("torch.ops")
+               else n.target.rpartition(".")[2] for n in nodes_of(c)]
+    inc, dec = targets.index("_vmap_increment_nesting"), targets.index("_vmap_decrement_nesting")
+    inside = set(targets[inc + 1:dec])
+    assert inside == {"_add_batch_dim", "cos", "sin", "_remove_batch_dim"}
+    assert targets.index("relu") < targets.index("lazy_load_decompositions") < inc
+    assert targets[-1] == "add"
+    names = {n: f"v{n[::-1]}" for n in ("n0", "n4", "n5", "n8")}
+    assert canon(render(_vmap_region_program(), namer=lambda n: names.get(n, n))) == canon(c)
+
+
 # ---------------------------------------------------------------- names
 
 

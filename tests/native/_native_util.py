@@ -22,6 +22,7 @@ CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
 UNSUPPORTED = {
     "autocast": "higher-order op 'wrap_with_autocast'",
     "hints_wrapper": "higher-order op 'hints_wrapper'",
+    "associative_scan": "save ep.run_decompositions()",
     "classifier_joint": "loss outputs",
     "regressor_joint": "loss outputs",
     "torchbind": "custom object",

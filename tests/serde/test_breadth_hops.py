@@ -160,9 +160,22 @@ def _outer_predicate(ep, args) -> bool:
     raise AssertionError("no cond in the graph")
 
 
+def test_associative_scan_in_the_training_ir(breadth_program):
+    """The training IR keeps associative_scan as torch.func vmap calls (torch._functorch.predispatch);
+    the canonical order keeps the batched ops inside their vmap level, so the loaded program runs."""
+    ep = breadth_program("associative_scan")
+    targets = {getattr(n.target, "__name__", "") for n in ep.graph.nodes}
+    assert {"_vmap_increment_nesting", "_add_batch_dim"} <= targets, "the case no longer traces vmap"
+    loaded = assert_roundtrip(ep)
+    torch.manual_seed(0)
+    xs, ys = torch.randn(3, 5), torch.randn(3, 5)
+    prod, run_max = loaded.module()(xs, ys)
+    torch.testing.assert_close(prod, xs.cumprod(1))
+    torch.testing.assert_close(run_max, ys.cummax(1).values)
+
+
 def test_associative_scan_in_the_core_aten_ir(breadth_program):
-    """Export traces associative_scan through vmap; the core ATen IR has it as plain aten ops (the
-    training IR keeps torch._functorch.predispatch calls the operator allow-list does not name yet)."""
+    """After run_decompositions() associative_scan is plain aten ops."""
     ep = breadth_program("associative_scan_aten")
     loaded = assert_roundtrip(ep)
     xs = torch.randn(4, 3)
