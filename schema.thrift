@@ -7,7 +7,7 @@
 //   2.0  2026-11-22  Symbolic expressions are structured trees (Expr) instead of sympy-printed
 //                    strings: SymExpr.expr_str (id 10) is replaced by SymExpr.expr (id 30), and
 //                    range_constraints is a list of RangeConstraint{expr, min_val, max_val}.
-//                    Breaking; upgraders/v1_to_v2.py converts 1.x artifacts (fixtures/v1/).
+//                    Breaking; upgraders/v1_to_v2.py converts 1.x artifacts (fixtures/v1.0/).
 //   2.1  2026-11-22  debug.json is described here (DebugInfo, NodeDebug). Compatible.
 //
 // Rules (enforced by `pt2serde schema check`):

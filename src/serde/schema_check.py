@@ -8,7 +8,8 @@
 2. What changed since the last *released* schema, recorded in ``src/serde/schema_snapshot.json``
    (checksummed; a hand edit is rejected), and is each change compatible or breaking?
 3. Does the version bump match? A compatible change needs at least a minor bump, a breaking one a
-   major bump (exactly N -> N+1.0) with ``upgraders/vN_to_vN+1.py`` and a non-empty ``fixtures/vN/``.
+   major bump (exactly N -> N+1.0) with ``upgraders/vN_to_vN+1.py``. Every released version
+   (the snapshot's) must have frozen artifacts in a non-empty ``fixtures/vN.M/``.
 
 Release flow: edit ``schema.thrift`` and ``schema.py``, bump the version (header, history line,
 ``serde/version.py``), make ``pt2serde schema check`` pass, then at release run
@@ -201,9 +202,25 @@ def check(
         return report
     report.released = released.version
     report.changes = classify(released, doc, retired)
+    if released.version is not None:
+        _check_released_fixtures(root, released.version, report)
     if doc.version is not None and released.version is not None:
         _check_bump(root, released.version, doc.version, report)
     return report
+
+
+def _check_released_fixtures(root: Path, released: tuple[int, int], report: Report) -> None:
+    # Artifacts of a released version can only be written by that version's code: freeze them at
+    # release, before the schema moves on (a later major bump's upgrader is tested on them).
+    fixtures = root / "fixtures" / f"v{_v(released)}"
+    if not _has_files(fixtures):
+        report.problems.append(
+            Finding(
+                "missing-fixtures", str(fixtures),
+                f"released schema {_v(released)} has no frozen artifacts in fixtures/v{_v(released)}/; "
+                "run `python fixtures/freeze.py` with that version's code and commit them",
+            )
+        )
 
 
 def _check_header(doc: Document, path: Path, py_version: tuple[int, int], report: Report) -> None:
@@ -278,15 +295,6 @@ def _check_bump(root: Path, old: tuple[int, int], new: tuple[int, int], report: 
         )
     step = f"v{old[0]}_to_v{new[0]}"
     _check_upgrader(root / "upgraders" / f"{step}.py", old, new, report)
-    fixtures = root / "fixtures" / f"v{old[0]}"
-    if not _has_files(fixtures):
-        probs.append(
-            Finding(
-                "missing-fixtures", str(fixtures),
-                f"a major bump needs frozen artifacts written by {old[0]}.x in fixtures/v{old[0]}/ "
-                "(write them with the released version before changing the schema)",
-            )
-        )
 
 
 _STEP_NAMES = ("FROM", "TO", "DATE", "SUMMARY", "upgrade")

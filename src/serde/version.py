@@ -4,7 +4,7 @@ Version history (date, what changed, compatibility):
   1.0  2026-11-22  First release.
   2.0  2026-11-22  Symbolic expressions are structured trees (schema.Expr) instead of
                    sympy-printed strings, and range_constraints is a list. Breaking:
-                   upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1/).
+                   upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1.0/).
   2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
 """
 

@@ -11,6 +11,7 @@ import copy
 import functools
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -87,30 +88,55 @@ def test_upgraded_canonical_form_equals_fresh_save(fixture: Path):
     upgraded, _ = canonicalize(read_artifact(fixture / "model.pt2s").program)
     fresh = _fresh_canonical(fixture.name)
     old = wire.encode(upgraded)
-    # torch_version/opset are the writer's facts, not the program's: compare everything else.
+    assert upgraded.schema_version.major == SCHEMA_VERSION[0]
+    # torch_version and the minor version stamp are the writer's facts (a same-major artifact is
+    # read as written), not the program's: compare everything else.
     assert _strip_writer(old) == _strip_writer(fresh)
 
 
 def _strip_writer(data: bytes):
     doc = wire.decode_json(data)
     doc.pop("torch_version", None)
+    doc.pop("schema_version", None)
     return doc
+
+
+def _version_of(fixture: Path) -> tuple[int, int]:
+    major, minor = fixture.parent.name[1:].split(".")
+    return int(major), int(minor)
+
+
+def test_fixture_directories_match_the_artifacts_inside():
+    for fixture in FIXTURES:
+        version = read_artifact(fixture / "model.pt2s").manifest.schema_version
+        assert (version.major, version.minor) == _version_of(fixture), _id(fixture)
 
 
 def test_every_upgrader_step_is_exercised_by_a_fixture():
     steps = sorted(m.name for m in pkgutil.iter_modules(upgraders.__path__) if m.name.startswith("v"))
-    versions = {int(p.parent.name[1:]) for p in FIXTURES}
+    majors = {_version_of(p)[0] for p in FIXTURES}
     for step in steps:
         src = int(step.split("_to_")[0][1:])
-        assert src in versions, f"upgrader {step} is exercised by no fixture: add fixtures/v{src}/"
+        assert src in majors, f"upgrader {step} is exercised by no fixture: add fixtures/v{src}.<minor>/"
         importlib.import_module(f"upgraders.{step}")
-    # and every major before the current one has fixtures
-    for major in range(1, SCHEMA_VERSION[0]):
-        assert major in versions, f"no fixtures for released major version {major}"
+
+
+def test_every_released_version_has_fixtures():
+    """Each version in the schema.thrift history, up to the released snapshot, was frozen."""
+    from serde.schema_check import read_snapshot
+
+    released = read_snapshot(ROOT.parent / "src/serde/schema_snapshot.json")[0].version
+    history = re.findall(r"^//\s+(\d+)\.(\d+)\s+\d{4}-\d{2}-\d{2}", (ROOT.parent / "schema.thrift").read_text(),
+                         re.MULTILINE)
+    versions = {(int(a), int(b)) for a, b in history}
+    assert (1, 0) in versions and released in versions and released <= SCHEMA_VERSION
+    frozen = {_version_of(p) for p in FIXTURES}
+    missing = sorted(v for v in versions if v <= released and v not in frozen)
+    assert not missing, f"released versions without frozen fixtures: {missing}"
 
 
 def test_harness_notices_a_wrong_output():
-    fixture = ROOT / "v1" / "mlp"
+    fixture = ROOT / "v1.0" / "mlp"
     ep = serde.load(fixture / "model.pt2s")
     run = load_tree(fixture / "io.json")[0]
     bad = dict(run, outputs=run["outputs"] + 1e-3)
@@ -120,7 +146,7 @@ def test_harness_notices_a_wrong_output():
 
 
 def test_harness_notices_a_wrong_buffer_update():
-    fixture = ROOT / "v1" / "signature_kinds"
+    fixture = ROOT / "v1.0" / "signature_kinds"
     ep = serde.load(fixture / "model.pt2s")
     run = load_tree(fixture / "io.json")[0]
     buffers = {k: v.clone() for k, v in run["buffers_after"].items()}

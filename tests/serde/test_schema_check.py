@@ -95,6 +95,8 @@ class Scratch:
         return check(self.root, structs_module=self.module(), **kw)
 
     def snapshot(self, **kw):
+        """Release: snapshot the schema and freeze fixtures of this version (the release flow)."""
+        self.add_fixture(*self.version)
         return write_snapshot(self.root, structs_module=self.module(), version=self.version, **kw)
 
     def add_upgrader(self, old: int, new: int, text: str | None = None) -> None:
@@ -106,9 +108,9 @@ class Scratch:
             "def upgrade(docs):\n    return dict(docs)\n"
         )
 
-    def add_fixture(self, old: int) -> None:
-        d = self.root / "fixtures" / f"v{old}" / "mlp"
-        d.mkdir(parents=True)
+    def add_fixture(self, major: int, minor: int) -> None:
+        d = self.root / "fixtures" / f"v{major}.{minor}" / "mlp"
+        d.mkdir(parents=True, exist_ok=True)
         (d / "NOTE.md").write_text("written by a test\n")
 
 
@@ -142,6 +144,7 @@ def scratch(tmp_path, monkeypatch):
         _baseline["snapshot"] = snap.read_bytes()
     snap.parent.mkdir(parents=True, exist_ok=True)
     snap.write_bytes(_baseline["snapshot"])
+    s.add_fixture(1, 0)  # 1.0 is released: its artifacts are frozen
     return s
 
 
@@ -214,7 +217,6 @@ def test_compatible_edit_with_major_bump_warns_but_passes(scratch):
     scratch.edit("  UINT64 = 35,", "  UINT64 = 35,\n  UINT128 = 36,")
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2)
-    scratch.add_fixture(1)
     r = scratch.check()
     assert r.ok, r.render()
     assert warnings(r) == {"major-unneeded"}
@@ -277,7 +279,6 @@ def test_breaking_edit_with_major_bump_upgrader_and_fixtures_passes(scratch, old
     scratch.edit(old, new)
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2)
-    scratch.add_fixture(1)
     r = scratch.check()
     assert changes(r) == expected
     assert r.ok, r.render()
@@ -287,27 +288,31 @@ def test_breaking_edit_with_major_bump_upgrader_and_fixtures_passes(scratch, old
 def test_major_bump_without_upgrader_fails(scratch):
     scratch.edit("  70: Layout layout;\n}", "}")
     scratch.bump(2, 0)
-    scratch.add_fixture(1)
     r = scratch.check()
     assert r.codes() == {"missing-upgrader"}
     assert "needs the step upgraders/v1_to_v2.py defining FROM, TO, DATE, SUMMARY, upgrade" in r.render()
 
 
-def test_major_bump_without_fixtures_fails(scratch):
-    scratch.edit("  70: Layout layout;\n}", "}")
-    scratch.bump(2, 0)
-    scratch.add_upgrader(1, 2)
-    (scratch.root / "fixtures" / "v1").mkdir(parents=True)
-    (scratch.root / "fixtures" / "v1" / ".gitkeep").write_text("")  # hidden files do not count
+@pytest.mark.parametrize("breaking", [False, True])
+def test_released_version_without_fixtures_fails(scratch, breaking):
+    import shutil
+
+    shutil.rmtree(scratch.root / "fixtures" / "v1.0")
+    (scratch.root / "fixtures" / "v1.0").mkdir(parents=True)
+    (scratch.root / "fixtures" / "v1.0" / ".gitkeep").write_text("")  # hidden files do not count
+    if breaking:
+        scratch.edit("  70: Layout layout;\n}", "}")
+        scratch.bump(2, 0)
+        scratch.add_upgrader(1, 2)
     r = scratch.check()
     assert r.codes() == {"missing-fixtures"}
+    assert "run `python fixtures/freeze.py`" in r.render()
 
 
 def test_major_bump_with_incomplete_upgrader_fails(scratch):
     scratch.edit("  70: Layout layout;\n}", "}")
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2, 'FROM = (1, 0)\nTO = (2, 0)\nDATE = "2027-01-01"\n\ndef upgrade(docs):\n    return docs\n')
-    scratch.add_fixture(1)
     r = scratch.check()
     assert r.codes() == {"bad-upgrader"}
     assert "does not define SUMMARY at module level" in r.render()
@@ -337,7 +342,6 @@ def test_id_of_a_field_removed_in_an_earlier_release_stays_retired(scratch):
     scratch.edit("  20: optional i64 index;\n", "")
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2)
-    scratch.add_fixture(1)
     scratch.snapshot()
     snap = msgspec.json.decode((scratch.root / "src/serde/schema_snapshot.json").read_bytes())
     assert snap["released"]["retired"] == {"Device": [20]}
@@ -352,7 +356,6 @@ def test_retired_enum_values_stay_retired(scratch):
     scratch.edit("  UINT64 = 35,\n", "")
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2)
-    scratch.add_fixture(1)
     scratch.snapshot()
     scratch.edit("  UINT32 = 34,", "  UINT32 = 34,\n  U64 = 35,")
     scratch.bump(2, 1)

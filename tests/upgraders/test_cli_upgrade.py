@@ -12,7 +12,7 @@ from serde.archive import read_archive
 from serde.bundle import load_tree
 from serde.version import SCHEMA_VERSION
 
-V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1"
+V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"
 
 
 def test_upgrade_cli_rewrites_a_v1_fixture_at_the_current_version(tmp_path):

@@ -15,7 +15,7 @@ from serde.upgrade import load_step, upgrade_documents
 from serde.version import SCHEMA_VERSION
 from upgraders import v1_to_v2
 
-V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1"
+V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"
 
 
 def _v1_docs(case: str) -> dict:
