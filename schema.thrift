@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.1
+// SCHEMA_VERSION 2.2
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -9,6 +9,8 @@
 //                    range_constraints is a list of RangeConstraint{expr, min_val, max_val}.
 //                    Breaking; upgraders/v1_to_v2.py converts 1.x artifacts (fixtures/v1.0/).
 //   2.1  2026-11-22  debug.json is described here (DebugInfo, NodeDebug). Compatible.
+//   2.2  2026-11-22  Argument.as_tuple: a tuple of mixed kinds (flex_attention's block mask).
+//                    Compatible.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -276,7 +278,10 @@ union Argument {
   280: list<list<i64>> as_int_lists;
   290: map<string, Argument> as_string_to_argument;
   300: list<list<double>> as_float_lists;
-  // last used: 300
+  // A tuple whose items are of different kinds, as higher-order ops take them (flex_attention's
+  // block mask: ints, tensors, None and a mask graph). Read back as a Python tuple. Since 2.2.
+  310: list<Argument> as_tuple;
+  // last used: 310
 }
 
 struct NamedArgument {

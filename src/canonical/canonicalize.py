@@ -281,7 +281,7 @@ class _Plan:
         for i, node in enumerate(nodes):
             for j, na in enumerate(node.inputs):
                 a = na.arg
-                if a.as_graph is None and a.as_string_to_argument is None:
+                if a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None:
                     continue
                 for ga in argument_subgraphs(a):
                     self.subs_of.setdefault(i, []).append((j, na.name, ga))

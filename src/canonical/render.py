@@ -30,6 +30,8 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_text, ranges_by_text
 
+from .walk import argument_subgraphs
+
 __all__ = [
     "DTYPE_ABBREV",
     "DTYPE_NAME",
@@ -375,10 +377,7 @@ class GraphView:
 
 def subgraphs(node: schema.Node) -> list[schema.GraphArgument]:
     """The subgraphs a node passes to a higher-order op, in argument order."""
-    found: list[schema.GraphArgument] = []
-    for na in node.inputs:
-        _collect_graphs(na.arg, found)
-    return found
+    return [ga for na in node.inputs for ga in argument_subgraphs(na.arg)]
 
 
 def subgraph_lines(sub: schema.GraphArgument, indent: str) -> list[str]:
@@ -386,14 +385,6 @@ def subgraph_lines(sub: schema.GraphArgument, indent: str) -> list[str]:
     view = GraphView(sub.graph)
     params = ", ".join(view.defn(a) for a in sub.graph.inputs)
     return [f"{indent}{_text(sub.name)}({params}):", *view.body_lines(indent + INDENT)]
-
-
-def _collect_graphs(a: schema.Argument, found: list[schema.GraphArgument]) -> None:
-    if a.as_graph is not None:
-        found.append(a.as_graph)
-    elif a.as_string_to_argument is not None:
-        for _, v in sorted_items(a.as_string_to_argument):
-            _collect_graphs(v, found)
 
 
 def defined_names(a: schema.Argument) -> list[str]:
@@ -455,6 +446,8 @@ _ARG: dict[str, Callable[[object, Fmt], str]] = {
     "as_string_to_argument": lambda v, name: "{" + ", ".join(
         f"{_quote(k)}: {_ARG[member(a)[0]](member(a)[1], name)}" for k, a in sorted_items(v)) + "}",
     "as_float_lists": lambda v, name: _list(v, lambda xs: _list(xs, _float)),
+    "as_tuple": lambda v, name: "(" + ", ".join(_ARG[member(a)[0]](member(a)[1], name) for a in v)
+                                + ("," if len(v) == 1 else "") + ")",
 }
 assert set(_ARG) == set(schema.Argument.__struct_fields__), "render: Argument members not covered"
 

@@ -135,6 +135,15 @@ def _string_to_argument() -> _Kind:
     )
 
 
+def _tuple() -> _Kind:
+    # Recursive through Argument, like _string_to_argument.
+    return _Kind(
+        lambda v: [n for x in v for n in ARGUMENT.names(x)],
+        lambda v, ctx: [ARGUMENT.rename(x, ctx) for x in v],
+        lambda v, ctx: tuple(ARGUMENT.key(x, ctx) for x in v),
+    )
+
+
 _ARGUMENT_TABLE: dict[str, _Kind] = {
     "as_none": CONST,
     "as_tensor": TENSOR,
@@ -167,7 +176,10 @@ _ARGUMENT_TABLE: dict[str, _Kind] = {
     "as_int_lists": CONST,
     "as_string_to_argument": _string_to_argument(),
     "as_float_lists": CONST,
+    "as_tuple": _tuple(),
 }
+# Members that can hold subgraphs (directly or nested).
+GRAPH_HOLDING_KINDS = frozenset({"as_graph", "as_string_to_argument", "as_tuple"})
 ARGUMENT = _union(
     schema.Argument, _ARGUMENT_TABLE,
     ("as_tensor", "as_int", "as_none", "as_float", "as_ints", "as_sym_int", "as_tensors", "as_bool"),

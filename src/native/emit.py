@@ -602,6 +602,7 @@ _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
         [em.box([em.ref(t.name, s, f"{w}[{i}][{j}]") for j, t in enumerate(xs)]) for i, xs in enumerate(v)]),
     "as_int_lists": lambda em, v, s, w: em.box([em.b.const(P.IntList(list(x))) for x in v]),
     "as_string_to_argument": _no_arg("dict"),
+    "as_tuple": _no_arg("mixed tuple"),
     "as_float_lists": lambda em, v, s, w: em.box([em.b.const(P.FloatList([_f(y) for y in x])) for x in v]),
 }
 assert set(_ARGUMENTS) == set(schema.Argument.__struct_fields__), "Argument dispatch is incomplete"

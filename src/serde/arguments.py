@@ -176,8 +176,13 @@ class ArgumentWriter:
                 return A(as_float_lists=[[schema.to_f64(float(y)) for y in x] for x in items])
             if inner == {"tensor"}:
                 return A(as_nested_tensors=[[schema.TensorArgument(name=y.name) for y in x] for x in items])
+        if isinstance(v, tuple):
+            # Higher-order op operands such as flex_attention's block mask mix ints, tensors, None
+            # and a graph; each item is stored as an Argument of its own.
+            return A(as_tuple=[self.write(x, f"{where}[{i}]") for i, x in enumerate(items)])
         raise UnsupportedConstructError(
-            f"{where}: cannot store a list mixing {sorted(kinds)}; lists must hold one kind of value"
+            f"{where}: cannot store a list mixing {sorted(kinds)}; lists must hold one kind of value "
+            "(only tuples, as higher-order ops take them, may mix kinds)"
         )
 
 
@@ -279,6 +284,7 @@ _READERS: dict[str, Callable[[ArgumentReader, Any, str], Any]] = {
     "as_int_lists": lambda r, v, w: [list(x) for x in v],
     "as_string_to_argument": lambda r, v, w: {k: r.read(x, f"{w}[{k!r}]") for k, x in v.items()},
     "as_float_lists": lambda r, v, w: [[schema.from_f64(y) for y in x] for x in v],
+    "as_tuple": lambda r, v, w: tuple(r.read(x, f"{w}[{i}]") for i, x in enumerate(v)),
 }
 
 if set(_READERS) != set(schema.Argument.__struct_fields__):  # exhaustive dispatch, checked at import

@@ -8,12 +8,14 @@ read. Outputs nobody uses get the name ``<node>_unused_<i>``, and no getitem is 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.fx
 from torch.fx.experimental import symbolic_shapes
+
+from canonical.walk import argument_names  # the one walk over Argument members
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
@@ -28,7 +30,7 @@ from .values import (
     serialize_tensor_meta,
 )
 
-__all__ = ["GraphWriter", "GraphReader", "argument_names"]
+__all__ = ["GraphWriter", "GraphReader"]
 
 _CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
@@ -291,31 +293,6 @@ def _getitem_users(node: torch.fx.Node) -> dict[int, torch.fx.Node]:
 
 
 # ---------------------------------------------------------------- reading
-
-
-def argument_names(a: schema.Argument) -> Iterator[str]:
-    """Names of graph values an argument refers to."""
-    k = a.kind
-    v = getattr(a, k)
-    if k == "as_tensor" or k == "as_custom_obj":
-        yield v.name
-    elif k == "as_tensors":
-        yield from (t.name for t in v)
-    elif k in ("as_sym_int", "as_sym_bool", "as_sym_float"):
-        if v.as_name is not None:
-            yield v.as_name
-    elif k in ("as_sym_ints", "as_sym_bools", "as_sym_floats"):
-        yield from (x.as_name for x in v if x.as_name is not None)
-    elif k == "as_optional_tensor":
-        if v.as_tensor is not None:
-            yield v.as_tensor.name
-    elif k == "as_optional_tensors":
-        yield from (x.as_tensor.name for x in v if x.as_tensor is not None)
-    elif k == "as_nested_tensors":
-        yield from (t.name for xs in v for t in xs)
-    elif k == "as_string_to_argument":
-        for x in v.values():
-            yield from argument_names(x)
 
 
 def _referenced(g: schema.Graph, extra: Iterable[str]) -> set[str]:

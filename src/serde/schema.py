@@ -337,6 +337,7 @@ class Argument(Union, kw_only=True):
     as_int_lists: Annotated[Optional[list[list[int]]], Id(280)] = None
     as_string_to_argument: Annotated[Optional[dict[str, Argument]], Id(290)] = None
     as_float_lists: Annotated[Optional[list[list[F64]]], Id(300)] = None
+    as_tuple: Annotated[Optional[list[Argument]], Id(310)] = None
 
 
 class NamedArgument(Struct, kw_only=True):

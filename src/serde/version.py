@@ -6,13 +6,14 @@ Version history (date, what changed, compatibility):
                    sympy-printed strings, and range_constraints is a list. Breaking:
                    upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1.0/).
   2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
+  2.2  2026-11-22  Argument.as_tuple, a tuple of mixed kinds (flex_attention). Compatible.
 """
 
 from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION"]
 
-SCHEMA_VERSION: tuple[int, int] = (2, 1)
+SCHEMA_VERSION: tuple[int, int] = (2, 2)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.

@@ -318,6 +318,23 @@ class AssociativeScanPair(nn.Module):
         return associative_scan(combine, (xs, ys), dim=1, combine_mode="generic")
 
 
+class FlexAttention(nn.Module):
+    """flex_attention with a score_mod and a causal block mask (a tuple mixing ints, tensors, None
+    and the mask graph: Argument.as_tuple)."""
+
+    def forward(self, q, k, v):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + (q_idx - kv_idx) * 0.1
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        mask = create_block_mask(causal, None, None, q.shape[2], k.shape[2], device="cpu")
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask)
+
+
 @torch.compiler.nested_compile_region
 def _region(x, y):
     return torch.mm(x, y).relu()
@@ -510,6 +527,11 @@ CASES: list[Case] = [
          tags=("hop", "training_ir")),
     Case("associative_scan_aten", lambda: (AssociativeScan(), (_r(4, 3),), {}, None), post=decompose,
          tags=("hop", "aten")),
+    Case("flex_attention", lambda: (FlexAttention(), (_r(1, 2, 128, 8), _r(1, 2, 128, 8), _r(1, 2, 128, 8)), {}, None),
+         other_inputs=lambda: [((_r(1, 2, 128, 8), _r(1, 2, 128, 8), _r(1, 2, 128, 8)), {})],
+         tags=("hop", "training_ir")),
+    Case("flex_attention_aten", lambda: (FlexAttention(), (_r(1, 2, 128, 8), _r(1, 2, 128, 8), _r(1, 2, 128, 8)), {},
+                                         None), post=decompose, tags=("hop", "aten")),
     # non-strict export inlines nested_compile_region; strict export keeps invoke_subgraph
     Case("invoke_subgraph", lambda: (InvokeSubgraph(), (_r(3, 3), _r(3, 3)), {}, None), tags=("hop", "strict")),
     Case("set_grad_enabled", lambda: (SetGrad(), (_r(2, 3),), {}, None), tags=("hop", "training_ir")),

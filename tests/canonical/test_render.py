@@ -221,6 +221,7 @@ def test_every_argument_member_renders_on_one_line():
         "as_int_lists": ([[1], [2, 3]], "[[1], [2, 3]]"),
         "as_string_to_argument": ({"k": s.Argument(as_tensor=t), "b": s.Argument(as_int=1)}, '{"b": 1, "k": a}'),
         "as_float_lists": ([[1.5]], "[[1.5]]"),
+        "as_tuple": ([s.Argument(as_int=1), s.Argument(as_none=True), s.Argument(as_tensor=t)], "(1, None, a)"),
     }
     assert set(samples) == set(s.Argument.__struct_fields__)
     view = R.GraphView(None, rename=lambda n: n)

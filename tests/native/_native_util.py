@@ -22,6 +22,8 @@ CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
 UNSUPPORTED = {
     "autocast": "higher-order op 'wrap_with_autocast'",
     "hints_wrapper": "higher-order op 'hints_wrapper'",
+    "flex_attention": "save ep.run_decompositions()",
+    "flex_attention_aten": "higher-order op 'flex_attention'",
     "associative_scan": "save ep.run_decompositions()",
     "classifier_joint": "loss outputs",
     "regressor_joint": "loss outputs",

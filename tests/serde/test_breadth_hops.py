@@ -28,6 +28,8 @@ HOPS = {
     "effects_and_mutation_aten": {"with_effects", "auto_functionalized_v2"},
     "unbacked_in_cond": {"cond"},
     "hints_wrapper": {"hints_wrapper"},
+    "flex_attention": {"flex_attention"},
+    "flex_attention_aten": {"flex_attention"},
 }
 
 
@@ -109,6 +111,35 @@ def test_hints_dict_comes_back(breadth_program):
     loaded = serde.load(_saved(breadth_program("hints_wrapper")))
     (node,) = [n for n in loaded.graph.nodes if n.target is torch.ops.higher_order.hints_wrapper]
     assert node.kwargs["hints"] == {"tag": "block", "depth": 3, "fused": True}
+
+
+def test_flex_attention_block_mask_is_a_mixed_tuple(breadth_program):
+    """The block mask (ints, tensors, None and the mask graph) is one Argument.as_tuple on the wire
+    and comes back as a tuple in the same order, its graph a submodule of the loaded program."""
+    ep = breadth_program("flex_attention_aten")
+    art = read_artifact(_saved(ep))
+    (node,) = [n for n in art.program.graph_module.graph.nodes if n.target.endswith(".flex_attention")]
+    kinds = [x.kind for x in node.inputs[4].arg.as_tuple]
+    assert {"as_int", "as_tensor", "as_none", "as_graph"} <= set(kinds)
+    loaded = serde.load(_saved(ep))
+    (orig,) = [n for n in ep.graph.nodes if n.target is torch.ops.higher_order.flex_attention]
+    (back,) = [n for n in loaded.graph.nodes if n.target is torch.ops.higher_order.flex_attention]
+    mask = back.args[4]
+    assert isinstance(mask, tuple) and len(mask) == len(orig.args[4])
+    assert [type(x).__name__ for x in mask] == [type(x).__name__ for x in orig.args[4]]
+    assert mask[-1].op == "get_attr" and isinstance(getattr(loaded.graph_module, mask[-1].target),
+                                                    torch.fx.GraphModule)
+
+
+def test_a_list_of_mixed_kinds_is_still_refused():
+    """Only tuples (higher-order op operands) may mix kinds; an op's list argument may not."""
+    from serde.arguments import ArgumentWriter
+    from serde.errors import UnsupportedConstructError
+
+    w = ArgumentWriter(subgraph=None, custom_obj_class=None)
+    assert w.write((1, None, "a"), "t").kind == "as_tuple"
+    with pytest.raises(UnsupportedConstructError, match=r"t: cannot store a list mixing .*only tuples"):
+        w.write([1, None, "a"], "t")
 
 
 def test_effect_tokens_are_in_the_signature(breadth_program):
