@@ -162,6 +162,17 @@ def export_transformer(layers: int, d: int = 128, heads: int = 4):
     return torch.export.export(model, args, dynamic_shapes=dyn, strict=False), args
 
 
+def export_wide(layers: int, width: int = 2048):
+    """Export ``layers`` Linear(width, width) layers: few nodes, large weights (``layers`` * 16 MB
+    at the default width), so save and load time is payload I/O and hashing."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).eval()
+    args = (torch.randn(2, width),)
+    return torch.export.export(model, args, strict=False), args
+
+
 def graph_nodes(ep) -> dict[str, int]:
     """Node counts of the exported graph: all nodes and ``call_function`` nodes (ops)."""
     nodes = list(ep.graph.nodes)

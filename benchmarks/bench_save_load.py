@@ -3,7 +3,8 @@
     python benchmarks/bench_save_load.py --case chain_5000 --model chain --size 5000
     python benchmarks/bench_save_load.py --case transformer --model transformer --size 4
 
-``--size`` is the number of ops for ``chain`` and the number of blocks for ``transformer``.
+``--size`` is the number of ops for ``chain``, the number of blocks for ``transformer`` and the
+number of 2048x2048 Linear layers (16 MB each) for ``wide``.
 Prints one JSON line: speedups (torch time / serde time, so > 1 means pt2serde is faster),
 artifact sizes in bytes, and whether both loaded programs reproduce the original's outputs.
 """
@@ -18,6 +19,7 @@ from _harness import (
     base_parser,
     export_chain,
     export_transformer,
+    export_wide,
     graph_nodes,
     main_guard,
     ratio,
@@ -28,6 +30,7 @@ _MODELS = {
     # model -> (exporter of the measured program, size of the small warm-up program)
     "chain": (export_chain, 30),
     "transformer": (export_transformer, 1),
+    "wide": (export_wide, 1),
 }
 
 
@@ -50,6 +53,7 @@ def run(model: str, size: int, repeats: int) -> dict:
                                  "torch": lambda: torch.export.save(ep, theirs)}, repeats)
         loaded: dict = {}
         load = time_interleaved({"serde": lambda: loaded.__setitem__("serde", serde.load(ours)),
+                                 "serde_mmap": lambda: loaded.__setitem__("serde_mmap", serde.load(ours, mmap=True)),
                                  "torch": lambda: loaded.__setitem__("torch", torch.export.load(theirs))},
                                 repeats)
         sizes = {"serde_bytes": os.path.getsize(ours), "torch_bytes": os.path.getsize(theirs)}
@@ -67,6 +71,7 @@ def run(model: str, size: int, repeats: int) -> dict:
         "repeats": repeats,
         "save_speedup": ratio(save["torch"], save["serde"]),
         "load_speedup": ratio(load["torch"], load["serde"]),
+        "load_mmap_speedup": ratio(load["torch"], load["serde_mmap"]),
         **sizes,
         "size_ratio": round(sizes["serde_bytes"] / sizes["torch_bytes"], 3),
         "outputs_match": True,

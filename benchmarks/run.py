@@ -70,6 +70,9 @@ CASES: list[BenchCase] = [
                     Bar("load_speedup.min", ">=", 2.0, "issue 2 §7"))),
     BenchCase("transformer", "bench_save_load.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1")),
+    # Large weights (8 x 16 MB): payload I/O and the sha256 of every byte dominate.
+    BenchCase("wide_134mb", "bench_save_load.py", ("--model", "wide", "--size", "8"),
+              ("--model", "wide", "--size", "1")),
     BenchCase("canonicalize_20000", "bench_canonicalize.py", ("--size", "20000"), ("--size", "30"),
               bars=(Bar("cost_fraction.min", "<=", 0.1, "issue 4 §7"),)),
     BenchCase("diff_locality", "bench_diff_locality.py", ("--size", "1000"), ("--size", "30"),
@@ -139,6 +142,8 @@ def _save_load_rows(r: dict[str, Any]) -> list[Row]:
     return [
         ("save speedup (torch.export.save / serde.save)", *_x(r["save_speedup"]), "save_speedup.min"),
         ("load speedup (torch.export.load / serde.load)", *_x(r["load_speedup"]), "load_speedup.min"),
+        *([("  the same, serde.load(mmap=True)", *_x(r["load_mmap_speedup"]), "load_mmap_speedup.min")]
+          if "load_mmap_speedup" in r else []),
         ("artifact size (serde / torch)", f"{r['size_ratio']:.2f}x", size, "size_ratio"),
     ]
 

@@ -54,8 +54,16 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     return program, weights, payloads, debug
 
 
-def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> ExportedProgram:
+def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
+         mmap: bool = False) -> ExportedProgram:
     """Load an artifact written by :func:`save` (any supported schema version).
+
+    With ``mmap=True`` a path is mapped copy-on-write instead of read: the weights share the page
+    cache (no copy, less memory; loading large weights takes about the time of hashing them), and
+    writing to a tensor copies just that page, never touching the file. Every byte is still
+    verified. The file must then stay as it is while the program lives: truncating or rewriting it
+    in place (``cp`` over it, ``torch.save`` to it) makes reading the weights fail with SIGBUS or see
+    the new bytes. Replacing it by rename, as :func:`save` does, is safe.
 
     Raises:
         ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
@@ -65,7 +73,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         UnknownOperatorError: an operator is not registered in this process.
     """
     with paused_gc():
-        return from_artifact(read_artifact(f, limits=limits))
+        return from_artifact(read_artifact(f, limits=limits, mmap=mmap))
 
 
 def from_artifact(a: Artifact) -> ExportedProgram:

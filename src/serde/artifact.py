@@ -41,15 +41,15 @@ class Artifact:
         return {n: self.contents.member(n) for n in self.contents.names if n.startswith("data/")}
 
 
-def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Artifact:
-    """Read, verify, upgrade and decode an artifact.
+def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False) -> Artifact:
+    """Read, verify, upgrade and decode an artifact (``mmap``: see :func:`serde.load`).
 
     Raises:
         SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
         MalformedArtifactError / UnsafeArtifactError (damaged or hostile), SchemaVersionError
         (outside the supported window), UpgradeError (no upgrader step).
     """
-    contents = archive.read_archive(src, limits=limits)
+    contents = archive.read_archive(src, limits=limits, mmap=mmap)
     version = contents.schema_version
     check_readable(version)
     names = [archive.PROGRAM, archive.WEIGHTS] + ([archive.DEBUG] if archive.DEBUG in contents else [])

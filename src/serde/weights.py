@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import schema
-from .archive import payload_name
+from .archive import digest_all, payload_name
 from .errors import MalformedArtifactError, UnsupportedConstructError
 
 if TYPE_CHECKING:
@@ -108,8 +108,9 @@ def serialize_weights(
     sd = {name: table.add(state_dict[name], f"state_dict[{name!r}]") for name in _sorted_names(state_dict, "state_dict")}
     consts = {name: table.add(constants[name], f"constants[{name!r}]") for name in _sorted_names(constants, "constants")}
     examples = None if example_inputs is None else _serialize_example_inputs(example_inputs, table)
-    weights = schema.Weights(storages=table.storages, state_dict=sd, constants=consts, example_inputs=examples)
-    return weights, table.payloads
+    storages, payloads = table.finish()
+    weights = schema.Weights(storages=storages, state_dict=sd, constants=consts, example_inputs=examples)
+    return weights, payloads
 
 
 def deserialize_weights(
@@ -186,10 +187,17 @@ class _StorageTable:
     """Storages in first-seen order, keyed by storage identity; payloads keyed by content."""
 
     def __init__(self) -> None:
-        self.storages: list[schema.Storage] = []
-        self.payloads: dict[str, memoryview | bytes] = {}
+        self._views: list[memoryview | bytes] = []  # per storage, in first-seen order
         self._index: dict[int, int] = {}
         self._keep: list[Any] = []  # storages whose ids key _index must outlive this table
+
+    def finish(self) -> tuple[list[schema.Storage], dict[str, memoryview | bytes]]:
+        """The storages (hashed all at once, big ones in parallel) and payloads by member name."""
+        shas = digest_all(_sha256, self._views)
+        payloads: dict[str, memoryview | bytes] = {}
+        for sha, view in zip(shas, self._views, strict=True):
+            payloads.setdefault(payload_name(sha), view)
+        return [schema.Storage(sha256=sha, nbytes=len(v)) for sha, v in zip(shas, self._views, strict=True)], payloads
 
     def add(self, t: Any, where: str) -> schema.StoredTensor:
         from .enums import serialize_dtype
@@ -201,11 +209,8 @@ class _StorageTable:
         index = self._index.get(key)
         if index is None:
             data = st if st.device.type == "cpu" else st.cpu()
-            view = _storage_bytes(data)
-            sha = _sha256(view)
-            index = self._index[key] = len(self.storages)
-            self.storages.append(schema.Storage(sha256=sha, nbytes=len(view)))
-            self.payloads.setdefault(payload_name(sha), view)
+            index = self._index[key] = len(self._views)
+            self._views.append(_storage_bytes(data))
             self._keep.append(st)
         return schema.StoredTensor(
             dtype=dtype, sizes=list(t.shape), strides=list(t.stride()), storage_offset=t.storage_offset(),
