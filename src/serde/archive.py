@@ -505,7 +505,10 @@ def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
     if size == 0:
         return None
     _check_file_size(size, limits, where)
-    return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY))
+    try:
+        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY))
+    except (OSError, ValueError):  # not mappable (a pipe, some network file systems): read it
+        return None
 
 
 def _read_file(f: BinaryIO, limits: Limits, where: str) -> memoryview:
