@@ -9,7 +9,8 @@
    (checksummed; a hand edit is rejected), and is each change compatible or breaking?
 3. Does the version bump match? A compatible change needs at least a minor bump, a breaking one a
    major bump (exactly N -> N+1.0) with ``upgraders/vN_to_vN+1.py``. Every released version
-   (the snapshot's) must have frozen artifacts in a non-empty ``fixtures/vN.M/``.
+   (the snapshot's) must have frozen artifacts in a non-empty ``fixtures/vN.M/``, and every
+   ``// last used: N`` note in the IDL must be at least the highest id its type uses or retired.
 
 Release flow: edit ``schema.thrift`` and ``schema.py``, bump the version (header, history line,
 ``serde/version.py``), make ``pt2serde schema check`` pass, then at release run
@@ -202,11 +203,40 @@ def check(
         return report
     report.released = released.version
     report.changes = classify(released, doc, retired)
+    _check_last_used(doc, thrift_path.read_text(encoding="utf-8"), retired, report)
     if released.version is not None:
         _check_released_fixtures(root, released.version, report)
     if doc.version is not None and released.version is not None:
         _check_bump(root, released.version, doc.version, report)
     return report
+
+
+_LAST_USED_RE = re.compile(r"^\s*//\s*last used:\s*(\d+)\s*$")
+
+
+def _check_last_used(doc: Document, text: str, retired: dict[str, list[int]], report: Report) -> None:
+    # A `// last used: N` note inside a type tells the next editor which id to take; a stale one
+    # invites reusing an id, so it must be at least every id the type uses or has retired.
+    starts = sorted((t.line, name) for name, t in doc.types.items())
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _LAST_USED_RE.match(line)
+        if m is None:
+            continue
+        owner = next((name for start, name in reversed(starts) if start <= lineno), None)
+        if owner is None:
+            continue
+        t = doc.types[owner]
+        ids = [v for _, v in t.values] if isinstance(t, EnumDef) else [f.id for f in t.fields]
+        top = max([*ids, *retired.get(owner, [])], default=0)
+        noted = int(m.group(1))
+        if noted < top:
+            report.problems.append(
+                Finding(
+                    "stale-last-used", f"{owner}",
+                    f"schema.thrift line {lineno} says `last used: {noted}` but {owner} uses or retired "
+                    f"{top}; update the comment to {top}",
+                )
+            )
 
 
 def _check_released_fixtures(root: Path, released: tuple[int, int], report: Report) -> None:

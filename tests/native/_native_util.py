@@ -35,7 +35,7 @@ UNSUPPORTED = {
 # The default (fast) run covers these; the rest run under -m slow.
 FAST = ("mlp", "multi_output", "dynamic_arith", "signature_kinds_aten", "input_mutation_aten", "tied_weights",
         "cond", "while_loop", "map", "scan", "unbacked_item", "cond_nested", "sym_scalars",
-        "effects_and_mutation_aten")
+        "effects_and_mutation_aten", "cond_operands", "cond_size_closure")
 
 
 @functools.cache

@@ -183,10 +183,10 @@ COMPATIBLE_EDITS = [
                  {(COMPATIBLE, "field-added", "Device.flags")}, id="add-optional-field"),
     pytest.param("struct Device {\n  10: string type;", "struct Device {\n  10: string type;\n  30: i64 flags = 0;",
                  {(COMPATIBLE, "field-added", "Device.flags")}, id="add-field-with-default"),
-    pytest.param("  300: list<list<double>> as_float_lists;",
-                 "  300: list<list<double>> as_float_lists;\n  310: list<bool> as_new_member;",
+    pytest.param("  300: list<list<double>> as_float_lists;\n  // last used: 300",
+                 "  300: list<list<double>> as_float_lists;\n  310: list<bool> as_new_member;\n  // last used: 310",
                  {(COMPATIBLE, "member-added", "Argument.as_new_member")}, id="add-union-member"),
-    pytest.param("  UINT64 = 35,", "  UINT64 = 35,\n  UINT128 = 36,",
+    pytest.param("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 35,\n  UINT128 = 36,\n  // last used: 36",
                  {(COMPATIBLE, "enum-value-added", "ScalarType.UINT128")}, id="add-enum-value"),
     pytest.param("struct Device {", "struct Extra {\n  10: optional Device d;\n}\n\nstruct Device {",
                  {(COMPATIBLE, "type-added", "Extra")}, id="add-type"),
@@ -214,7 +214,7 @@ def test_compatible_edit_with_minor_bump_passes(scratch, old, new, expected):
 
 
 def test_compatible_edit_with_major_bump_warns_but_passes(scratch):
-    scratch.edit("  UINT64 = 35,", "  UINT64 = 35,\n  UINT128 = 36,")
+    scratch.edit("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 35,\n  UINT128 = 36,\n  // last used: 36")
     scratch.bump(2, 0)
     scratch.add_upgrader(1, 2)
     r = scratch.check()
@@ -242,7 +242,7 @@ BREAKING_EDITS = [
                  {(BREAKING, "optional-changed", "Device.index")}, id="optional-to-required"),
     pytest.param("  10: string fqn;", "  10: string fqn = \"\";",
                  {(BREAKING, "default-changed", "ModuleCallEntry.fqn")}, id="add-default-to-existing"),
-    pytest.param("  UINT64 = 35,", "  UINT64 = 36,", {(BREAKING, "enum-renumbered", "ScalarType.UINT64")},
+    pytest.param("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 36,\n  // last used: 36", {(BREAKING, "enum-renumbered", "ScalarType.UINT64")},
                  id="change-enum-value"),
     pytest.param("  UINT64 = 35,\n", "", {(BREAKING, "enum-value-removed", "ScalarType.UINT64")},
                  id="remove-enum-value"),
@@ -410,7 +410,7 @@ def test_thrift_syntax_error_is_reported(scratch):
 
 
 def test_snapshot_refuses_to_change_a_released_version(scratch):
-    scratch.edit("  UINT64 = 35,", "  UINT64 = 35,\n  UINT128 = 36,")
+    scratch.edit("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 35,\n  UINT128 = 36,\n  // last used: 36")
     with pytest.raises(SchemaCheckError, match="refusing to snapshot a schema that fails"):
         scratch.snapshot()
     before = (scratch.root / "src/serde/schema_snapshot.json").read_bytes()
@@ -438,7 +438,7 @@ def _snapshot_ignoring_check(scratch):
 
 
 def test_snapshot_after_a_release_records_the_new_version(scratch):
-    scratch.edit("  UINT64 = 35,", "  UINT64 = 35,\n  UINT128 = 36,")
+    scratch.edit("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 35,\n  UINT128 = 36,\n  // last used: 36")
     scratch.bump(1, 1)
     path, report = scratch.snapshot()
     assert report.ok
@@ -521,6 +521,17 @@ def test_i32_in_thrift_matches_python_int(scratch):
     assert changes(r) == {(BREAKING, "type-changed", "Device.index")}
 
 
+def test_stale_last_used_note_fails(scratch):
+    scratch.edit("  300: list<list<double>> as_float_lists;", "  300: list<list<double>> as_float_lists;\n"
+                 "  310: list<bool> as_new_member;")
+    scratch.bump(1, 1)
+    r = scratch.check()
+    assert r.codes() == {"stale-last-used"}
+    assert "says `last used: 300` but Argument uses or retired 310; update the comment to 310" in r.render()
+    scratch.edit("  // last used: 300", "  // last used: 310")
+    assert scratch.check().ok
+
+
 def test_disagreement_render_is_exact(scratch):
     _edit_py(scratch, "index: Annotated[Optional[int], Id(20)]", "index: Annotated[Optional[int], Id(21)]")
     assert scratch.check().render() == (
@@ -560,7 +571,7 @@ def test_cli_check_exit_codes(scratch, capsys, monkeypatch):
     monkeypatch.setattr(schema_check, "check", _with_module(scratch, schema_check.check))
     assert _cli(["check", "--root", str(scratch.root)]) == 0
     assert capsys.readouterr().out.endswith("verdict: OK\n")
-    scratch.edit("  UINT64 = 35,", "  UINT64 = 36,")
+    scratch.edit("  UINT64 = 35,\n  // last used: 35", "  UINT64 = 36,\n  // last used: 36")
     assert _cli(["check", "--root", str(scratch.root)]) == 1
     out = capsys.readouterr().out
     assert "breaking    ScalarType.UINT64: value changed from 35 to 36" in out
