@@ -14,7 +14,7 @@ from .errors import MalformedArtifactError
 
 __all__ = [
     "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols",
-    "rename_expr", "expr_key", "expr_from_text", "ranges_by_text", "FUNCTION_MEMBERS",
+    "expr_key", "expr_from_text", "ranges_by_text", "FUNCTION_MEMBERS",
 ]
 
 E = schema.Expr
@@ -142,12 +142,6 @@ def expr_symbols(e: schema.Expr) -> set[str]:
         elif isinstance(v, list):
             stack.extend(v)
     return out
-
-
-def rename_expr(e: schema.Expr, mapping: dict[str, str], *, where: str = "expression") -> schema.Expr:
-    """Rename symbols and put commutative operands back in canonical order."""
-    text = symbolic.rename_symbols(expr_text(e, where=where), mapping, where=where)
-    return expr_from_tree(symbolic.parse_to_tree(text, where=where), where=where)
 
 
 def expr_from_text(text: str, *, where: str = "expression") -> schema.Expr:

@@ -166,6 +166,22 @@ def parse_to_tree(text: str, *, where: str) -> ExprTree:
     return _render(_Parser(text, where).parse(), where, 0).tree
 
 
+# Assumptions of the symbol classes torch creates (s: sizes, u: unbacked ints, zf/zuf: floats).
+_SYMBOL_CLASS_RE = re.compile(r"^(zuf|zf|s|u)(\d+)$")
+_SYMBOL_ASSUMPTIONS: dict[str, dict[str, bool]] = {
+    "s": {"integer": True, "positive": True},
+    "u": {"integer": True},
+    "zf": {"real": True},
+    "zuf": {},
+}
+
+
+def symbol_assumptions(name: str) -> dict[str, bool]:
+    """The sympy assumptions torch gives a symbol of this name (``s3``: a positive integer...)."""
+    m = _SYMBOL_CLASS_RE.match(name)
+    return dict(_SYMBOL_ASSUMPTIONS[m.group(1)]) if m else {"integer": True}
+
+
 def tree_to_sympy(tree: Any, symbol: Callable[[str], Any], *, where: str = "expression") -> Any:
     """Build the sympy expression for ``tree`` (tuples or JSON lists), validating it on the way.
 
@@ -211,9 +227,11 @@ def rename_symbols(
 ) -> str:
     """Rename symbols (names missing from ``mapping`` stay) and re-print canonically, without sympy.
 
-    The result equals ``print_expr`` of the sympy expression renamed by ``xreplace``, except
-    where sympy orients a relation by symbol names (Piecewise conditions go through
-    ``Relational.canonical``): there the text keeps the orientation it had.
+    The result equals ``print_expr`` of the sympy expression renamed by ``xreplace`` and rebuilt:
+    sympy orients the relations in Piecewise conditions by symbol name (``Relational.canonical``)
+    and Abs extracts a sign by symbol order, so an expression with either is rebuilt through sympy
+    with the new names and the assumptions torch gives them (rare: ``torch.sym_ite``, ``abs`` of a
+    size), and a loader's sympy gives back exactly this text.
 
     Args:
         normalize_relations: also write every relation in one orientation (``Eq``/``Ne``
@@ -230,6 +248,11 @@ def rename_symbols(
     tree = _rename(_Parser(text, where).parse(), mapping)
     if normalize_relations:
         tree = _normalize_relations(tree, where)
+    elif "Piecewise(" in text or "Abs(" in text:
+        import sympy
+
+        built = tree_to_sympy(tree, lambda n: sympy.Symbol(n, **symbol_assumptions(n)), where=where)
+        tree = _from_sympy(built, where, 0)
     return _render(tree, where, 0).text
 
 

@@ -17,7 +17,7 @@ from torch.fx.experimental import symbolic_shapes
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from . import schema
+from . import schema, symbolic
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .exprs import expr_from_sympy, expr_key, expr_text, expr_to_tree
@@ -128,12 +128,6 @@ def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[sche
 
 # Symbol classes torch creates, longest prefix first (prefixes never prefix each other per kind).
 _SYMBOL_RE = re.compile(r"^(zuf|zf|s|u)(\d+)$")
-_ASSUMPTIONS = {
-    "s": {"integer": True, "positive": True},
-    "u": {"integer": True},
-    "zf": {"real": True},
-    "zuf": {},
-}
 
 
 class SymbolicContext:
@@ -172,8 +166,7 @@ class SymbolicContext:
         if sym is not None:
             return sym
         m = _SYMBOL_RE.match(name)
-        assumptions = _ASSUMPTIONS[m.group(1)] if m else {"integer": True}
-        sym = sympy.Symbol(name, **assumptions)
+        sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
         self.symbols[name] = sym
         vr = self._ranges.get(name)
         if vr is not None:

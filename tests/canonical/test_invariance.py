@@ -111,3 +111,20 @@ def test_resaving_a_loaded_artifact_gives_the_same_bytes(name):
     b = io.BytesIO()
     serde.save(serde.load(a.getvalue()), b)
     assert a.getvalue() == b.getvalue()
+
+
+def _savable_breadth_cases() -> list[str]:
+    from serde import zoo_breadth
+
+    return [c.name for c in zoo_breadth.CASES]
+
+
+@pytest.mark.parametrize("name", _savable_breadth_cases())
+def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_program):
+    """The same for control flow, vmap fences (associative_scan), mixed tuples (flex_attention),
+    custom ops, unbacked symbols, custom objects and joint graphs."""
+    a = io.BytesIO()
+    serde.save(breadth_program(name), a)
+    b = io.BytesIO()
+    serde.save(serde.load(a.getvalue()), b)
+    assert a.getvalue() == b.getvalue()

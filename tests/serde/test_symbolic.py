@@ -28,6 +28,7 @@ from serde.symbolic import (
     parse_to_tree,
     print_expr,
     rename_symbols,
+    symbol_assumptions,
     sympy_to_tree,
     tree_to_str,
     tree_to_sympy,
@@ -272,6 +273,28 @@ def test_normalize_relations():
     assert rename_symbols("s1 > s0", {}, normalize_relations=True) == "s0 < s1"
     assert rename_symbols("Eq(s1, s0) & (s0 >= 2)", {}, normalize_relations=True) == "(2 <= s0) & Eq(s0, s1)"
     assert rename_symbols("s1 > s0", {}) == "s1 > s0"
+
+
+@pytest.mark.parametrize("text, mapping", [
+    ("Piecewise((s77, s17 < s77), (s17, True))", {"s77": "s0", "s17": "s1"}),
+    ("Piecewise((s3, s9 <= s3), (s9 + 1, True))", {"s3": "s1", "s9": "s0"}),
+    ("Abs(s17 - s77) + 1", {"s77": "s0", "s17": "s1"}),
+    ("Abs(-u4 + u2)", {"u4": "u0", "u2": "u1"}),
+])
+def test_rename_orients_like_a_loaders_sympy(text, mapping):
+    """Piecewise conditions and Abs are re-normalized by sympy by symbol name: the renamed text is
+    what sympy prints for the renamed expression, so load -> save is a fixed point."""
+    out = rename_symbols(text, mapping)
+    made: dict[str, sympy.Symbol] = {}
+
+    def loader_symbol(name):
+        return made.setdefault(name, sympy.Symbol(name, **symbol_assumptions(name)))
+
+    rebuilt = parse_expr(out, loader_symbol, where="t")
+    assert print_expr(rebuilt) == out
+    assert rename_symbols(out, {}) == out
+    original = parse_expr(text, loader_symbol, where="t")
+    assert rebuilt == original.xreplace({loader_symbol(o): loader_symbol(n) for o, n in mapping.items()})
 
 
 def test_rename_resorts_and_keeps_unmapped_names():
