@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -128,3 +129,26 @@ def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_p
     b = io.BytesIO()
     serde.save(serde.load(a.getvalue()), b)
     assert a.getvalue() == b.getvalue()
+
+
+_BREADTH_DRIVER = """
+import sys
+import serde
+from serde import zoo_breadth
+for name in sys.argv[2:]:
+    serde.save(zoo_breadth.export_case(zoo_breadth.get(name)), f"{sys.argv[1]}/{name}.pt2s")
+"""
+
+
+def test_breadth_programs_are_byte_stable_across_processes(tmp_path):
+    """Two processes (different hash seeds, different object ids) write the same bytes for vmap
+    fences, mixed tuples, Piecewise conditions, unbacked symbols and control flow."""
+    names = ["associative_scan", "flex_attention_aten", "sym_scalars", "unbacked", "cond_nested"]
+    digests = []
+    for run, seed in (("one", "1"), ("two", "2")):
+        out = tmp_path / run
+        out.mkdir()
+        subprocess.run([sys.executable, "-c", _BREADTH_DRIVER, str(out), *names], check=True, timeout=600,
+                       capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        digests.append({n: hashlib.sha256((out / f"{n}.pt2s").read_bytes()).hexdigest() for n in names})
+    assert digests[0] == digests[1]
