@@ -15,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inputs file (native.io.write_inputs) or a .pt2s artifact (its example inputs)")
     p.add_argument("--outputs", help="also write the outputs to this file (a serde.bundle)")
     p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
+    p.add_argument("--max-loop-iterations", type=int, default=None, metavar="N",
+                   help="fail when loops iterate more than N times in one run, instead of hanging "
+                        "(default: native.runtime.DEFAULT_MAX_LOOP_ITERATIONS, ten million; 0: no limit)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,9 +25,11 @@ def run(args: argparse.Namespace) -> int:
     import torch.utils._pytree as pytree
 
     from .io import read_inputs, write_outputs
-    from .runtime import load
+    from .runtime import DEFAULT_MAX_LOOP_ITERATIONS, load
 
-    method = load(args.program, arena=args.arena)
+    limit = args.max_loop_iterations
+    limit = DEFAULT_MAX_LOOP_ITERATIONS if limit is None else (limit if limit > 0 else None)
+    method = load(args.program, arena=args.arena, max_loop_iterations=limit)
     inputs, kwargs = read_inputs(args.inputs)
     out = method.run(*inputs, **kwargs)
     leaves, _ = pytree.tree_flatten_with_path(out)

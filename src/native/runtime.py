@@ -11,6 +11,9 @@ Options:
 
 - ``arena=True``: tensors with a slot in the memory plan are written by the op's out= variant
   into one preallocated arena, at their planned offsets.
+- ``max_loop_iterations`` (default 10,000,000; None: no limit): a run whose loops jump back more
+  often than this fails with NativeRuntimeError instead of hanging on a loop whose condition never
+  becomes false (the program is untrusted input).
 - ``check=True`` (tests): freed values are poisoned and any later read fails; every kernel's
   outputs are checked against their declared dtype and sizes; values left alive at the end are
   reported; functional kernels may not return arena memory; ``executed`` collects the
@@ -35,7 +38,9 @@ from .errors import InputMismatchError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
 from .prim import NAMESPACE, PRIM_OPS
 
-__all__ = ["Method", "load", "run"]
+__all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
+
+DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
 
 
 class _Freed:
@@ -61,9 +66,12 @@ def run(src: P.NativeProgram | str | os.PathLike | bytes, *args: Any, **kwargs: 
 class Method:
     """An executable native program with its weights and state (see the module docstring)."""
 
-    def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False) -> None:
+    def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False,
+                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS) -> None:
         self.program = p = native.program
         self.check = check
+        self.max_loop_iterations = max_loop_iterations
+        self._loop_budget = [0]  # backward jumps left in the current run
         self.use_arena = arena
         self._segment = _aligned_copy(native.segment)
         self._ops = [_resolve(op, i) for i, op in enumerate(p.operators)]
@@ -119,6 +127,8 @@ class Method:
         self._bind(values, leaves)
         code = self._code
         pc, n = 0, len(code)
+        limit = self.max_loop_iterations
+        self._loop_budget[0] = -1 if limit is None else limit
         try:
             with torch.no_grad():
                 if self.check:
@@ -496,13 +506,25 @@ def _move(m: Method, ins: P.MoveCall, pc: int) -> Callable:
 
 def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
     cond, target = ins.cond, ins.target
-    if isinstance(m.program.values[cond], P.Bool) and not m.program.values[cond].v:
-        return lambda values, pc: target
+    always = isinstance(m.program.values[cond], P.Bool) and not m.program.values[cond].v
     get = _getter(m, cond)
+    if target > pc:
+        if always:
+            return lambda values, pc: target
+        return lambda values, pc: pc + 1 if get(values) else target
+    budget = m._loop_budget  # a backward jump closes a loop iteration: count it
 
-    def jump(values: list, pc: int) -> int:
-        return pc + 1 if get(values) else target
-    return jump
+    def jump_back(values: list, pc: int) -> int:
+        if not always and get(values):
+            return pc + 1
+        if budget[0] == 0:
+            raise NativeRuntimeError(
+                f"instruction {pc}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
+                "may never become false. Pass Method(..., max_loop_iterations=N) (None: no limit) if the "
+                "program really loops that often")
+        budget[0] -= 1
+        return target
+    return jump_back
 
 
 def _free(m: Method, ins: P.FreeCall, pc: int) -> Callable:

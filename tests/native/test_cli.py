@@ -72,3 +72,18 @@ def test_wrong_inputs_file_contents(tmp_path, capsys):
     write_inputs(inp, (torch.randn(50, 16),))
     assert main(["run", str(prog), "--inputs", str(inp)]) == 2
     assert "outside its allowed range [1, 32]" in capsys.readouterr().err
+
+
+def test_run_stops_an_endless_loop_with_an_error(tmp_path, capsys):
+    from torch._higher_order_ops.while_loop import while_loop
+
+    class Endless(torch.nn.Module):
+        def forward(self, i, x):
+            return while_loop(lambda i, x: i >= 0, lambda i, x: (i + 1, x + 1), (i, x))
+
+    art, prog, inp = tmp_path / "m.pt2s", tmp_path / "m.pt2n", tmp_path / "in.json"
+    serde.save(torch.export.export(Endless(), (torch.tensor(0), torch.zeros(2))), art)
+    assert main(["emit", str(art), str(prog)]) == 0
+    write_inputs(inp, (torch.tensor(0), torch.zeros(2)))
+    assert main(["run", str(prog), "--inputs", str(inp), "--max-loop-iterations", "50"]) == 2
+    assert "a loop ran more than 50 iterations" in capsys.readouterr().err

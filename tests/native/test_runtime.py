@@ -249,3 +249,30 @@ def test_auto_functionalized_v1_and_effect_tokens():
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     assert any("auto_functionalized" in t and "v2" not in t for t in targets) and any("with_effects" in t for t in targets)
     assert_runs_like_eager(ep, emit_ep(ep), inputs_of(name) * 2, arena=True)
+
+
+class _Endless(torch.nn.Module):
+    """A while_loop whose condition never becomes false (export traces it without running it)."""
+
+    def forward(self, i, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        return while_loop(lambda i, x: i >= 0, lambda i, x: (i + 1, x + 1), (i, x))
+
+
+def test_a_loop_that_never_ends_fails_instead_of_hanging():
+    ep = torch.export.export(_Endless(), (torch.tensor(0), torch.zeros(2)))
+    method = Method(emit_ep(ep), max_loop_iterations=1000)
+    with pytest.raises(NativeRuntimeError, match="a loop ran more than 1000 iterations"):
+        method.run(torch.tensor(0), torch.zeros(2))
+
+
+def test_loop_limit_counts_iterations_and_resets_per_run():
+    ep = exported("while_loop")  # i < 5: five iterations from i = 0, two from i = 3
+    method = Method(emitted("while_loop"), max_loop_iterations=5)
+    x = torch.ones(3)
+    for _ in range(2):  # the budget is per run
+        torch.testing.assert_close(method.run(torch.tensor(0), x), ep.module()(torch.tensor(0), x))
+    with pytest.raises(NativeRuntimeError, match="more than 4 iterations"):
+        Method(emitted("while_loop"), max_loop_iterations=4).run(torch.tensor(0), x)
+    assert Method(emitted("while_loop"), max_loop_iterations=None).run(torch.tensor(3), x)[0] == 5
