@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import subprocess
-import sys
 import textwrap
 
 import torch
+from _procs import save_model_source
 
 import serde
 from canonical.canonicalize import canonicalize
@@ -61,15 +60,8 @@ def _load_model():
 def test_strict_export_is_byte_stable_across_processes_and_paths(tmp_path):
     # Strict export keys nn_module_stack frames by id(module) and numbers source_fn_stack names in
     # tracing order; neither may leak into the artifact.
-    digests = []
-    for folder, filename in (("one", "model.py"), ("two/deeper", "renamed_file.py")):
-        d = tmp_path / folder
-        d.mkdir(parents=True)
-        (d / filename).write_text(textwrap.dedent(MODEL))
-        out = d / "m.pt2s"
-        subprocess.run([sys.executable, "-c", DRIVER, str(d / filename), str(out)], check=True, timeout=600,
-                       capture_output=True)
-        digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
+    digests = [hashlib.sha256(save_model_source(tmp_path, DRIVER, MODEL, folder, filename)).hexdigest()
+               for folder, filename in (("one", "model.py"), ("two/deeper", "renamed_file.py"))]
     assert digests[0] == digests[1]
 
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from _procs import save_in_subprocess, save_model_source
 
 import serde
 from serde import zoo
@@ -67,14 +64,7 @@ serde.save(ep, sys.argv[2])
 
 
 def _export_in_subprocess(tmp_path, source: str, folder: str, filename: str, ir: str) -> bytes:
-    d = tmp_path / folder
-    d.mkdir(parents=True, exist_ok=True)
-    model = d / filename
-    model.write_text(textwrap.dedent(source))
-    out = d / "model.pt2s"
-    subprocess.run([sys.executable, "-c", DRIVER, str(model), str(out), ir], check=True, timeout=600,
-                   capture_output=True)
-    return out.read_bytes()
+    return save_model_source(tmp_path, DRIVER, source, folder, filename, ir)
 
 
 @pytest.mark.parametrize("ir", ["training", "aten"])
@@ -148,7 +138,6 @@ def test_breadth_programs_are_byte_stable_across_processes(tmp_path):
     for run, seed in (("one", "1"), ("two", "2")):
         out = tmp_path / run
         out.mkdir()
-        subprocess.run([sys.executable, "-c", _BREADTH_DRIVER, str(out), *names], check=True, timeout=600,
-                       capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        save_in_subprocess(_BREADTH_DRIVER, str(out), *names, hash_seed=seed)
         digests.append({n: hashlib.sha256((out / f"{n}.pt2s").read_bytes()).hexdigest() for n in names})
     assert digests[0] == digests[1]
