@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.input}: {'canonical' if same else 'not canonical'}")
         return 0 if same else 1
     write_artifact(args.output, canon, a.weights, a.payloads(), debug if keep else None,
-                   torch_version=a.manifest.torch_version)
+                   torch_version=a.manifest.torch_version, extra_files=a.extra_files())
     state = "already canonical" if same else "canonicalized"
     print(f"{args.input}: {state}, wrote {args.output}")
     return 0

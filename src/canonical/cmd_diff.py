@@ -12,7 +12,8 @@ import sys
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = "semantic diff of two artifacts: signature, nodes, metas, ranges, weights (exit 0 same, 1 differ)"
+HELP = ("semantic diff of two artifacts: signature, nodes, metas, ranges, weights, extra files "
+        "(exit 0 same, 1 differ)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     a, b = read_artifact(args.a), read_artifact(args.b)
     report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=a.payload,
-                  b_payload=b.payload)
+                  b_payload=b.payload, a_extra=a.extra_files(), b_extra=b.extra_files())
     if args.json:
         sys.stdout.write(json.dumps({"a": args.a, "b": args.b, **report.to_json()}, indent=2) + "\n")
     else:

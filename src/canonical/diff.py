@@ -29,7 +29,7 @@ JSON report (``DiffReport.to_json()``; ``pt2serde diff --json`` adds ``"a"`` and
       "changes": [                       # in section order, then program order
         {
           "section": "program" | "signature" | "graph" | "range_constraints"
-                     | "module_call_graph" | "weights" | "example_inputs",
+                     | "module_call_graph" | "weights" | "example_inputs" | "extra_files",
           "kind": "added" | "removed" | "changed",
           "where": str,                  # e.g. "graph.nodes[relu]", "inputs[parameter fc.weight]",
                                          #      "graph.nodes[cond].true_graph_0.nodes[sin]"
@@ -67,7 +67,7 @@ Payload = Callable[[str], bytes]
 
 _SECTIONS = (
     "program", "signature", "graph", "range_constraints", "module_call_graph", "weights",
-    "example_inputs",
+    "example_inputs", "extra_files",
 )
 
 
@@ -136,6 +136,8 @@ def diff(
     b_weights: schema.Weights | None = None,
     a_payload: Payload | None = None,
     b_payload: Payload | None = None,
+    a_extra: dict[str, bytes] | None = None,
+    b_extra: dict[str, bytes] | None = None,
 ) -> DiffReport:
     """Compare two programs (and their weights when both are given).
 
@@ -144,6 +146,7 @@ def diff(
         a_weights, b_weights: their weights; weights are compared only when both are given.
         a_payload, b_payload: storage bytes by sha256, used for the max abs difference of
             weights whose values changed; without them such weights are reported by sha.
+        a_extra, b_extra: the artifacts' extra files (name -> bytes); compared when both are given.
 
     Returns:
         A :class:`DiffReport`; ``report.identical`` is true when nothing differs.
@@ -155,6 +158,9 @@ def diff(
     d.program(a, b)
     if a_weights is not None and b_weights is not None:
         d.weights(a_weights, b_weights, a_payload, b_payload)
+    if a_extra is not None and b_extra is not None:
+        for name, x, y in _pair(_sorted_items(a_extra), _sorted_items(b_extra)):
+            d._pair_change("extra_files", f"extra_files[{name}]", _blob_line(name, x), _blob_line(name, y))
     order = {s: i for i, s in enumerate(_SECTIONS)}
     changes = sorted(d.changes, key=lambda c: order[c.section])  # stable: keeps program order
     return DiffReport(changes=changes, notes=d.notes)
@@ -479,6 +485,14 @@ class _Aligner:
                 cands.popleft()
             if cands:
                 self.link(i, cands[0])
+
+
+def _blob_line(name: str, data: bytes | None) -> str | None:
+    import hashlib
+
+    if data is None:
+        return None
+    return f"{name}: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
 
 
 def _producers(nodes: list[schema.Node]) -> dict[str, int]:

@@ -1,14 +1,17 @@
 """The pt2serde archive: one deterministic zip with a checksummed manifest. No torch here.
 
-Layout (format_version 1):
+Layout (format_version 1; 2 when the archive has extra files):
 
 * A plain zip (readable by ``unzip``) whose members are all *stored* (never compressed), sorted by
   name, with fixed timestamps (1980-01-01 00:00), fixed attributes (regular file, mode 0644), no
   comments and no data descriptors. Zip64 records appear only when a size or offset needs them.
 * Every member's data starts at a file offset that is a multiple of 64; the gap is filled by a
   padding block (id ``0xD935``, as Android's zipalign) in the local header's extra field.
-* Members: ``manifest.json``, ``program.json``, ``weights.json``, optional ``debug.json`` and tensor
-  payloads ``data/<sha256 of the bytes>`` (so identical payloads are stored once).
+* Members: ``manifest.json``, ``program.json``, ``weights.json``, optional ``debug.json``, tensor
+  payloads ``data/<sha256 of the bytes>`` (so identical payloads are stored once) and the user's
+  extra files ``extra/<name>`` (``save(..., extra_files=...)``, like ``torch.export.save``).
+  An archive with extra files says format_version 2, so that a reader that does not know them
+  refuses it by version rather than by member name; one without says 1, and every reader loads it.
 * ``manifest.json`` (:class:`serde.schema.Manifest`) names the format, its version, the schema
   version, the torch version and the sha256 and size of every other member.
 
@@ -56,9 +59,10 @@ __all__ = [
     "ArtifactIOError", "NotAnArchiveError", "TorchArchiveError", "TruncatedArchiveError",
     "CorruptZipError", "OverlappingMembersError", "DuplicateMemberError", "UnsafeMemberNameError",
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
-    "ManifestMismatchError", "ChecksumMismatchError", "FormatVersionError",
+    "ManifestMismatchError", "ChecksumMismatchError", "FormatVersionError", "EXTRA_PREFIX", "extra_member",
 ]
 
+EXTRA_PREFIX = "extra/"
 MANIFEST = "manifest.json"
 PROGRAM = "program.json"
 WEIGHTS = "weights.json"
@@ -330,7 +334,7 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
     major, minor = schema_version
     manifest = schema.Manifest(
         format=FORMAT_NAME,
-        format_version=FORMAT_VERSION,
+        format_version=2 if any(n.startswith(EXTRA_PREFIX) for n in entries) else 1,
         schema_version=schema.SchemaVersion(major=int(major), minor=int(minor)),
         torch_version=str(torch_version),
         members={e.name: schema.Member(sha256=e.sha, size=len(e.data)) for e in entries.values()},
@@ -710,6 +714,20 @@ def _reject_foreign(records: list[_Record], where: str) -> None:
         )
 
 
+_EXTRA_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+
+
+def extra_member(name: str, where: str) -> str:
+    """Member name of the extra file ``name``; raises UnsafeMemberNameError for names that are not
+    1 to 200 letters, digits, ``_``, ``-`` and ``.`` (not starting with a dot)."""
+    if not isinstance(name, str) or not _EXTRA_NAME_RE.fullmatch(name):
+        raise UnsafeMemberNameError(
+            f"{where}: extra file name {name!r} must be 1 to 200 letters, digits, '_', '-' and '.', not "
+            "starting with '.' (no directories); rename it"
+        )
+    return EXTRA_PREFIX + name
+
+
 def _check_name(name: str, where: str) -> None:
     """Reject names that could escape a directory, then names the format does not define."""
     if (not name or name.startswith(("/", "\\")) or "\\" in name or ".." in name.split("/")
@@ -718,10 +736,11 @@ def _check_name(name: str, where: str) -> None:
             f"{where}: member name {name!r} could escape an extraction directory (absolute path, '..', "
             f"backslash or control character); the file is hostile or damaged: {_FIX}"
         )
-    if name not in _JSON_MEMBERS and not _PAYLOAD_RE.fullmatch(name):
+    if (name not in _JSON_MEMBERS and not _PAYLOAD_RE.fullmatch(name)
+            and not (name.startswith(EXTRA_PREFIX) and _EXTRA_NAME_RE.fullmatch(name[len(EXTRA_PREFIX):]))):
         raise UnknownMemberError(
             f"{where}: member name {name!r} is not part of the pt2serde format (expected manifest.json, "
-            f"program.json, weights.json, debug.json or data/<64 hex digits>); {_FIX}"
+            f"program.json, weights.json, debug.json, data/<64 hex digits> or extra/<name>); {_FIX}"
         )
 
 
@@ -832,6 +851,9 @@ def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest
     if manifest.format_version < 1:
         raise MalformedArtifactError(f"{where}: {MANIFEST} has invalid format_version "
                                      f"{manifest.format_version}; {_FIX}")
+    if manifest.format_version < 2 and (extra := next((n for n in views if n.startswith(EXTRA_PREFIX)), None)):
+        raise UnknownMemberError(f"{where}: member {extra!r} is an extra file, which format version "
+                                 f"{manifest.format_version} does not have; {_FIX}")
     present = set(views) - {MANIFEST}
     listed = set(manifest.members)
     if unlisted := sorted(present - listed):

@@ -36,6 +36,11 @@ class Artifact:
         """Raw bytes of the storage with this content hash."""
         return self.contents.member(archive.payload_name(sha256))
 
+    def extra_files(self) -> dict[str, bytes]:
+        """The extra files saved with the program (name -> bytes)."""
+        n = len(archive.EXTRA_PREFIX)
+        return {m[n:]: bytes(self.contents.member(m)) for m in self.contents.names if m.startswith(archive.EXTRA_PREFIX)}
+
     def payloads(self) -> dict[str, memoryview]:
         """Every payload member (``data/<sha256>`` -> bytes), as ``write_artifact`` takes them."""
         return {n: self.contents.member(n) for n in self.contents.names if n.startswith("data/")}
@@ -95,9 +100,13 @@ def encode_members(program: schema.ExportedProgram, weights: schema.Weights, deb
 
 
 def write_artifact(dest: str | os.PathLike | BinaryIO, program: schema.ExportedProgram, weights: schema.Weights,
-                   payloads: dict[str, Any], debug: Any | None = None, *, torch_version: str) -> None:
-    """Encode and write an artifact atomically (payloads: member name -> bytes)."""
+                   payloads: dict[str, Any], debug: Any | None = None, *, torch_version: str,
+                   extra_files: dict[str, bytes] | None = None) -> None:
+    """Encode and write an artifact atomically (payloads: member name -> bytes; extra_files: name ->
+    bytes, see :func:`serde.save`)."""
     members: dict[str, Any] = encode_members(program, weights, debug)
     members.update(payloads)
+    for name, data in (extra_files or {}).items():
+        members[archive.extra_member(name, "extra_files")] = data
     version = (program.schema_version.major, program.schema_version.minor)
     archive.write_archive(dest, members, schema_version=version, torch_version=torch_version)

@@ -20,7 +20,17 @@ def run(args: argparse.Namespace) -> int:
 
     # torch.export.load may unpickle parts of its archive: that is why this is an explicit,
     # one-off conversion of a file the user trusts, never something serde.load does.
-    ep = torch.export.load(args.input)
-    serde.save(ep, args.output, debug_info=args.debug_info)
-    print(f"wrote {args.output}")
+    extra_files = dict.fromkeys(_torch_extra_file_names(args.input), "")
+    ep = torch.export.load(args.input, extra_files=extra_files)
+    serde.save(ep, args.output, debug_info=args.debug_info, extra_files=extra_files)
+    print(f"wrote {args.output}" + (f" (extra files: {', '.join(sorted(extra_files))})" if extra_files else ""))
     return 0
+
+
+def _torch_extra_file_names(path: str) -> list[str]:
+    """Names torch.export.save stored with ``extra_files`` (members ``<archive>/extra/<name>``)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return [n.split("/extra/", 1)[1] for n in z.namelist()
+                if "/extra/" in n and n.count("/") == 2 and not n.endswith("/")]

@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     program = a.program if a.debug is None else attach_debug(a.program, a.debug)
     # Debug info is keyed by canonical node names: re-derive it with the (re)canonicalized program.
     program, debug = canonicalize(program, keep_debug=a.debug is not None)
-    write_artifact(args.output, program, a.weights, a.payloads(), debug, torch_version=a.manifest.torch_version)
+    write_artifact(args.output, program, a.weights, a.payloads(), debug, torch_version=a.manifest.torch_version,
+                   extra_files=a.extra_files())
     old = ".".join(map(str, a.written_version))
     new = ".".join(map(str, SCHEMA_VERSION))
     print(f"{args.input}: schema {old} -> {new}, wrote {args.output}")

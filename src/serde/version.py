@@ -17,4 +17,5 @@ SCHEMA_VERSION: tuple[int, int] = (2, 2)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.
-FORMAT_VERSION: int = 1
+# 2 adds extra/<name> members (written as 1 when there are none).
+FORMAT_VERSION: int = 2

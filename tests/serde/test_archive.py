@@ -28,6 +28,7 @@ from serde.archive import (
     SizeLimitError,
     UnknownMemberError,
     UnsafeMemberNameError,
+    extra_member,
     payload_name,
     read_archive,
     write_archive,
@@ -89,7 +90,7 @@ def test_round_trip_through_a_path(tmp_path: Path) -> None:
         assert bytes(got.member(name)) == data
     assert got.schema_version == SCHEMA_VERSION
     m = got.manifest
-    assert (m.format, m.format_version, m.torch_version) == ("pt2serde", FORMAT_VERSION, TORCH)
+    assert (m.format, m.format_version, m.torch_version) == ("pt2serde", 1, TORCH)  # no extra files: 1
     assert m.members == {k: schema.Member(sha256=hashlib.sha256(v).hexdigest(), size=len(v))
                          for k, v in members.items()}
 
@@ -109,6 +110,25 @@ def test_golden_bytes() -> None:
 
 GOLDEN_SHA256 = "2a129100bfc340266ca9323a5b41d41cdf00e0d94013891625742002da2b9d58"
 GOLDEN_SIZE = 2732
+
+
+def test_extra_files_are_members_of_format_version_2() -> None:
+    members = {**_members(), extra_member("config.json", "t"): b'{"lr": 0.1}', extra_member("notes_v2.txt", "t"): b""}
+    got = read_archive(_to_bytes(members))
+    assert got.manifest.format_version == 2
+    assert bytes(got.member("extra/config.json")) == b'{"lr": 0.1}' and bytes(got.member("extra/notes_v2.txt")) == b""
+    # a format-1 archive cannot hold them: a reader that predates extra files refuses by version
+    data = _to_bytes(members)
+    old = data.replace(b'"format_version":2', b'"format_version":1')
+    assert old != data
+    with pytest.raises(UnknownMemberError, match="'extra/config.json' is an extra file, which format version 1"):
+        read_archive(old)
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "a/b", "../x", "x" * 201, "tab\tname", "naïve", 3])
+def test_extra_file_names_are_restricted(name) -> None:
+    with pytest.raises(UnsafeMemberNameError, match="extra file name"):
+        extra_member(name, "save(extra_files)")
 
 
 def test_same_members_in_any_order_give_identical_bytes() -> None:
@@ -199,7 +219,8 @@ def test_manifest_version_checks() -> None:
     data = _to_bytes(_members())
     newer = data.replace(b'"format_version":1', f'"format_version":{FORMAT_VERSION + 1}'.encode())
     assert newer != data
-    with pytest.raises(FormatVersionError, match=r"format version 2, but this pt2serde reads format versions 1\.\.1"):
+    with pytest.raises(FormatVersionError, match=rf"format version {FORMAT_VERSION + 1}, but this pt2serde reads "
+                                                 rf"format versions 1\.\.{FORMAT_VERSION}"):
         read_archive(newer)
     other = data.replace(b'"format":"pt2serde"', b'"format":"pt2serdX"')
     with pytest.raises(SerializeError, match="names format 'pt2serdX'"):
@@ -394,7 +415,7 @@ def test_check_reports_versions_and_sizes(tmp_path: Path, capsys: pytest.Capture
     path = tmp_path / "ok.pt2s"
     write_archive(path, _check_members(), schema_version=SCHEMA_VERSION, torch_version=TORCH)
     report = cmd_check.verify(path)
-    assert (report.format_version, report.schema_version, report.torch_version) == (FORMAT_VERSION, SCHEMA_VERSION, TORCH)
+    assert (report.format_version, report.schema_version, report.torch_version) == (1, SCHEMA_VERSION, TORCH)
     assert (report.members, report.payload_bytes, report.storages, report.tensors) == (5, 88, 2, 2)
     assert report.unreferenced_payloads == ()
     import argparse
