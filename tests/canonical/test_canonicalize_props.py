@@ -14,7 +14,8 @@ from canonical.canonicalize import canonicalize
 from serde import wire
 
 EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 60
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 UNARY = ["torch.ops.aten.relu.default", "torch.ops.aten.sigmoid.default", "torch.ops.aten.neg.default"]
 BINARY = ["torch.ops.aten.add.Tensor", "torch.ops.aten.mul.Tensor", "torch.ops.aten.sub.Tensor"]
