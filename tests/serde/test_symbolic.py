@@ -362,7 +362,8 @@ bool_exprs = st.recursive(
 ).filter(lambda e: isinstance(e, sympy.Basic))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
+                                                              HealthCheck.data_too_large])
 @given(st.one_of(int_exprs, bool_exprs))
 def test_random_trees_round_trip(e):
     assume(all(type(s) is sympy.Symbol for s in e.free_symbols))
