@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.export import Dim, ExportedProgram
 
-__all__ = ["Case", "CASES", "export_case", "get"]
+__all__ = ["Case", "CASES", "export_case", "get", "find_case", "decompose"]
 
 
 @dataclass(frozen=True)
@@ -32,21 +32,28 @@ class Case:
 
 
 def export_case(case: Case) -> ExportedProgram:
+    """Export ``case`` (seed 0, eval mode); non-strict unless the case is tagged ``"strict"``."""
     torch.manual_seed(0)
     model, args, kwargs, dynamic_shapes = case.build()
     model.eval()
-    ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+    ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict="strict" in case.tags)
     return case.post(ep) if case.post else ep
 
 
-def get(name: str) -> Case:
-    for c in CASES:
+def find_case(cases: list[Case], name: str, what: str) -> Case:
+    """The case called ``name`` in ``cases``; KeyError listing the known names."""
+    for c in cases:
         if c.name == name:
             return c
-    raise KeyError(f"no zoo case {name!r}; known: {[c.name for c in CASES]}")
+    raise KeyError(f"no {what} case {name!r}; known: {[c.name for c in cases]}")
 
 
-def _decomp(ep: ExportedProgram) -> ExportedProgram:
+def get(name: str) -> Case:
+    return find_case(CASES, name, "zoo")
+
+
+def decompose(ep: ExportedProgram) -> ExportedProgram:
+    """The core ATen IR of ``ep``."""
     return ep.run_decompositions()
 
 
@@ -281,9 +288,9 @@ CASES: list[Case] = [
          tags=("signature",)),
     Case("signature_kinds_aten",
          lambda: (Signature(), (_r(3, 4), 3, True, 0.5, "double"), {"nothing": None}, None),
-         post=_decomp, tags=("signature", "aten")),
+         post=decompose, tags=("signature", "aten")),
     Case("input_mutation_aten", lambda: (InputMutation(), (_r(3, 4), torch.zeros(4)), {}, None),
-         post=_decomp, tags=("signature", "aten")),
+         post=decompose, tags=("signature", "aten")),
     Case("pytrees",
          lambda: (Pytrees(), ((_r(2, 3), _r(2, 3)), {"bias": _r(3)}),
                   {"scale": 2.0, "pair": Pair(_r(2), _r(2))}, None),

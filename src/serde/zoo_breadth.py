@@ -19,27 +19,11 @@ from torch.export import Dim, ExportedProgram
 
 from . import zoo
 from .custom_objects import register_json_custom_object
-from .zoo import Case
+from .zoo import Case, decompose, export_case  # re-exported: breadth users call them from here
 
 __all__ = ["CASES", "NAMESPACE", "get", "export_case", "joint", "decompose"]
 
 NAMESPACE = "pt2serde_zoo"
-
-
-def export_case(case: Case) -> ExportedProgram:
-    """Like :func:`serde.zoo.export_case`; cases tagged ``"strict"`` are exported with strict=True."""
-    if "strict" not in case.tags:
-        return zoo.export_case(case)
-    torch.manual_seed(0)
-    model, args, kwargs, dynamic_shapes = case.build()
-    model.eval()
-    ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
-    return case.post(ep) if case.post else ep
-
-
-def decompose(ep: ExportedProgram) -> ExportedProgram:
-    """The core ATen IR of ``ep``."""
-    return ep.run_decompositions()
 
 
 def joint(ep: ExportedProgram) -> ExportedProgram:
@@ -50,10 +34,7 @@ def joint(ep: ExportedProgram) -> ExportedProgram:
 
 
 def get(name: str) -> Case:
-    for c in CASES:
-        if c.name == name:
-            return c
-    raise KeyError(f"no breadth case {name!r}; known: {[c.name for c in CASES]}")
+    return zoo.find_case(CASES, name, "breadth")
 
 
 def _r(*shape: int) -> torch.Tensor:
