@@ -45,6 +45,8 @@ __all__ = [
     "free_symbol_names",
     "rename_symbols",
     "as_sympy",
+    "SYMBOL_CLASS_RE",
+    "symbol_assumptions",
 ]
 
 ExprTree = tuple
@@ -166,8 +168,8 @@ def parse_to_tree(text: str, *, where: str) -> ExprTree:
     return _render(_Parser(text, where).parse(), where, 0).tree
 
 
-# Assumptions of the symbol classes torch creates (s: sizes, u: unbacked ints, zf/zuf: floats).
-_SYMBOL_CLASS_RE = re.compile(r"^(zuf|zf|s|u)(\d+)$")
+# The symbol classes torch creates (s: sizes, u: unbacked ints, zf/zuf: floats): class, number.
+SYMBOL_CLASS_RE = re.compile(r"^(zuf|zf|s|u)(\d+)$")
 _SYMBOL_ASSUMPTIONS: dict[str, dict[str, bool]] = {
     "s": {"integer": True, "positive": True},
     "u": {"integer": True},
@@ -178,7 +180,7 @@ _SYMBOL_ASSUMPTIONS: dict[str, dict[str, bool]] = {
 
 def symbol_assumptions(name: str) -> dict[str, bool]:
     """The sympy assumptions torch gives a symbol of this name (``s3``: a positive integer...)."""
-    m = _SYMBOL_CLASS_RE.match(name)
+    m = SYMBOL_CLASS_RE.match(name)
     return dict(_SYMBOL_ASSUMPTIONS[m.group(1)]) if m else {"integer": True}
 
 

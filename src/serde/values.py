@@ -7,7 +7,6 @@ creating each symbol once, with the assumptions torch gives that kind of symbol.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import sympy
@@ -126,9 +125,6 @@ def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[sche
 
 # ---------------------------------------------------------------- reading
 
-# Symbol classes torch creates, longest prefix first (prefixes never prefix each other per kind).
-_SYMBOL_RE = re.compile(r"^(zuf|zf|s|u)(\d+)$")
-
 
 class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
@@ -150,7 +146,7 @@ class SymbolicContext:
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
             hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
             self._ranges[key] = ValueRanges(lo, hi)
-            m = _SYMBOL_RE.match(key)
+            m = symbolic.SYMBOL_CLASS_RE.match(key)
             if m and m.group(1) in max_unbacked:
                 max_unbacked[m.group(1)] = max(max_unbacked[m.group(1)], int(m.group(2)))
         # Fresh unbacked symbols created later (e.g. by run_decompositions) must not reuse our names.
@@ -165,7 +161,7 @@ class SymbolicContext:
         sym = self.symbols.get(name)
         if sym is not None:
             return sym
-        m = _SYMBOL_RE.match(name)
+        m = symbolic.SYMBOL_CLASS_RE.match(name)
         sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
         self.symbols[name] = sym
         vr = self._ranges.get(name)
