@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from serde import schema
+from serde.archive import sha256_hex
 from serde.errors import MalformedArtifactError
 from serde.exprs import ranges_by_text
 
@@ -488,11 +489,9 @@ class _Aligner:
 
 
 def _blob_line(name: str, data: bytes | None) -> str | None:
-    import hashlib
-
     if data is None:
         return None
-    return f"{name}: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
+    return f"{name}: {len(data)} bytes, sha256 {sha256_hex(data)[:16]}"
 
 
 def _producers(nodes: list[schema.Node]) -> dict[str, int]:

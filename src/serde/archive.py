@@ -60,6 +60,7 @@ __all__ = [
     "CorruptZipError", "OverlappingMembersError", "DuplicateMemberError", "UnsafeMemberNameError",
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
     "ManifestMismatchError", "ChecksumMismatchError", "FormatVersionError", "EXTRA_PREFIX", "extra_member",
+    "SHA256_RE", "sha256_hex", "digest_all",
 ]
 
 EXTRA_PREFIX = "extra/"
@@ -73,7 +74,7 @@ ALIGNMENT = 64
 _JSON_MEMBERS = frozenset({MANIFEST, PROGRAM, WEIGHTS, DEBUG})
 _REQUIRED = (MANIFEST, PROGRAM, WEIGHTS)
 _PAYLOAD_RE = re.compile(r"data/[0-9a-f]{64}")
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a sha256 as the format writes it: 64 lowercase hex digits
 _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
 
 
@@ -326,7 +327,7 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
     for name, view, crc in zip(names, views, digest_all(zlib.crc32, views), strict=True):
         # A payload's name is its sha256, computed by the caller moments ago; hashing it again
         # would double the cost of saving large weights. read_archive verifies every byte.
-        sha = name[5:] if name.startswith("data/") else _sha256(view)
+        sha = name[5:] if name.startswith("data/") else sha256_hex(view)
         entries[name] = _Entry(name, view, sha, crc)
     for req in (PROGRAM, WEIGHTS):
         if req not in entries:
@@ -340,7 +341,7 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
         members={e.name: schema.Member(sha256=e.sha, size=len(e.data)) for e in entries.values()},
     )
     mdata = memoryview(wire.encode(manifest))
-    entries[MANIFEST] = _Entry(MANIFEST, mdata, _sha256(mdata), zlib.crc32(mdata))
+    entries[MANIFEST] = _Entry(MANIFEST, mdata, sha256_hex(mdata), zlib.crc32(mdata))
     return _layout([entries[n] for n in sorted(entries)], zip64_limit)
 
 
@@ -446,7 +447,8 @@ def _as_bytes_view(data: object, where: str) -> memoryview:
         raise SerializeError(f"{where}: expected bytes, bytearray or a contiguous memoryview ({e})") from None
 
 
-def _sha256(view: memoryview) -> str:
+def sha256_hex(view: memoryview | bytes) -> str:
+    """The sha256 of ``view`` as the format writes it (lowercase hex)."""
     return hashlib.sha256(view).hexdigest()
 
 
@@ -581,12 +583,10 @@ def _pread_parallel(fd: int, buf: memoryview, start: int) -> int:
     ranges = range(0, size, step)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         counts = list(pool.map(fill, ranges))
-    got = 0
     for lo, n in zip(ranges, counts, strict=True):
         if n != min(step, size - lo):
             return lo + n
-        got += n
-    return got
+    return size
 
 
 def _check_file_size(n: int, limits: Limits, where: str) -> None:
@@ -867,7 +867,7 @@ def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest
         if m.size != len(views[name]):
             raise ManifestMismatchError(f"{where}: {MANIFEST} says member {name!r} has {m.size} bytes, "
                                         f"the archive holds {len(views[name])}; {_FIX}")
-        if not _SHA_RE.fullmatch(m.sha256) or (name.startswith("data/") and m.sha256 != name[5:]):
+        if not SHA256_RE.fullmatch(m.sha256) or (name.startswith("data/") and m.sha256 != name[5:]):
             raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid sha256 {m.sha256!r} for "
                                         f"member {name!r}; {_FIX}")
     _verify_hashes(views, manifest, where)
@@ -884,25 +884,18 @@ def digest_all(fn: Callable[[memoryview], Any], views: list[memoryview | bytes])
     every core; small ones are not worth a thread hand-off.
     """
     out: list[Any] = [None] * len(views)
-    big = [i for i, v in enumerate(views) if len(v) >= _PARALLEL_HASH_BYTES]
+    # biggest first, so that one large view does not start last and run alone
+    big = sorted((i for i, v in enumerate(views) if len(v) >= _PARALLEL_HASH_BYTES), key=lambda i: -len(views[i]))
     if len(big) > 1:
         with ThreadPoolExecutor(max_workers=min(len(big), os.cpu_count() or 1, 8)) as pool:
-            # biggest first, so one large view does not start last and run alone
-            order = sorted(big, key=lambda i: -len(views[i]))
-            for i, d in zip(order, pool.map(lambda i: fn(views[i]), order), strict=True):
+            for i, d in zip(big, pool.map(lambda i: fn(views[i]), big), strict=True):
                 out[i] = d
-        big_set = set(big)
-    else:
-        big_set = set()
-    for i, v in enumerate(views):
-        if i not in big_set:
-            out[i] = fn(v)
-    return out
+    return [fn(v) if d is None else d for v, d in zip(views, out, strict=True)]
 
 
 def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> None:
     names = sorted(manifest.members)
-    digests = dict(zip(names, digest_all(_sha256, [views[n] for n in names]), strict=True))
+    digests = dict(zip(names, digest_all(sha256_hex, [views[n] for n in names]), strict=True))
     for name in names:
         if digests[name] != manifest.members[name].sha256:
             raise ChecksumMismatchError(

@@ -22,14 +22,12 @@ Importing this module does not import torch (``validate_weights`` is pure, for `
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import schema
-from .archive import digest_all, payload_name
+from .archive import SHA256_RE, digest_all, payload_name, sha256_hex
 from .errors import MalformedArtifactError, UnsupportedConstructError
 
 if TYPE_CHECKING:
@@ -52,7 +50,6 @@ ITEMSIZE: dict[schema.ScalarType, int] = {
 _GRAD_DTYPES = {ST.HALF, ST.FLOAT, ST.DOUBLE, ST.BFLOAT16, ST.COMPLEXHALF, ST.COMPLEXFLOAT,
                 ST.COMPLEXDOUBLE}
 _INT64_MAX = (1 << 63) - 1
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
 _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
 
 
@@ -163,7 +160,7 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
     """
     for i, s in enumerate(w.storages):
         where = f"weights.storages[{i}]"
-        if not _SHA_RE.fullmatch(s.sha256):
+        if not SHA256_RE.fullmatch(s.sha256):
             raise MalformedArtifactError(f"{where}: sha256 {s.sha256!r} is not 64 lowercase hex digits; {_FIX}")
         if not 0 <= s.nbytes <= _INT64_MAX:
             raise PayloadSizeError(f"{where}: nbytes {s.nbytes} is out of range; {_FIX}")
@@ -193,7 +190,7 @@ class _StorageTable:
 
     def finish(self) -> tuple[list[schema.Storage], dict[str, memoryview | bytes]]:
         """The storages (hashed all at once, big ones in parallel) and payloads by member name."""
-        shas = digest_all(_sha256, self._views)
+        shas = digest_all(sha256_hex, self._views)
         payloads: dict[str, memoryview | bytes] = {}
         for sha, view in zip(shas, self._views, strict=True):
             payloads.setdefault(payload_name(sha), view)
@@ -409,10 +406,6 @@ def _sorted_names(d: Mapping[str, Any], what: str) -> list[str]:
         if not isinstance(k, str):
             raise UnsupportedConstructError(f"{what}: key {k!r} is not a string")
     return sorted(d)
-
-
-def _sha256(view: memoryview | bytes) -> str:
-    return hashlib.sha256(view).hexdigest()
 
 
 def _check_byteorder() -> None:
