@@ -281,6 +281,7 @@ class _Plan:
         for i, node in enumerate(nodes):
             for j, na in enumerate(node.inputs):
                 a = na.arg
+                # fast path: only these members of the walk's Argument table can hold subgraphs
                 if a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None:
                     continue
                 for ga in argument_subgraphs(a):

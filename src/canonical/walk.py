@@ -178,8 +178,6 @@ _ARGUMENT_TABLE: dict[str, _Kind] = {
     "as_float_lists": CONST,
     "as_tuple": _tuple(),
 }
-# Members that can hold subgraphs (directly or nested).
-GRAPH_HOLDING_KINDS = frozenset({"as_graph", "as_string_to_argument", "as_tuple"})
 ARGUMENT = _union(
     schema.Argument, _ARGUMENT_TABLE,
     ("as_tensor", "as_int", "as_none", "as_float", "as_ints", "as_sym_int", "as_tensors", "as_bool"),
