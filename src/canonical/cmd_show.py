@@ -26,5 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
     art = read_artifact(args.file)
     sys.stdout.write(render(art.program, None if args.no_weights else art.weights))
+    extra = art.extra_files()
+    if extra:  # load(..., extra_files={name: ""}) reads them; list the names so users can find them
+        sys.stdout.write("\nextra files:\n" + "".join(
+            f"  {name}: {len(data)} bytes\n" for name, data in sorted(extra.items())))
     sys.stdout.flush()
     return 0

@@ -19,7 +19,29 @@ from .gcpause import paused_gc
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
 
-__all__ = ["save", "load", "to_artifact_parts", "from_artifact"]
+__all__ = ["save", "load", "to_artifact_parts", "from_artifact", "TESTED_TORCH"]
+
+# The torch release the test suite runs against. pt2serde reads torch internals (op schemas, fx
+# metadata, the export verifier), so another release may work but has not been checked.
+TESTED_TORCH = (2, 13)
+
+
+def _warn_if_untested_torch() -> None:
+    import warnings
+
+    version = str(torch.__version__).split("+")[0].split(".")
+    try:
+        major_minor = (int(version[0]), int(version[1]))
+    except (IndexError, ValueError):
+        major_minor = None
+    if major_minor != TESTED_TORCH:
+        warnings.warn(
+            f"pt2serde is tested with torch {TESTED_TORCH[0]}.{TESTED_TORCH[1]}.x, this is torch "
+            f"{torch.__version__}: run your round-trip tests (serde.testing.assert_roundtrip) before "
+            "relying on it", stacklevel=3)
+
+
+_warn_if_untested_torch()
 
 PathOrFile = str | os.PathLike | BinaryIO
 
@@ -31,7 +53,8 @@ def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False,
     Args:
         ep: the program, as returned by ``torch.export.export``.
         f: a path (written atomically: a crash never leaves a partial file there) or a binary
-            file object.
+            file object. A seekable file object is left positioned where the artifact starts,
+            as ``torch.export.save`` does, so ``load(f)`` right after reads it back.
         debug_info: also keep debug-only metadata (stack traces, provenance) in a separate
             ``debug.json`` member that fingerprints and ``pt2serde diff`` ignore.
         extra_files: name -> text to store alongside the program (as ``torch.export.save``'s
@@ -46,10 +69,35 @@ def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False,
     if not isinstance(ep, ExportedProgram):
         raise SerializeError(f"save() expects a torch.export.ExportedProgram, got {type(ep).__name__}")
     extras = _encode_extra_files(extra_files)
+    start = _position(f)
     with paused_gc():
         program, weights, payloads, debug = to_artifact_parts(ep, debug_info=debug_info)
         write_artifact(f, program, weights, payloads, debug, torch_version=str(torch.__version__),
                        extra_files=extras)
+    if start is not None:
+        f.seek(start)  # type: ignore[union-attr]
+
+
+def _position(f: object) -> int | None:
+    """The current offset of a seekable file object; None for paths, bytes and unseekable streams."""
+    if isinstance(f, (str, os.PathLike, bytes, bytearray, memoryview)):
+        return None
+    try:
+        return f.tell() if f.seekable() else None  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _check_not_at_end(f: object) -> None:
+    start = _position(f)
+    if start is None:
+        return
+    end = f.seek(0, os.SEEK_END)  # type: ignore[attr-defined]
+    f.seek(start)  # type: ignore[attr-defined]
+    if start >= end:
+        raise archive.ArtifactIOError(
+            f"load(): the file object is at its end (offset {start} of {end}), so there is nothing to read; "
+            "seek to where the artifact starts (f.seek(0)) or reopen the file")
 
 
 def _encode_extra_files(extra_files: Mapping[str, str] | None) -> dict[str, bytes]:
@@ -81,8 +129,8 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
          mmap: bool = False, extra_files: dict[str, Any] | None = None) -> ExportedProgram:
     """Load an artifact written by :func:`save` (any supported schema version).
 
-    ``extra_files``, as with ``torch.export.load``: for each name in the dict, its value is replaced
-    by the text saved under that name (MissingMemberError names the ones the artifact has).
+    ``extra_files``, as with ``torch.export.load``: every extra file the artifact holds is written
+    into the dict (name -> text); names the artifact does not hold keep their value.
 
     With ``mmap=True`` a path is mapped copy-on-write instead of read: the weights share the page
     cache (no copy, less memory; loading large weights takes about the time of hashing them), and
@@ -98,6 +146,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
         UnknownOperatorError: an operator is not registered in this process.
     """
+    _check_not_at_end(f)
     with paused_gc():
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
@@ -106,14 +155,11 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
-    stored = artifact.extra_files()
-    for name in wanted:
-        if name not in stored:
-            raise archive.MissingMemberError(
-                f"load(extra_files): the artifact has no extra file {name!r}; it has "
-                f"{sorted(stored) or 'none'}. Save it with serde.save(..., extra_files={{{name!r}: ...}})")
+    """As ``torch.export.load``: every stored extra file is put into ``wanted`` (names asked for
+    that the artifact does not have keep their value), so passing ``{}`` discovers them all."""
+    for name, data in artifact.extra_files().items():
         try:
-            wanted[name] = stored[name].decode("utf-8")
+            wanted[name] = data.decode("utf-8")
         except UnicodeDecodeError:
             raise MalformedArtifactError(f"extra file {name!r} is not valid UTF-8 text; the file is damaged") from None
 

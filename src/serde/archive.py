@@ -81,8 +81,39 @@ _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
 # ---------------------------------------------------------------- errors
 
 
-class ArtifactIOError(SerializeError):
-    """The operating system refused to read or write the file (missing, permissions, disk full)."""
+class ArtifactIOError(SerializeError, OSError):
+    """The operating system refused to read or write the file (missing, permissions, disk full).
+
+    It is an ``OSError`` as well, and :func:`os_error` picks the subclass that matches the cause,
+    so ``except FileNotFoundError:`` around ``serde.load`` works as it does around ``open``.
+    """
+
+
+class ArtifactNotFoundError(ArtifactIOError, FileNotFoundError):
+    """The path does not exist."""
+
+
+class ArtifactPermissionError(ArtifactIOError, PermissionError):
+    """The operating system denies access to the path."""
+
+
+class ArtifactIsADirectoryError(ArtifactIOError, IsADirectoryError):
+    """The path is a directory."""
+
+
+_OS_ERROR_CLASSES: tuple[tuple[type[OSError], type[ArtifactIOError]], ...] = (
+    (FileNotFoundError, ArtifactNotFoundError),
+    (PermissionError, ArtifactPermissionError),
+    (IsADirectoryError, ArtifactIsADirectoryError),
+)
+
+
+def os_error(cause: OSError, message: str) -> ArtifactIOError:
+    """An ArtifactIOError saying ``message``, of the OSError subclass ``cause`` has, with its errno."""
+    cls = next((ours for theirs, ours in _OS_ERROR_CLASSES if isinstance(cause, theirs)), ArtifactIOError)
+    err = cls(message)
+    err.errno, err.strerror, err.filename = cause.errno, cause.strerror, cause.filename
+    return err
 
 
 class NotAnArchiveError(ForeignArtifactError):
@@ -490,7 +521,7 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview
                 return _map_or_read(f, limits, where, use_mmap)
         return _map_or_read(src, limits, where, use_mmap)  # type: ignore[arg-type]
     except OSError as e:
-        raise ArtifactIOError(f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
+        raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
 def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> memoryview:

@@ -27,6 +27,7 @@ class CheckReport:
     storages: int
     tensors: int
     unreferenced_payloads: tuple[str, ...]
+    extra_files: tuple[tuple[str, int], ...] = ()   # (name, bytes), sorted by name
 
     def lines(self) -> list[str]:
         major, minor = self.schema_version
@@ -39,6 +40,8 @@ class CheckReport:
             f"payload bytes:   {self.payload_bytes}",
             f"storages:        {self.storages} ({self.tensors} tensors)",
         ]
+        for name, size in self.extra_files:
+            out.append(f"extra file:      {name} ({size} bytes)")
         if self.unreferenced_payloads:
             out.append(f"warning: {len(self.unreferenced_payloads)} payload(s) not used by weights.json: "
                        + ", ".join(self.unreferenced_payloads))
@@ -71,6 +74,7 @@ def verify(path: str | os.PathLike) -> CheckReport:
         storages=len(weights.storages),
         tensors=len(weights.state_dict) + len(weights.constants) + n_examples,
         unreferenced_payloads=tuple(n for n in payloads if n not in used),
+        extra_files=tuple(sorted((name, len(data)) for name, data in artifact.extra_files().items())),
     )
 
 

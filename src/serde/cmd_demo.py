@@ -7,6 +7,8 @@ import os
 import tempfile
 import time
 
+from .errors import SerializeError
+
 HELP = "export a built-in model, save it, load it back, compare, and show the artifact"
 
 
@@ -16,10 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="where to write the artifact (default: a temporary file)")
 
 
-def run(args: argparse.Namespace) -> int:
-    import warnings
+class UnknownDemoModelError(SerializeError):
+    """``--model`` names no built-in model."""
 
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+def run(args: argparse.Namespace) -> int:
     import torch
 
     import serde
@@ -28,7 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from serde.artifact import read_artifact
     from serde.testing import assert_programs_equal
 
-    case = zoo.get(args.model)
+    try:
+        case = zoo.get(args.model)
+    except KeyError:
+        raise UnknownDemoModelError(
+            f"--model {args.model!r}: no such built-in model; choose one of "
+            f"{', '.join(c.name for c in zoo.CASES)}") from None
     print(f"1. export   {case.name} with torch.export (dynamic shapes where the case declares them)")
     ep = zoo.export_case(case)
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import serde
-from serde.archive import MissingMemberError, UnsafeMemberNameError, read_archive
+from serde.archive import UnsafeMemberNameError, read_archive
 from serde.artifact import read_artifact
 from serde.cli import main
 from serde.errors import UnsupportedConstructError
@@ -40,14 +40,15 @@ def test_extra_files_round_trip_like_torch(ep, tmp_path):
     loaded = serde.load(path, extra_files=wanted)
     assert wanted == EXTRAS
     assert_programs_equal(ep, loaded)
-    only_one = {"README.txt": None}
-    serde.load(path, extra_files=only_one)
-    assert only_one == {"README.txt": EXTRAS["README.txt"]}
-    # torch's own pair behaves the same way on the same dict
+    # torch's own pair behaves the same way on the same dict: asking for one name fills in all
     torch.export.save(ep, tmp_path / "m.pt2", extra_files=EXTRAS)
     theirs = dict.fromkeys(EXTRAS, "")
     torch.export.load(tmp_path / "m.pt2", extra_files=theirs)
     assert theirs == wanted
+    only_one, theirs_one = {"README.txt": None}, {"README.txt": None}
+    serde.load(path, extra_files=only_one)
+    torch.export.load(tmp_path / "m.pt2", extra_files=theirs_one)
+    assert only_one == theirs_one == EXTRAS
 
 
 def test_extra_files_do_not_change_the_program_and_need_format_2(ep):
@@ -60,11 +61,27 @@ def test_extra_files_do_not_change_the_program_and_need_format_2(ep):
     assert read_artifact(extra.getvalue()).extra_files() == {k: v.encode() for k, v in EXTRAS.items()}
 
 
-def test_missing_extra_file_names_what_there_is(ep):
-    buf = io.BytesIO()
-    serde.save(ep, buf, extra_files={"a.txt": "x"})
-    with pytest.raises(MissingMemberError, match=r"no extra file 'b.txt'; it has \['a.txt'\]"):
-        serde.load(buf.getvalue(), extra_files={"b.txt": ""})
+def test_absent_extra_file_keeps_its_value_and_stored_ones_are_filled_in_like_torch(ep, tmp_path):
+    ours, theirs = io.BytesIO(), tmp_path / "t.pt2"
+    serde.save(ep, ours, extra_files={"a.txt": "x"})
+    torch.export.save(ep, theirs, extra_files={"a.txt": "x"})
+    got_ours, got_theirs = {"b.txt": "default"}, {"b.txt": "default"}
+    serde.load(ours.getvalue(), extra_files=got_ours)
+    torch.export.load(theirs, extra_files=got_theirs)
+    assert got_ours == got_theirs == {"a.txt": "x", "b.txt": "default"}
+
+
+def test_show_and_check_list_extra_files(ep, tmp_path, capsys):
+    from serde import cli
+
+    path = tmp_path / "m.pt2s"
+    serde.save(ep, path, extra_files={"config.json": "{}", "notes.txt": "hello"})
+    assert cli.main(["show", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "extra files:\n  config.json: 2 bytes\n  notes.txt: 5 bytes\n" in shown
+    assert cli.main(["check", str(path)]) == 0
+    checked = capsys.readouterr().out
+    assert "extra file:      config.json (2 bytes)" in checked and "notes.txt (5 bytes)" in checked
 
 
 @pytest.mark.parametrize("extras, error, words", [
