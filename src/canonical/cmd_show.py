@@ -1,7 +1,8 @@
 """``pt2serde show FILE``: print an artifact's program as stable, diff-friendly text.
 
 Also the git textconv: with ``*.pt2s diff=pt2serde`` in ``.gitattributes`` and
-``git config diff.pt2serde.textconv "pt2serde show"``, ``git diff`` compares this text.
+``git config diff.pt2serde.textconv "/abs/path/to/pt2serde show"``, ``git diff`` compares this text.
+On a terminal the text goes through a pager (``$PAGER``, else ``less``); piped, it is printed as is.
 """
 
 from __future__ import annotations
@@ -9,26 +10,59 @@ from __future__ import annotations
 import argparse
 import sys
 
+from serde.errors import SerializeError
+
 __all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "print an artifact readably: signature, graph with shapes, range constraints, weights"
 
 
+class UnknownModuleError(SerializeError):
+    """``--module`` names a path no node of the program runs in."""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a pt2serde artifact (.pt2s)")
     p.add_argument("--no-weights", action="store_true", help="leave out the state_dict/constants summary")
+    p.add_argument("--summary", action="store_true",
+                   help="print counts instead: nodes, op histogram, parameters and bytes, dynamic dims, extra files")
+    p.add_argument("--module", metavar="PATH",
+                   help="print only the nodes that run in this submodule (e.g. layers.3.attn) or below it")
+    p.add_argument("--no-pager", action="store_true", help="never page, even on a terminal")
 
 
 def run(args: argparse.Namespace) -> int:
     from serde.artifact import read_artifact
 
     from .render import render
+    from .summary import module_lines, module_paths, summary_lines
 
     art = read_artifact(args.file)
-    sys.stdout.write(render(art.program, None if args.no_weights else art.weights))
+    weights = None if args.no_weights else art.weights
     extra = art.extra_files()
-    if extra:  # load(..., extra_files={name: ""}) reads them; list the names so users can find them
-        sys.stdout.write("\nextra files:\n" + "".join(
-            f"  {name}: {len(data)} bytes\n" for name, data in sorted(extra.items())))
-    sys.stdout.flush()
+    if args.summary:
+        text = "\n".join(summary_lines(art.program, weights, extra)) + "\n"
+    elif args.module is not None:
+        lines = module_lines(art.program, args.module)
+        if lines is None:
+            known = module_paths(art.program)
+            raise UnknownModuleError(
+                f"--module {args.module!r}: no node runs in that module; module paths in this program: "
+                + (", ".join(known[:30]) + (" ..." if len(known) > 30 else "") if known else "none"))
+        text = "\n".join(lines) + "\n"
+    else:
+        text = render(art.program, weights)
+        if extra:  # load(..., extra_files={}) reads them; list the names so users can find them
+            text += "\nextra files:\n" + "".join(f"  {name}: {len(data)} bytes\n" for name, data in sorted(extra.items()))
+    _write(text, page=not args.no_pager)
     return 0
+
+
+def _write(text: str, page: bool) -> None:
+    if page and sys.stdout.isatty() and sys.stdin.isatty():
+        import pydoc
+
+        pydoc.pager(text)
+        return
+    sys.stdout.write(text)
+    sys.stdout.flush()

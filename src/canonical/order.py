@@ -34,12 +34,10 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.operators import STATEFUL_TARGETS
 
-from .walk import argument_key, argument_names, output_leaves
+from .walk import EMPTY_STACK_KEY, argument_key, argument_names, output_leaves
 
 __all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
 
-# torch marks nodes whose module stack is unknown with this key (torch._export.passes._node_metadata_hook).
-EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
 
 
 def _digest(parts: Any) -> bytes:

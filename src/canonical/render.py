@@ -30,7 +30,7 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_text, ranges_by_text
 
-from .walk import argument_subgraphs
+from .walk import EMPTY_STACK_KEY, argument_subgraphs
 
 __all__ = [
     "DTYPE_ABBREV",
@@ -147,7 +147,8 @@ def render_program(program: schema.ExportedProgram) -> list[str]:
         out.append("range_constraints:")
         out += [INDENT + range_line(k, r) for k, r in sorted_items(ranges_by_text(program.range_constraints))]
     if gm.module_call_graph:
-        out.append("module_call_graph:")
+        out.append("module_call_graph:  # fqn: (inputs) -> (outputs), pytree specs of (args, kwargs) "
+                   "and of the result, * = one value")
         out += [INDENT + module_call_line(e) for e in gm.module_call_graph]
     if gm.custom is not None:
         out.append(f"custom: {_quote(gm.custom)}")
@@ -212,11 +213,36 @@ def render_tensor_meta(meta: schema.TensorMeta, *, full: bool = False) -> str:
 
 
 def render_treespec(spec: schema.TreeSpec) -> str:
-    """Compact one-line pytree spec: ``tuple(tuple(*, *), dict["k"](*))``; a leaf is ``*``."""
-    if spec.type == "*":
+    """A pytree spec in Python's own notation, a leaf as ``*``: ``((*, *), {'k': *})``.
+
+    Containers print as Python literals (tuples, lists, dicts with their keys, None); any other
+    registered type as ``Type(children)``, with its context in ``<...>`` when it is not just keys.
+    """
+    kind, children = spec.type, [render_treespec(c) for c in spec.children]
+    if kind == "*":
         return "*"
+    if kind == "None":
+        return "None"
+    if kind == "tuple":
+        return f"({children[0]},)" if len(children) == 1 else f"({', '.join(children)})"
+    if kind == "list":
+        return f"[{', '.join(children)}]"
+    keys = _context_keys(spec.context)
+    if kind == "dict" and keys is not None and len(keys) == len(children):
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, children)) + "}"
     ctx = "" if spec.context in (None, "null") else f"<{_text(spec.context)}>"
-    return f"{_text(spec.type)}{ctx}({', '.join(render_treespec(c) for c in spec.children)})"
+    return f"{_text(kind)}{ctx}({', '.join(children)})"
+
+
+def _context_keys(context: str | None) -> list | None:
+    """A dict spec's keys (its context is their JSON list), or None when it is something else."""
+    try:
+        keys = json.loads(context) if context else None
+    except ValueError:
+        return None
+    if isinstance(keys, list) and all(isinstance(k, (str, int)) for k in keys):
+        return keys
+    return None
 
 
 def range_line(symbol: str, r: schema.RangeConstraint) -> str:
@@ -230,13 +256,13 @@ def module_call_line(entry: schema.ModuleCallEntry, rename: Rename = _same) -> s
     """One module call graph entry: fqn, then its call signature when it has one."""
     fqn = _text(entry.fqn) if entry.fqn else "<root>"
     s = entry.signature
-    if s is None:
-        return f"{fqn}: -"
+    if s is None:  # torch keeps the call signature only of modules named in preserve_module_call_signature
+        return f"{fqn}: (no call signature kept)"
     view = GraphView(None, rename)
     text = (
         f"{fqn}: ({', '.join(view.arg(a) for a in s.inputs)}) -> "
         f"({', '.join(view.arg(a) for a in s.outputs)}) "
-        f"in={render_treespec(s.in_spec)} out={render_treespec(s.out_spec)}"
+        f"in_spec={render_treespec(s.in_spec)} out_spec={render_treespec(s.out_spec)}"
     )
     if s.forward_arg_names is not None:
         text += f" args=[{', '.join(_text(n) for n in s.forward_arg_names)}]"
@@ -345,7 +371,7 @@ class GraphView:
         notes = []
         if md.nn_module_stack:
             path = md.nn_module_stack[-1].path
-            if path:
+            if path and path != EMPTY_STACK_KEY:  # torch's marker for "no module": the root
                 notes.append(_text(path))
         if md.custom not in (None, "{}"):  # "{}" is what an empty custom dict is stored as
             notes.append(f"custom={_quote(md.custom)}")

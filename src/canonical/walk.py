@@ -18,9 +18,13 @@ from typing import Any, Protocol
 from serde import schema, wire
 
 __all__ = [
+    "EMPTY_STACK_KEY",
     "Visitor", "argument_names", "rename_argument", "argument_key", "argument_subgraphs",
     "output_leaves", "DIRECT_LEAF_KINDS", "SYM_VALUE_KINDS", "sym_value_exprs", "rename_sym_value",
 ]
+
+# torch marks nodes whose module stack is unknown with this key (torch._export.passes._node_metadata_hook).
+EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
 
 
 class Visitor(Protocol):

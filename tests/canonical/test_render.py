@@ -347,7 +347,7 @@ def test_example_inputs_are_listed():
                                                        storage_offset=0, storage=0, requires_grad=False)),
                 s.ExampleLeaf(as_int=5)]))
     lines = R.render(mlp(), w).splitlines()
-    i = lines.index("example_inputs: tuple(tuple(*, *), dict<[]>())")
+    i = lines.index("example_inputs: ((*, *), {})")
     assert lines[i + 1:] == ["  [0] f32[3, 4] stride=[1, 3] sha256:abababababab", "  [1] int 5"]
 
 
