@@ -100,11 +100,19 @@ class DiffReport(msgspec.Struct, kw_only=True):
         return {"identical": self.identical, **msgspec.to_builtins(self)}
 
     def format_text(self, a_label: str = "a", b_label: str = "b") -> str:
-        """Terminal text: one header line per change, then its ``-`` / ``+`` lines."""
+        """Terminal text: one header line per change, then its ``-`` / ``+`` lines.
+
+        Canonical names come from a node's neighbourhood, so a change renames nodes near it whose
+        own structure did not change. Such renames fold into one line per section when other
+        changes in it explain them; ``to_json()`` keeps every one.
+        """
+        folded = _induced_renames(self.changes)
+        shown = [c for c in self.changes if id(c) not in folded]
         out = [f"--- {a_label}", f"+++ {b_label}"] if self.changes else []
         section = None
-        for c in self.changes:
+        for c in shown:
             if c.section != section:
+                out += _fold_line(folded, section)
                 section = c.section
                 out.append(f"{section}:")
             head = f"  {c.kind} {c.where}"
@@ -120,13 +128,38 @@ class DiffReport(msgspec.Struct, kw_only=True):
                 out.append(f"    - {c.a}")
             if c.b is not None:
                 out.append(f"    + {c.b}")
-        if self.changes:
-            n = {k: sum(c.kind == k for c in self.changes) for k in ("changed", "added", "removed")}
-            plural = "s" if len(self.changes) != 1 else ""
-            out.append(f"{len(self.changes)} difference{plural}: {n['changed']} changed, "
-                       f"{n['added']} added, {n['removed']} removed")
+        out += _fold_line(folded, section)
+        if shown:
+            n = {k: sum(c.kind == k for c in shown) for k in ("changed", "added", "removed")}
+            plural = "s" if len(shown) != 1 else ""
+            line = (f"{len(shown)} difference{plural}: {n['changed']} changed, "
+                    f"{n['added']} added, {n['removed']} removed")
+            if folded:
+                line += f", plus {len(folded)} node{'s' if len(folded) != 1 else ''} renamed"
+            out.append(line)
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out) + ("\n" if out else "")
+
+
+def _induced_renames(changes: list[Change]) -> dict[int, str]:
+    """id(change) -> section, for name-only changes in sections that also hold other changes."""
+    by_section: dict[str, list[Change]] = {}
+    for c in changes:
+        by_section.setdefault(c.section, []).append(c)
+    folded: dict[int, str] = {}
+    for section, items in by_section.items():
+        renames = [c for c in items if c.kind == "changed" and c.fields == ["name"]]
+        if renames and len(renames) < len(items):
+            folded.update((id(c), section) for c in renames)
+    return folded
+
+
+def _fold_line(folded: dict[int, str], section: str | None) -> list[str]:
+    n = sum(s == section for s in folded.values())
+    if not n:
+        return []
+    return [f"  renamed {n} node{'s' if n != 1 else ''} whose structure is unchanged: canonical names "
+            "derive from their neighbourhood, which the changes above touched (--json lists them)"]
 
 
 def diff(

@@ -229,7 +229,7 @@ def render_treespec(spec: schema.TreeSpec) -> str:
         return f"[{', '.join(children)}]"
     keys = _context_keys(spec.context)
     if kind == "dict" and keys is not None and len(keys) == len(children):
-        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, children)) + "}"
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, children, strict=True)) + "}"
     ctx = "" if spec.context in (None, "null") else f"<{_text(spec.context)}>"
     return f"{_text(kind)}{ctx}({', '.join(children)})"
 
