@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "schema": "serde.cmd_schema",
     "upgrade": "serde.cmd_upgrade",
     "import": "serde.cmd_import",
+    "export": "serde.cmd_export",
     "emit": "native.cmd_emit",
     "run": "native.cmd_run",
 }

@@ -117,3 +117,34 @@ def test_load_of_a_stream_at_its_end_says_so():
     buf.seek(0, io.SEEK_END)
     with pytest.raises(serde.SerializeError, match="at its end"):
         serde.load(buf)
+
+
+def test_export_writes_an_archive_torch_loads(tmp_path):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+            self.register_buffer("steps", torch.zeros(()))
+
+        def forward(self, x):
+            self.steps.add_(1)
+            return self.lin(x).relu()
+
+    torch.manual_seed(0)
+    ep = torch.export.export(M(), (torch.randn(2, 4),),
+                             dynamic_shapes=({0: torch.export.Dim("b", min=1, max=16)},))
+    ours, theirs = tmp_path / "m.pt2s", tmp_path / "m.pt2"
+    serde.save(ep, ours, extra_files={"cfg.json": "{}"})
+    assert cli.main(["export", str(ours), str(theirs)]) == 0
+    extra = {"cfg.json": ""}
+    back = torch.export.load(theirs, extra_files=extra)
+    assert extra == {"cfg.json": "{}"}
+    x = torch.randn(5, 4)
+    m1, m2 = ep.module(), back.module()
+    assert torch.equal(m1(x), m2(x)) and torch.equal(m1.steps, m2.steps)
+    # and back again: import gives the same canonical program as the original save
+    again = tmp_path / "again.pt2s"
+    assert cli.main(["import", str(theirs), str(again)]) == 0
+    from serde.artifact import read_artifact
+
+    assert read_artifact(again).program == read_artifact(ours).program
