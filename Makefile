@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-all bench lint schema-check clean
+.PHONY: demo test test-all bench lint schema-check clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,15 @@ test: $(STAMP) schema-check
 schema-check: $(STAMP)
 	$(VENV)/bin/pt2serde schema check
 
-test-all: $(STAMP)
+test-all: $(STAMP) browser
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider
+
+# The page tests of `pt2serde view` open the pages in a real headless Chromium.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "note: no chromium; the browser page test will be skipped (install chromium to run it)"; fi
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

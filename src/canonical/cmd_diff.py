@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="the old artifact")
     p.add_argument("b", help="the new artifact")
     p.add_argument("--json", action="store_true", help="print a machine-readable JSON report")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a page that draws the changed region of the graph (as `pt2serde view`)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,10 +32,17 @@ def run(args: argparse.Namespace) -> int:
     a, b = read_artifact(args.a), read_artifact(args.b)
     report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=a.payload,
                   b_payload=b.payload, a_extra=a.extra_files(), b_extra=b.extra_files())
+    text = report.format_text(args.a, args.b)
     if args.json:
         sys.stdout.write(json.dumps({"a": args.a, "b": args.b, **report.to_json()}, indent=2) + "\n")
     else:
-        sys.stdout.write(report.format_text(args.a, args.b))
+        sys.stdout.write(text)
+    if args.html:
+        from .view import diff_page
+
+        page = diff_page(a.program, b.program, report.changes, text, f"{args.a} -> {args.b}")
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page)
     sys.stdout.flush()
     return 0 if report.identical else 1
 

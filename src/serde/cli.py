@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser", "EXIT_CODES"]
 COMMANDS: dict[str, str] = {
     "demo": "serde.cmd_demo",
     "show": "canonical.cmd_show",
+    "view": "canonical.cmd_view",
     "diff": "canonical.cmd_diff",
     "canonicalize": "canonical.cmd_canonicalize",
     "check": "serde.cmd_check",

@@ -1,0 +1,28 @@
+"""``pt2serde view FILE -o graph.html``: a picture of the program (see :mod:`canonical.view`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "draw the program as a self-contained HTML page: grouped by module, shapes on edges, ops coloured by kind"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a pt2serde artifact (.pt2s)")
+    p.add_argument("-o", "--output", required=True, help="the HTML page to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    from serde.artifact import read_artifact
+
+    from .view import program_page
+
+    art = read_artifact(args.file)
+    page = program_page(art.program, os.path.basename(args.file))
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(f"wrote {args.output} ({len(art.program.graph_module.graph.nodes)} nodes)")
+    return 0
