@@ -520,6 +520,8 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview
             with open(os.fspath(src), "rb") as f:
                 return _map_or_read(f, limits, where, use_mmap)
         return _map_or_read(src, limits, where, use_mmap)  # type: ignore[arg-type]
+    except ArtifactIOError:
+        raise
     except OSError as e:
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
