@@ -88,6 +88,10 @@ class ArtifactIOError(SerializeError, OSError):
     so ``except FileNotFoundError:`` around ``serde.load`` works as it does around ``open``.
     """
 
+    def __str__(self) -> str:
+        # OSError would print "[Errno 2] ...: path" once errno is set, losing what to do about it.
+        return str(self.args[0]) if self.args else super().__str__()
+
 
 class ArtifactNotFoundError(ArtifactIOError, FileNotFoundError):
     """The path does not exist."""
