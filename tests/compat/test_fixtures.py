@@ -110,6 +110,22 @@ def _strip_writer(data: bytes):
     doc = wire.decode_json(data)
     doc.pop("torch_version", None)
     doc.pop("schema_version", None)
+    return _same_torch_fn_spelling(doc)
+
+
+def _same_torch_fn_spelling(doc):
+    """torch names the method behind ``t == u`` ``method_descriptor.eq`` when numpy is absent and
+    ``method_descriptor.__eq__`` when it is importable (torch wraps the dunder then); the fixtures
+    were frozen without numpy. Both spellings name the same method, so compare them as one."""
+    if isinstance(doc, dict):
+        fn = doc.get("torch_fn")
+        if isinstance(fn, dict) and isinstance(fn.get("target"), str):
+            fn["target"] = re.sub(r"^method_descriptor\.__(\w+)__$", r"method_descriptor.\1", fn["target"])
+        for v in doc.values():
+            _same_torch_fn_spelling(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            _same_torch_fn_spelling(v)
     return doc
 
 
