@@ -37,14 +37,12 @@ from .debuginfo import (
     scope_of,
     with_debug,
 )
-from .names import Namespace, node_names, sanitize
+from .names import Namespace, SubgraphNamer, node_names, sanitize
 from .order import GraphIndex, canonical_order, node_key
 from .symbols import SymbolRenamer
-from .walk import DIRECT_LEAF_KINDS, argument_names, argument_subgraphs, rename_argument
+from .walk import DIRECT_LEAF_KINDS, argument_names, argument_subgraphs, is_bare_return, rename_argument
 
 __all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
-
-_HOP_PREFIX = "torch.ops.higher_order."
 
 
 def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
@@ -317,7 +315,7 @@ class _Plan:
             node, name = nodes[i], self.node_names[i]
             leaves = idx.leaves[i]
             if len(node.outputs) == 1 and len(leaves) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
-                    _single_return(node)):
+                    is_bare_return(node)):
                 self.value_map[leaves[0][2]] = name
             else:
                 for k, (_, _, old) in enumerate(leaves):
@@ -325,12 +323,15 @@ class _Plan:
         sub_ns = Namespace(attrs)
         sub_ns.used |= ns.used
         self.sub_names: dict[str, str] = {}
+        namer = SubgraphNamer(sub_ns)
         for i in order:
+            new: dict[str, tuple[int, str]] = {}
             for k, (_, arg_name, ga) in enumerate(self.subs_of.get(i, ())):
-                if ga.name not in self.sub_names:
-                    stem = self.node_names[i].lstrip("_") or "graph"
-                    suffix = sanitize(arg_name) if arg_name else f"graph{k}"
-                    self.sub_names[ga.name] = sub_ns.claim(f"{stem}_{suffix}")
+                if ga.name not in self.sub_names and ga.name not in new:
+                    new[ga.name] = (k, arg_name)
+            if new:
+                names = namer.claim(nodes[i].target, self.node_names[i], list(new.values()))
+                self.sub_names.update(zip(new, names, strict=True))
         self._fingerprint: bytes | None = None
         self.sub_args: dict[str, schema.GraphArgument] = {}
 
@@ -438,14 +439,6 @@ class _Plan:
                 )
             out[new] = f(v)
         return dict(sorted(out.items()))
-
-
-def _single_return(node: schema.Node) -> bool:
-    """Whether the loader binds a node's only output to the node itself (see serde.graph)."""
-    o = node.outputs[0]
-    if node.target.startswith("torch.ops.") and not node.target.startswith(_HOP_PREFIX):
-        return True
-    return bool(node.is_hop_single_tensor_return) or o.kind in ("as_sym_int", "as_sym_float", "as_sym_bool")
 
 
 # ---------------------------------------------------------------- signature

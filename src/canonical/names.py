@@ -26,8 +26,13 @@ unique), so a diff of ``pt2serde show`` stays a few lines long: 1 added line + 4
 but its far more frequent exact ties push ~8% of insertions over 10 through shifted ordinals).
 
 Output values: a node's single output carries the node's name; a node with several outputs (or a
-list output) names them ``<node>_<k>``. Subgraphs are ``<node>_graph<k>`` (or
-``<node>_<argument name>``) in the parent graph's namespace.
+list output) names them ``<node>_<k>``.
+
+Subgraph attributes keep torch's names (:data:`SUBGRAPH_PATTERNS`: ``true_graph_0``,
+``while_loop_body_graph_1``, ...), because code reaches them as ``gm.true_graph_0``; the number
+counts the ops of one pattern family in canonical order, within one graph module, as torch counts
+them in tracing order. Subgraphs of other higher-order ops are ``<node>_graph<k>`` (or
+``<node>_<argument name>``). All share the parent graph's namespace.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RADIUS", "op_base", "sanitize", "Namespace", "node_names", "ILLEGAL_NAMES"]
+from .walk import HOP_PREFIX
+
+__all__ = ["RADIUS", "op_base", "sanitize", "Namespace", "node_names", "ILLEGAL_NAMES", "SUBGRAPH_PATTERNS",
+           "SubgraphNamer"]
 
 RADIUS = 3
 
@@ -151,3 +159,62 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         seen[c] += 1
         names[i] = namespace.claim(c if k == 0 else f"{c}_{k}")
     return names
+
+
+# Higher-order op -> the attribute name torch gives each of its subgraph arguments, in argument
+# order ("{}" is the number). Ops sharing a first pattern share one count (torch's split of
+# set_grad / autocast regions names both ``submod_<k>``, from 1).
+SUBGRAPH_PATTERNS: dict[str, tuple[str, ...]] = {
+    "cond": ("true_graph_{}", "false_graph_{}"),
+    "while_loop": ("while_loop_cond_graph_{}", "while_loop_body_graph_{}"),
+    "while_loop_stack_output": ("while_loop_cond_graph_{}", "while_loop_body_graph_{}"),
+    "map_impl": ("body_graph_{}",),
+    "scan": ("scan_combine_graph_{}",),
+    "associative_scan": ("associative_scan_combine_graph_{}",),
+    "hints_wrapper": ("hints_wrapper_body_graph_{}",),
+    "invoke_subgraph": ("repeated_subgraph{}",),
+    "wrap_with_set_grad_enabled": ("submod_{}",),
+    "wrap_with_autocast": ("submod_{}",),
+    "tag_activation_checkpoint": ("wrap_body{}",),
+    "flex_attention": ("sdpa_score{}", "sdpa_mask{}"),
+    "flex_attention_backward": ("fw_graph{}", "joint_graph{}", "mask_graph{}"),
+    "auto_functionalized": ("auto_functionalized_subgraph_{}",),
+    "auto_functionalized_v2": ("auto_functionalized_subgraph_{}",),
+}
+_FIRST_NUMBER = {"submod_{}": 1}
+
+
+class SubgraphNamer:
+    """Attribute names of one graph's subgraphs, given node by node in canonical order."""
+
+    def __init__(self, namespace: Namespace) -> None:
+        self.ns = namespace
+        self.next: dict[str, int] = {}
+
+    def claim(self, target: str, node_name: str, new: Sequence[tuple[int, str]]) -> list[str]:
+        """Names for the not yet named subgraphs of one node.
+
+        Args:
+            target: the node's target.
+            node_name: the node's canonical name (stem of the fallback names).
+            new: per subgraph to name, ``(its position among the node's subgraphs, the name of
+                the argument holding it, "" when positional)``.
+        """
+        hop = target[len(HOP_PREFIX):] if target.startswith(HOP_PREFIX) else ""
+        patterns = SUBGRAPH_PATTERNS.get(hop, ())
+        mine = [patterns[k] for k, _ in new if k < len(patterns)]
+        number = 0
+        if mine:
+            family = patterns[0]
+            number = self.next.get(family, _FIRST_NUMBER.get(family, 0))
+            while any(p.format(number) in self.ns.used for p in mine):
+                number += 1
+            self.next[family] = number + 1
+        out = []
+        for k, arg_name in new:
+            if k < len(patterns):
+                out.append(self.ns.claim(patterns[k].format(number)))
+            else:
+                stem = node_name.lstrip("_") or "graph"
+                out.append(self.ns.claim(f"{stem}_{sanitize(arg_name) if arg_name else f'graph{k}'}"))
+        return out

@@ -21,6 +21,7 @@ __all__ = [
     "EMPTY_STACK_KEY",
     "Visitor", "argument_names", "rename_argument", "argument_key", "argument_subgraphs",
     "output_leaves", "DIRECT_LEAF_KINDS", "SYM_VALUE_KINDS", "sym_value_exprs", "rename_sym_value",
+    "HOP_PREFIX", "is_bare_return",
 ]
 
 # torch marks nodes whose module stack is unknown with this key (torch._export.passes._node_metadata_hook).
@@ -189,6 +190,27 @@ ARGUMENT = _union(
 
 # Output kinds that name exactly one value (the node's own name when it is a node's single output).
 DIRECT_LEAF_KINDS = frozenset({"as_tensor", "as_sym_int", "as_sym_float", "as_sym_bool", "as_custom_obj"})
+_SYM_KINDS = frozenset({"as_sym_int", "as_sym_float", "as_sym_bool"})
+
+HOP_PREFIX = "torch.ops.higher_order."
+
+
+def is_bare_return(node: schema.Node) -> bool:
+    """Whether the loaded node's value is its only output itself, not a tuple unpacked by getitem.
+
+    Operators say it in their schema. A higher-order op returns a tuple unless
+    ``is_hop_single_tensor_return`` says otherwise (the writer sets it for every bare return):
+    ``cond`` returning one SymInt is a 1-tuple whose element is used through a getitem. The other
+    Python callables an exported program may call (``operator.add`` on sizes, ``torch.sym_*``)
+    return a symbolic scalar bare.
+    """
+    t = node.target
+    if t.startswith(HOP_PREFIX):
+        return bool(node.is_hop_single_tensor_return)
+    if t.startswith("torch.ops."):
+        return True
+    return bool(node.is_hop_single_tensor_return) or (
+        len(node.outputs) == 1 and node.outputs[0].kind in _SYM_KINDS)
 
 
 def argument_names(a: schema.Argument) -> Iterable[str]:

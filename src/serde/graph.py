@@ -3,6 +3,8 @@
 Multi-output nodes (``split``, ``topk``, higher-order ops) list one output per element; the
 ``operator.getitem`` nodes that unpack them are folded into those names on write and rebuilt on
 read. Outputs nobody uses get the name ``<node>_unused_<i>``, and no getitem is rebuilt for them.
+A higher-order op returns a tuple (even of one SymInt) unless ``is_hop_single_tensor_return`` says
+it returns its value bare (:func:`canonical.walk.is_bare_return`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import torch.fx
 from torch.fx.experimental import symbolic_shapes
 
-from canonical.walk import argument_names  # the one walk over Argument members
+from canonical.walk import argument_names, is_bare_return  # the one walk over Argument members
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
@@ -476,14 +478,19 @@ class GraphReader:
         meta = deserialize_node_metadata(sn.metadata, where)
         fx_node = self.graph.create_node("call_function", target, tuple(args), kwargs, name=sn.name)
         fx_node.meta.update(meta)
+        if not is_op:
+            # Subgraph get_attr nodes are not stored; they take the metadata of the op that runs the
+            # subgraph (as torch's loader does): unflatten places them by their nn_module_stack.
+            for inp in fx_node.all_input_nodes:
+                if inp.op == "get_attr":
+                    inp.meta.update(meta)
         outs = sn.outputs
         if is_op:
             returns = target._schema.returns
             single = len(returns) == 1 and not _is_list_type(returns[0].type)
             list_return = len(returns) == 1 and not single
         else:
-            single = len(outs) == 1 and (bool(sn.is_hop_single_tensor_return) or outs[0].kind in (
-                "as_sym_int", "as_sym_bool", "as_sym_float"))
+            single = len(outs) == 1 and is_bare_return(sn)
             list_return = False
         if not outs:
             self._define(sn.name, fx_node, where)

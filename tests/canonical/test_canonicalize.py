@@ -297,7 +297,7 @@ def test_subgraphs_are_renamed_recursively_and_consistently():
     c, _ = canonicalize(render(rich(), namer=lambda s: "zz_" + s if s not in ("x", "y") else s))
     cond = [n for n in nodes_of(c) if n.target == COND][0]
     graphs = [na.arg.as_graph for na in cond.inputs if na.arg.as_graph is not None]
-    assert [ga.name for ga in graphs] == ["cond_graph0", "cond_graph1"]
+    assert [ga.name for ga in graphs] == ["true_graph_0", "false_graph_0"]  # torch's attribute names
     true_g = graphs[0].graph
     assert [a.as_tensor.name for a in true_g.inputs] == ["arg0"]
     assert [n.name for n in true_g.nodes] == ["relu", "mul"]
@@ -317,7 +317,27 @@ def test_shared_subgraph_keeps_one_name():
     p = msgspec.structs.replace(p, graph_module=msgspec.structs.replace(p.graph_module, graph=g))
     c, _ = canonicalize(p)
     names = [na.arg.as_graph.name for na in nodes_of(c)[0].inputs if na.arg.as_graph is not None]
-    assert names == ["cond_graph0", "cond_graph0"]
+    assert names == ["true_graph_0", "true_graph_0"]
+
+
+def test_subgraph_names_follow_torchs_patterns_and_count_per_family():
+    from canonical.names import Namespace, SubgraphNamer
+
+    hop = "torch.ops.higher_order."
+    namer = SubgraphNamer(Namespace({"true_graph_1"}))
+    assert namer.claim(hop + "cond", "cond", [(0, ""), (1, "")]) == ["true_graph_0", "false_graph_0"]
+    # a taken number is skipped for both branches, which keep one number
+    assert namer.claim(hop + "cond", "cond_1", [(0, ""), (1, "")]) == ["true_graph_2", "false_graph_2"]
+    assert namer.claim(hop + "while_loop", "while_loop", [(0, ""), (1, "")]) == [
+        "while_loop_cond_graph_0", "while_loop_body_graph_0"]
+    # set_grad and autocast regions share torch's submod_<k>, counted from 1
+    assert namer.claim(hop + "wrap_with_autocast", "wrap_with_autocast", [(0, "")]) == ["submod_1"]
+    assert namer.claim(hop + "wrap_with_set_grad_enabled", "w", [(0, "")]) == ["submod_2"]
+    assert namer.claim(hop + "flex_attention", "flex_attention", [(0, ""), (1, "")]) == [
+        "sdpa_score0", "sdpa_mask0"]
+    # a higher-order op without a known pattern, and subgraphs past an op's patterns
+    assert namer.claim(hop + "new_hop", "new_hop", [(0, ""), (1, "body")]) == ["new_hop_graph0", "new_hop_body"]
+    assert namer.claim(hop + "map_impl", "map_impl", [(0, ""), (1, "")]) == ["body_graph_0", "map_impl_graph1"]
 
 
 # ---------------------------------------------------------------- symbols
