@@ -116,8 +116,7 @@ def lookup_subclass(name: str, where: str) -> type:
         raise UnknownTensorSubclassError(
             f"{where}: the tensor subclass {name!r} is not registered in this process, so it is not "
             f"rebuilt (loading never imports classes named by a file). If you trust this class, import "
-            f"it and call serde.register_tensor_subclass(<the class>"
-            f"{'' if name.count('.') else f', name={name!r}'}) before loading; registered: "
+            f"it and call serde.register_tensor_subclass(<the class>, name={name!r}) before loading; registered: "
             f"{sorted(_REGISTRY) or 'none'}")
     return cls
 
