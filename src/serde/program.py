@@ -22,8 +22,8 @@ from .signature import (
     serialize_signature,
 )
 from .values import SymbolicContext, serialize_range_constraints
-from .weights import alias_key
 from .version import SCHEMA_VERSION
+from .weights import alias_key
 
 __all__ = ["serialize_program", "deserialize_program"]
 

@@ -25,7 +25,7 @@ from serde.subclasses import (
     serialize_context,
     unregister_tensor_subclass,
 )
-from serde.testing import assert_programs_equal, assert_roundtrip
+from serde.testing import assert_roundtrip
 from serde.weights import deserialize_weights, serialize_weights
 
 
