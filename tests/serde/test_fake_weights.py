@@ -130,3 +130,14 @@ def test_symbolic_fake_tensors_are_refused() -> None:
         y = torch.empty(sym, 4)
     with pytest.raises(UnsupportedConstructError, match=r"constants\['y'\]: size, stride or offset u0 is symbolic"):
         serialize_weights({"x": x}, {"y": y}, None)
+
+
+def test_a_bundle_keeps_fake_leaves_fake() -> None:
+    from serde.bundle import dumps_tree, loads_tree
+
+    with FakeTensorMode():
+        fake = torch.empty(3, 2, dtype=torch.int64).t()
+    real = torch.arange(4.0)
+    back = loads_tree(dumps_tree({"fake": fake, "real": real}))
+    assert isinstance(back["fake"], FakeTensor) and _meta(back["fake"]) == _meta(fake)
+    assert not isinstance(back["real"], FakeTensor) and torch.equal(back["real"], real)
