@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.2
+// SCHEMA_VERSION 2.3
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -11,6 +11,10 @@
 //   2.1  2026-11-22  debug.json is described here (DebugInfo, NodeDebug). Compatible.
 //   2.2  2026-11-22  Argument.as_tuple: a tuple of mixed kinds (flex_attention's block mask).
 //                    Compatible.
+//   2.3  2026-11-23  Weights: tensor subclasses (StoredTensor.subclass: inner tensors plus the
+//                    flatten context as ContextValue data) and tensors saved without data
+//                    (Storage.device: FakeTensors and meta tensors). Compatible; a 2.2 reader
+//                    refuses such tensors (storage index -1, empty sha256) instead of misreading.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -495,8 +499,12 @@ struct ExportedProgram {
 
 // One storage; tensors that share it (tied weights, views) stay aliased after load.
 struct Storage {
-  10: string sha256;                   // member name is "data/<sha256>"
+  10: string sha256;                   // member name is "data/<sha256>"; "" when `device` is set
   20: i64 nbytes;
+  // Added 2.3. Set for a storage saved without its bytes (a FakeTensor's or a meta tensor's):
+  // there is no payload member, and its tensors load as FakeTensors on this device (meta tensors
+  // when the device is "meta").
+  30: optional Device device;
 }
 
 struct StoredTensor {
@@ -504,8 +512,39 @@ struct StoredTensor {
   20: list<i64> sizes;
   30: list<i64> strides;
   40: i64 storage_offset;              // in elements of dtype
-  50: i64 storage;                     // index into Weights.storages
+  50: i64 storage;                     // index into Weights.storages; -1 when `subclass` is set
   60: bool requires_grad;
+  // Added 2.3. A traceable wrapper subclass (__tensor_flatten__ / __tensor_unflatten__): the
+  // fields above describe the outer tensor, which has no storage of its own.
+  70: optional TensorSubclass subclass;
+}
+
+// A tensor subclass as its inner tensors plus its flatten context (added 2.3). Loading rebuilds
+// it only when `class_name` is registered with serde.register_tensor_subclass.
+struct TensorSubclass {
+  10: string class_name;               // registered name; by default "<module>.<qualname>"
+  20: map<string, StoredTensor> inner; // attribute name from __tensor_flatten__ -> inner tensor
+  30: ContextValue context;
+}
+
+// The data of a flatten context (added 2.3). Nothing else is representable.
+union ContextValue {
+  10: bool as_none;
+  20: i64 as_int;
+  30: double as_float;
+  40: string as_string;
+  50: bool as_bool;
+  60: list<ContextValue> as_list;
+  70: list<ContextValue> as_tuple;
+  80: list<ContextItem> as_dict;       // in insertion order
+  90: ScalarType as_dtype;
+  100: list<i64> as_size;              // torch.Size
+  110: Device as_device;
+}
+
+struct ContextItem {
+  10: ContextValue key;
+  20: ContextValue value;
 }
 
 union ExampleLeaf {

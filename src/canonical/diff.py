@@ -388,7 +388,10 @@ class _Differ:
         if x is None or y is None:
             self._pair_change(section, where, la, lb)
             return
-        sha_a, sha_b = wa.storages[x.storage].sha256, wb.storages[y.storage].sha256
+        # Tensors with a payload compare by sha; a subclass (inner shas, context) or a tensor saved
+        # without data (its device) compares by its rendering.
+        plain = _has_payload(x, wa) and _has_payload(y, wb)
+        sha_a, sha_b = (wa.storages[x.storage].sha256, wb.storages[y.storage].sha256) if plain else (la, lb)
         fields = [f for f, differs in (
             ("dtype", x.dtype != y.dtype),
             ("shape", list(x.sizes) != list(y.sizes)),
@@ -400,7 +403,7 @@ class _Differ:
         if not fields:
             return
         extra: dict = {}
-        if fields[-1] == "values" and pa is not None and pb is not None:
+        if fields[-1] == "values" and plain and pa is not None and pb is not None:
             try:
                 da, db = pa(sha_a), pb(sha_b)
             except KeyError:
@@ -656,6 +659,10 @@ _FORMATS: dict[schema.ScalarType, str] = {
     ST.FLOAT: "f", ST.DOUBLE: "d", ST.BOOL: "?", ST.UINT16: "H", ST.UINT32: "I", ST.UINT64: "Q",
     ST.BFLOAT16: "H",  # read as uint16 bit patterns, widened to float32 below
 }
+
+
+def _has_payload(t: schema.StoredTensor, w: schema.Weights) -> bool:
+    return t.subclass is None and w.storages[t.storage].device is None
 
 
 def _values(t: schema.StoredTensor, data: bytes) -> list | None:

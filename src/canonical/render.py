@@ -174,12 +174,31 @@ def render_weights(weights: schema.Weights) -> list[str]:
 
 
 def render_stored_tensor(t: schema.StoredTensor, weights: schema.Weights, where: str = "tensor") -> str:
-    """``f32[64, 32] sha256:1a2b3c4d5e6f`` plus strides/offset/requires_grad when not default."""
+    """``f32[64, 32] sha256:1a2b3c4d5e6f`` plus strides/offset/requires_grad when not default.
+
+    A tensor saved without data ends in ``fake cpu`` (or ``meta``) instead of a sha; a subclass is
+    ``f32[4] TwoTensor(a=f32[4] sha256:..., b=...) context=None``.
+    """
+    if t.subclass is not None:
+        sc = t.subclass
+        inner = ", ".join(f"{_text(n)}={render_stored_tensor(it, weights, f'{where}.subclass.inner[{n!r}]')}"
+                          for n, it in sorted(sc.inner.items()))
+        return (f"{_tensor_header(t)} {_text(sc.class_name.rpartition('.')[2])}({inner}) "
+                f"context={render_context(sc.context)}")
     if not 0 <= t.storage < len(weights.storages):
         raise MalformedArtifactError(
             f"{where}: storage index {t.storage} is out of range (weights have "
             f"{len(weights.storages)} storages). The artifact is damaged; re-save it."
         )
+    storage = weights.storages[t.storage]
+    if storage.device is not None:
+        d = storage.device
+        where_to = "meta" if d.type == "meta" else f"fake {_text(d.type)}{'' if d.index is None else f':{d.index}'}"
+        return f"{_tensor_header(t)} {where_to}"
+    return f"{_tensor_header(t)} sha256:{storage.sha256[:SHA_CHARS]}"
+
+
+def _tensor_header(t: schema.StoredTensor) -> str:
     text = f"{DTYPE_ABBREV.get(t.dtype, '?')}[{', '.join(map(str, t.sizes))}]"
     if list(t.strides) != contiguous_strides(t.sizes):
         text += f" stride=[{', '.join(map(str, t.strides))}]"
@@ -187,7 +206,33 @@ def render_stored_tensor(t: schema.StoredTensor, weights: schema.Weights, where:
         text += f" offset={t.storage_offset}"
     if t.requires_grad:
         text += " requires_grad"
-    return f"{text} sha256:{weights.storages[t.storage].sha256[:SHA_CHARS]}"
+    return text
+
+
+def render_context(v: schema.ContextValue) -> str:
+    """A subclass's flatten context as Python-like text (``(2, 'x')``, ``{'k': f32}``)."""
+    return _CONTEXT[v.kind](v.value)
+
+
+def _seq(items: list[schema.ContextValue], open_: str, close: str) -> str:
+    text = ", ".join(render_context(x) for x in items)
+    return f"{open_}{text}{',' if open_ == '(' and len(items) == 1 else ''}{close}"
+
+
+_CONTEXT: dict[str, Callable[[object], str]] = {
+    "as_none": lambda v: "None",
+    "as_int": lambda v: str(v),
+    "as_float": lambda v: _float(v),
+    "as_string": lambda v: _quote(v),
+    "as_bool": lambda v: str(bool(v)),
+    "as_list": lambda v: _seq(v, "[", "]"),
+    "as_tuple": lambda v: _seq(v, "(", ")"),
+    "as_dict": lambda v: "{" + ", ".join(f"{render_context(i.key)}: {render_context(i.value)}" for i in v) + "}",
+    "as_dtype": lambda v: DTYPE_ABBREV.get(v, "?"),
+    "as_size": lambda v: f"Size([{', '.join(map(str, v))}])",
+    "as_device": lambda v: _quote(v.type if v.index is None else f"{v.type}:{v.index}"),
+}
+assert set(_CONTEXT) == set(schema.ContextValue.__struct_fields__), "render: ContextValue members not covered"
 
 
 def render_tensor_meta(meta: schema.TensorMeta, *, full: bool = False) -> str:

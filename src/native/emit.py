@@ -334,8 +334,16 @@ class _Emitter:
         if st is None:
             raise MalformedArtifactError(f"{where}: weight {name!r} is missing from weights.json; the artifact "
                                          "is damaged")
+        if st.subclass is not None:
+            raise UnsupportedConstructError(
+                f"{where}: weight {name!r} is a tensor subclass ({st.subclass.class_name}); the native runtime "
+                "runs plain tensors only")
         if not 0 <= st.storage < len(self.weights.storages):
             raise MalformedArtifactError(f"{where}: weight {name!r} names storage {st.storage}, which does not exist")
+        if self.weights.storages[st.storage].device is not None:
+            raise UnsupportedConstructError(
+                f"{where}: weight {name!r} was saved without data (a FakeTensor or meta tensor); there is nothing "
+                "to run. Save the program with real weights to emit it")
         graph_t = self.tensor(meta, where)
         if st.dtype != meta.dtype or (all(isinstance(d, int) for d in graph_t.sizes)
                                       and list(st.sizes) != graph_t.sizes):

@@ -29,9 +29,13 @@ __all__ = [
     "ForeignArtifactError",
     "UnknownOperatorError",
     "UpgradeError",
+    "register_tensor_subclass",
+    "unregister_tensor_subclass",
+    "UnknownTensorSubclassError",
 ]
 
-_LAZY = {"save": "api", "load": "api"}
+_LAZY = {"save": "api", "load": "api", "register_tensor_subclass": "subclasses",
+         "unregister_tensor_subclass": "subclasses", "UnknownTensorSubclassError": "subclasses"}
 
 
 def __getattr__(name: str):

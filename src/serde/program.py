@@ -23,6 +23,7 @@ from .signature import (
 )
 from .values import SymbolicContext, serialize_range_constraints
 from .version import SCHEMA_VERSION
+from .weights import alias_key
 
 __all__ = ["serialize_program", "deserialize_program"]
 
@@ -116,7 +117,7 @@ def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dic
     out: dict[str, torch.Tensor] = {}
     seen: dict[tuple, torch.Tensor] = {}
     for name, t in state_dict.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        key = alias_key(t)
         shared = seen.get(key)
         if shared is not None and (name in params) == isinstance(shared, torch.nn.Parameter):
             out[name] = shared

@@ -26,7 +26,7 @@ __all__ = [
     "ParameterMutationSpec", "GradientToParameterSpec", "GradientToUserInputSpec",
     "UserInputMutationSpec", "OutputTokenSpec", "OutputSpec", "GraphSignature", "TreeSpec",
     "ModuleCallSignature", "ModuleCallEntry", "GraphModule", "SchemaVersion", "RangeConstraint",
-    "ExportedProgram", "Storage", "StoredTensor", "ExampleLeaf", "ExampleInputs", "Weights",
+    "ExportedProgram", "Storage", "StoredTensor", "TensorSubclass", "ContextValue", "ContextItem", "ExampleLeaf", "ExampleInputs", "Weights",
     "NodeDebug", "DebugInfo", "Member", "Manifest",
 ]
 
@@ -550,6 +550,7 @@ class ExportedProgram(Struct, kw_only=True):
 class Storage(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
     nbytes: Annotated[int, Id(20)]
+    device: Annotated[Optional[Device], Id(30)] = None  # added 2.3
 
 
 class StoredTensor(Struct, kw_only=True):
@@ -559,6 +560,32 @@ class StoredTensor(Struct, kw_only=True):
     storage_offset: Annotated[int, Id(40)]
     storage: Annotated[int, Id(50)]
     requires_grad: Annotated[bool, Id(60)]
+    subclass: Annotated[Optional[TensorSubclass], Id(70)] = None  # added 2.3
+
+
+class TensorSubclass(Struct, kw_only=True):
+    class_name: Annotated[str, Id(10)]
+    inner: Annotated[dict[str, StoredTensor], Id(20)]
+    context: Annotated[ContextValue, Id(30)]
+
+
+class ContextValue(Union, kw_only=True):
+    as_none: Annotated[Optional[bool], Id(10)] = None
+    as_int: Annotated[Optional[int], Id(20)] = None
+    as_float: Annotated[Optional[F64], Id(30)] = None
+    as_string: Annotated[Optional[str], Id(40)] = None
+    as_bool: Annotated[Optional[bool], Id(50)] = None
+    as_list: Annotated[Optional[list[ContextValue]], Id(60)] = None
+    as_tuple: Annotated[Optional[list[ContextValue]], Id(70)] = None
+    as_dict: Annotated[Optional[list[ContextItem]], Id(80)] = None
+    as_dtype: Annotated[Optional[ScalarType], Id(90)] = None
+    as_size: Annotated[Optional[list[int]], Id(100)] = None
+    as_device: Annotated[Optional[Device], Id(110)] = None
+
+
+class ContextItem(Struct, kw_only=True):
+    key: Annotated[ContextValue, Id(10)]
+    value: Annotated[ContextValue, Id(20)]
 
 
 class ExampleLeaf(Union, kw_only=True):

@@ -454,13 +454,53 @@ class _Comparer:
                              f"offset {y.storage_offset()} requires_grad {y.requires_grad}")
             if isinstance(x, torch.nn.Parameter) != isinstance(y, torch.nn.Parameter):
                 self.fail(w, "nn.Parameter in only one program")
-            if not _bits_equal(x, y):
-                self.fail(w, "tensor bits differ")
-        # Aliasing: names that share storage in `a` must share storage in `b`, and only those.
+            self.tensor_contents(x, y, w)
+        # Aliasing: names that share storage in `a` must share storage in `b`, and only those
+        # (a subclass shares the storages of its inner tensors).
         ka = _alias_groups(a)
         kb = _alias_groups(b)
         if ka != kb:
             self.fail(where, f"storage sharing differs: {sorted(ka)} != {sorted(kb)}")
+
+
+    def tensor_contents(self, x: torch.Tensor, y: torch.Tensor, where: str) -> None:
+        """Bits of tensors with data; kind and device of those without; subclasses part by part."""
+        kx, ky = _tensor_kind(x), _tensor_kind(y)
+        if kx != ky:
+            self.fail(where, f"{kx} != {ky}")
+        if kx.startswith("subclass "):
+            (ax, cx), (ay, cy) = x.__tensor_flatten__(), y.__tensor_flatten__()
+            if list(ax) != list(ay) or cx != cy:
+                self.fail(where, f"flattened as {ax}, {cx!r} != {ay}, {cy!r}")
+            for attr in ax:
+                ix, iy = getattr(x, attr), getattr(y, attr)
+                if (ix.dtype, tuple(ix.shape), ix.stride(), ix.storage_offset()) != (
+                        iy.dtype, tuple(iy.shape), iy.stride(), iy.storage_offset()):
+                    self.fail(f"{where}.{attr}", f"{ix.dtype}{list(ix.shape)} != {iy.dtype}{list(iy.shape)}")
+                self.tensor_contents(ix, iy, f"{where}.{attr}")
+        elif kx == "tensor":
+            if not _bits_equal(x, y):
+                self.fail(where, "tensor bits differ")
+        elif x.device != y.device:
+            self.fail(where, f"device {x.device} != {y.device}")
+
+
+def _tensor_kind(t: torch.Tensor) -> str:
+    from torch._subclasses.fake_tensor import is_fake
+
+    from serde.subclasses import is_traceable_subclass
+
+    if is_traceable_subclass(t):
+        return f"subclass {_type_name(type(t))}"
+    return "meta" if t.device.type == "meta" else "fake" if is_fake(t) else "tensor"
+
+
+def _storage_leaves(t: torch.Tensor) -> list[torch.Tensor]:
+    from serde.subclasses import is_traceable_subclass
+
+    if not is_traceable_subclass(t):
+        return [t]
+    return [leaf for attr in t.__tensor_flatten__()[0] for leaf in _storage_leaves(getattr(t, attr))]
 
 
 def _custom_object_state(obj: Any, where: str) -> tuple[str | None, bytes | None]:
@@ -560,9 +600,10 @@ def _bits_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _alias_groups(d: dict[str, torch.Tensor]) -> set[tuple[str, ...]]:
-    groups: dict[int, list[str]] = {}
+    groups: dict[int, set[str]] = {}
     for k, t in d.items():
-        groups.setdefault(t.untyped_storage().data_ptr(), []).append(k)
+        for leaf in _storage_leaves(t):
+            groups.setdefault(leaf.untyped_storage()._cdata, set()).add(k)
     return {tuple(sorted(v)) for v in groups.values() if len(v) > 1}
 
 

@@ -15,6 +15,15 @@
   storage; otherwise it is copied once. Zero-copy tensors keep the archive buffer alive and write
   into it (it is private to the load). Every StoredTensor is checked before torch sees it.
 * Tensors on other devices are saved from a CPU copy and load on the CPU.
+* Tensors without data (FakeTensors, meta tensors) are saved as storages with a ``device`` and no
+  payload. They load as FakeTensors of one FakeTensorMode per load (meta tensors stay meta), never
+  as made-up values: ``torch.export.load`` gives fake example inputs back as FakeTensors but fills
+  fake weights with zeros, which would let a program that never had weights run and print numbers.
+  One mode for the whole load keeps weights and example inputs usable together, as they were when
+  the program was exported under one FakeTensorMode.
+* Traceable wrapper subclasses (``__tensor_flatten__``) are saved as their inner tensors (views of
+  storages like any other, so aliasing with other tensors survives) plus their flatten context as
+  data; loading rebuilds only classes registered with :mod:`serde.subclasses`.
 
 Importing this module does not import torch (``validate_weights`` is pure, for ``pt2serde check``).
 """
@@ -22,6 +31,7 @@ Importing this module does not import torch (``validate_weights`` is pure, for `
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ITEMSIZE", "serialize_weights", "deserialize_weights", "validate_weights",
     "InvalidTensorViewError", "TensorOutOfBoundsError", "StorageIndexError", "PayloadSizeError",
-    "InvalidDtypeError", "InvalidBoolError",
+    "InvalidDtypeError", "InvalidBoolError", "alias_key", "MAX_SUBCLASS_DEPTH",
 ]
 
 ST = schema.ScalarType
@@ -50,6 +60,9 @@ ITEMSIZE: dict[schema.ScalarType, int] = {
 _GRAD_DTYPES = {ST.HALF, ST.FLOAT, ST.DOUBLE, ST.BFLOAT16, ST.COMPLEXHALF, ST.COMPLEXFLOAT,
                 ST.COMPLEXDOUBLE}
 _INT64_MAX = (1 << 63) - 1
+# Subclasses nest (a subclass's inner tensor can be a subclass); deeper than this is refused.
+MAX_SUBCLASS_DEPTH = 16
+_ATTR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
 
 
@@ -125,22 +138,12 @@ def deserialize_weights(
 
     Raises:
         MalformedArtifactError subclasses naming the offending entry, e.g. ``weights.state_dict["w"]``.
+        UnknownTensorSubclassError: a tensor subclass whose class is not registered
+            (``serde.register_tensor_subclass``).
     """
-    import torch
-
-    from .enums import SCALAR_TO_DTYPE
-
     _check_byteorder()
     validate_weights(w, lambda name: len(member(name)))
-    storages = _load_storages(w, member)
-
-    def tensor(t: schema.StoredTensor, where: str) -> torch.Tensor:
-        out = torch.empty(0, dtype=SCALAR_TO_DTYPE[t.dtype]).set_(
-            storages[t.storage], t.storage_offset, t.sizes, t.strides)
-        if t.dtype == ST.BOOL and out.numel() and int(out.view(torch.uint8).max()) > 1:
-            raise InvalidBoolError(f"{where}: a bool tensor holds bytes other than 0 and 1; {_FIX}")
-        return out.requires_grad_(t.requires_grad)
-
+    tensor = _TensorBuilder(w, member).tensor
     sd = {name: tensor(t, f"weights.state_dict[{name!r}]") for name, t in w.state_dict.items()}
     consts = {name: tensor(t, f"weights.constants[{name!r}]") for name, t in w.constants.items()}
     examples = None if w.example_inputs is None else _deserialize_example_inputs(w.example_inputs, tensor)
@@ -160,6 +163,13 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
     """
     for i, s in enumerate(w.storages):
         where = f"weights.storages[{i}]"
+        if s.device is not None:  # saved without data: no payload member
+            if s.sha256 != "":
+                raise MalformedArtifactError(f"{where}: a storage saved without data (device {s.device.type!r}) "
+                                             f"names payload {s.sha256[:16]!r}; {_FIX}")
+            if not 0 <= s.nbytes <= _INT64_MAX:
+                raise PayloadSizeError(f"{where}: nbytes {s.nbytes} is out of range; {_FIX}")
+            continue
         if not SHA256_RE.fullmatch(s.sha256):
             raise MalformedArtifactError(f"{where}: sha256 {s.sha256!r} is not 64 lowercase hex digits; {_FIX}")
         if not 0 <= s.nbytes <= _INT64_MAX:
@@ -168,13 +178,26 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
             raise PayloadSizeError(f"{where}: payload {payload_name(s.sha256)} has {n} bytes but the "
                                    f"storage declares nbytes={s.nbytes}; {_FIX}")
     for name, t in w.state_dict.items():
-        _check_view(t, w.storages, f"weights.state_dict[{name!r}]")
+        _check_tensor(t, w.storages, f"weights.state_dict[{name!r}]")
     for name, t in w.constants.items():
-        _check_view(t, w.storages, f"weights.constants[{name!r}]")
+        _check_tensor(t, w.storages, f"weights.constants[{name!r}]")
     if w.example_inputs is not None:
         for i, leaf in enumerate(w.example_inputs.leaves):
             if leaf.as_tensor is not None:
-                _check_view(leaf.as_tensor, w.storages, f"weights.example_inputs.leaves[{i}]")
+                _check_tensor(leaf.as_tensor, w.storages, f"weights.example_inputs.leaves[{i}]")
+
+
+def alias_key(t: torch.Tensor) -> tuple:
+    """What a loaded tensor views: equal keys mean the same memory seen the same way.
+
+    A subclass is keyed by identity: loading already returns one object for identical stored
+    subclasses, as it returns views of one storage for plain tensors.
+    """
+    from .subclasses import is_traceable_subclass
+
+    if is_traceable_subclass(t):
+        return ("subclass", id(t))
+    return (t.untyped_storage()._cdata, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
 
 # ---------------------------------------------------------------- save side
@@ -184,34 +207,69 @@ class _StorageTable:
     """Storages in first-seen order, keyed by storage identity; payloads keyed by content."""
 
     def __init__(self) -> None:
-        self._views: list[memoryview | bytes] = []  # per storage, in first-seen order
+        # Per storage, in first-seen order: its bytes, or (nbytes, device) when saved without data.
+        self._views: list[memoryview | bytes | tuple[int, schema.Device]] = []
         self._index: dict[int, int] = {}
         self._keep: list[Any] = []  # storages whose ids key _index must outlive this table
 
     def finish(self) -> tuple[list[schema.Storage], dict[str, memoryview | bytes]]:
         """The storages (hashed all at once, big ones in parallel) and payloads by member name."""
-        shas = digest_all(sha256_hex, self._views)
-        payloads: dict[str, memoryview | bytes] = {}
-        for sha, view in zip(shas, self._views, strict=True):
+        real = [v for v in self._views if not isinstance(v, tuple)]
+        shas = iter(digest_all(sha256_hex, real))
+        storages, payloads = [], {}
+        for view in self._views:
+            if isinstance(view, tuple):
+                storages.append(schema.Storage(sha256="", nbytes=view[0], device=view[1]))
+                continue
+            sha = next(shas)
             payloads.setdefault(payload_name(sha), view)
-        return [schema.Storage(sha256=sha, nbytes=len(v)) for sha, v in zip(shas, self._views, strict=True)], payloads
+            storages.append(schema.Storage(sha256=sha, nbytes=len(view)))
+        return storages, payloads
 
-    def add(self, t: Any, where: str) -> schema.StoredTensor:
+    def add(self, t: Any, where: str, depth: int = 0) -> schema.StoredTensor:
         from .enums import serialize_dtype
+        from .subclasses import is_traceable_subclass
 
+        if is_traceable_subclass(t):
+            return self._add_subclass(t, where, depth)
         t = _plain_tensor(t, where)
         dtype = serialize_dtype(t.dtype, where)
         st = t.untyped_storage()
         key = st._cdata  # the StorageImpl: equal for every tensor sharing this storage
         index = self._index.get(key)
         if index is None:
-            data = st if st.device.type == "cpu" else st.cpu()
             index = self._index[key] = len(self._views)
-            self._views.append(_storage_bytes(data))
+            if _has_data(t):
+                self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
+            else:
+                self._views.append((int(st.nbytes()), schema.Device(type=t.device.type, index=t.device.index)))
             self._keep.append(st)
         return schema.StoredTensor(
             dtype=dtype, sizes=list(t.shape), strides=list(t.stride()), storage_offset=t.storage_offset(),
             storage=index, requires_grad=bool(t.requires_grad),
+        )
+
+    def _add_subclass(self, t: Any, where: str, depth: int) -> schema.StoredTensor:
+        from .enums import serialize_dtype
+        from .subclasses import serialize_context, subclass_name
+
+        cls = type(t)
+        if depth >= MAX_SUBCLASS_DEPTH:
+            raise UnsupportedConstructError(f"{where}: tensor subclasses nest deeper than {MAX_SUBCLASS_DEPTH} levels")
+        attrs, ctx = t.__tensor_flatten__()
+        inner = {}
+        for attr in attrs:
+            if not (isinstance(attr, str) and _ATTR_RE.fullmatch(attr)):
+                raise UnsupportedConstructError(f"{where}: {cls.__qualname__}.__tensor_flatten__ names inner "
+                                                f"tensor {attr!r}, which is not an attribute name")
+            inner[attr] = self.add(getattr(t, attr), f"{where}.{attr}", depth + 1)
+        context = serialize_context(ctx, f"{where}: the flatten context of {cls.__qualname__}")
+        sizes, strides = _static_ints(t.shape, where), _static_ints(t.stride(), where)
+        return schema.StoredTensor(
+            dtype=serialize_dtype(t.dtype, where), sizes=sizes, strides=strides,
+            storage_offset=_static_ints([t.storage_offset()], where)[0], storage=-1,
+            requires_grad=bool(t.requires_grad),
+            subclass=schema.TensorSubclass(class_name=subclass_name(cls), inner=inner, context=context),
         )
 
 
@@ -222,22 +280,42 @@ def _plain_tensor(t: Any, where: str) -> torch.Tensor:
         raise UnsupportedConstructError(
             f"{where}: a {type(t).__module__}.{type(t).__qualname__} is not a tensor; only tensors can be "
             "stored as weights (custom objects are not supported)")
-    if type(t) not in (torch.Tensor, torch.nn.Parameter):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor):
         raise UnsupportedConstructError(
-            f"{where}: tensor subclass {type(t).__qualname__} cannot be stored; convert it to a plain "
-            "torch.Tensor before exporting")
+            f"{where}: tensor subclass {type(t).__qualname__} cannot be stored: it does not implement "
+            "__tensor_flatten__ / __tensor_unflatten__; convert it to a plain torch.Tensor before exporting")
     kind = ("quantized" if t.is_quantized else "nested" if t.is_nested
             else None if t.layout == torch.strided else str(t.layout).removeprefix("torch."))
     if kind is not None:
         raise UnsupportedConstructError(
             f"{where}: {kind} tensors cannot be stored; only dense (strided) tensors with a plain dtype "
             "are supported (convert with .to_dense() / .dequantize() before exporting)")
-    if t.device.type == "meta":
-        raise UnsupportedConstructError(f"{where}: a meta tensor has no data to store; materialize it first")
+    if not _has_data(t):
+        _static_ints([*t.shape, *t.stride(), t.storage_offset()], where)
     if t.is_conj() or t.is_neg():
         # A lazy conj/neg bit is not part of the storage bytes; store the resolved values instead.
         t = t.resolve_conj().resolve_neg()
     return t
+
+
+def _has_data(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return not (t.device.type == "meta" or is_fake(t))
+
+
+def _static_ints(values: Any, where: str) -> list[int]:
+    """Sizes of a tensor saved without data must be plain ints (weights have no symbolic shapes)."""
+    out = []
+    for v in values:
+        if type(v) is not int:
+            raise UnsupportedConstructError(
+                f"{where}: size, stride or offset {v} is symbolic; only tensors with static shapes can be "
+                "stored as weights or example inputs (export with concrete example inputs)")
+        out.append(v)
+    return out
 
 
 def _storage_bytes(st: Any) -> memoryview | bytes:
@@ -303,7 +381,27 @@ _SERIALIZE_LEAF: dict[str, Callable[[Any, _StorageTable, str], Any]] = {
 # ---------------------------------------------------------------- load side
 
 
-def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: str) -> None:
+def _check_tensor(t: schema.StoredTensor, storages: list[schema.Storage], where: str, depth: int = 0) -> None:
+    if t.subclass is None:
+        _check_view(t, storages, where)
+        return
+    from .subclasses import check_class_name
+
+    if depth >= MAX_SUBCLASS_DEPTH:
+        raise InvalidTensorViewError(f"{where}: tensor subclasses nest deeper than {MAX_SUBCLASS_DEPTH} levels; {_FIX}")
+    if t.storage != -1:
+        raise StorageIndexError(f"{where}: a tensor subclass has no storage of its own, but names storage "
+                                f"{t.storage} (expected -1); {_FIX}")
+    _check_meta(t, where)
+    check_class_name(t.subclass.class_name, f"{where}.subclass.class_name")
+    for name, inner in t.subclass.inner.items():
+        if not _ATTR_RE.fullmatch(name):
+            raise MalformedArtifactError(f"{where}.subclass.inner: {name[:80]!r} is not an attribute name; {_FIX}")
+        _check_tensor(inner, storages, f"{where}.subclass.inner[{name!r}]", depth + 1)
+
+
+def _check_meta(t: schema.StoredTensor, where: str) -> tuple[int, int]:
+    """Dtype, sizes, strides and offset are sane; returns (itemsize, numel)."""
     itemsize = ITEMSIZE.get(t.dtype)
     if itemsize is None:
         raise InvalidDtypeError(f"{where}: dtype {t.dtype.name} cannot be a stored tensor; {_FIX}")
@@ -317,15 +415,20 @@ def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: s
             if not 0 <= v <= _INT64_MAX:
                 raise InvalidTensorViewError(f"{where}: {what} {v} is {'negative' if v < 0 else 'too large'}; "
                                              f"stored tensors have non-negative sizes, strides and offsets; {_FIX}")
-    if not 0 <= t.storage < len(storages):
-        raise StorageIndexError(f"{where}: storage index {t.storage} is out of range (there are "
-                                f"{len(storages)} storages); {_FIX}")
-    nbytes = storages[t.storage].nbytes
     numel = 1
     for s in t.sizes:
         numel *= s
     if numel > _INT64_MAX:
         raise InvalidTensorViewError(f"{where}: {numel} elements do not fit in int64; {_FIX}")
+    return itemsize, numel
+
+
+def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: str) -> None:
+    itemsize, numel = _check_meta(t, where)
+    if not 0 <= t.storage < len(storages):
+        raise StorageIndexError(f"{where}: storage index {t.storage} is out of range (there are "
+                                f"{len(storages)} storages); {_FIX}")
+    nbytes = storages[t.storage].nbytes
     # Python ints do not overflow, so this bound is exact.
     if numel == 0:
         end = t.storage_offset * itemsize
@@ -338,12 +441,100 @@ def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: s
             f"{nbytes} bytes; {_FIX}")
 
 
-def _load_storages(w: schema.Weights, member: Callable[[str], memoryview]) -> list[Any]:
+class _TensorBuilder:
+    """Builds the tensors of one load: storages once, FakeTensors in one mode, subclasses once each."""
+
+    def __init__(self, w: schema.Weights, member: Callable[[str], memoryview]) -> None:
+        self._fake_mode: Any = None
+        self._devices: list[Any] = []  # per storage: None (real bytes) or the device of one saved without data
+        self._storages = _load_storages(w, member, self._abstract_storage, self._devices)
+        self._subclasses: dict[bytes, Any] = {}
+
+    def tensor(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
+        import torch
+
+        from .enums import SCALAR_TO_DTYPE
+
+        if t.subclass is not None:
+            return self._subclass(t, where)
+        dtype, device = SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
+        if device is None:
+            out = torch.empty(0, dtype=dtype).set_(self._storages[t.storage], t.storage_offset, t.sizes, t.strides)
+            if t.dtype == ST.BOOL and out.numel() and int(out.view(torch.uint8).max()) > 1:
+                raise InvalidBoolError(f"{where}: a bool tensor holds bytes other than 0 and 1; {_FIX}")
+            return out.requires_grad_(t.requires_grad)
+        with self._mode_for(device):
+            out = torch.empty(0, dtype=dtype, device=device).set_(
+                self._storages[t.storage], t.storage_offset, t.sizes, t.strides)
+            return out.requires_grad_(t.requires_grad)
+
+    def _mode_for(self, device: Any) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext() if device.type == "meta" else self._fake_mode
+
+    def _abstract_storage(self, s: schema.Storage, where: str) -> Any:
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from .values import deserialize_device
+
+        try:
+            device = deserialize_device(s.device)
+        except MalformedArtifactError as e:
+            raise MalformedArtifactError(f"{where}: {e}; {_FIX}") from None
+        self._devices.append(device)
+        if device.type == "meta":
+            return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
+        if self._fake_mode is None:
+            self._fake_mode = FakeTensorMode()
+        with self._fake_mode:
+            return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
+
+    def _subclass(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
+        import msgspec
+        import torch
+
+        from .enums import SCALAR_TO_DTYPE
+        from .subclasses import deserialize_context, lookup_subclass
+
+        key = msgspec.json.encode(t)
+        done = self._subclasses.get(key)
+        if done is not None:  # the same stored subclass again (a tied weight): the same object
+            return done
+        sc = t.subclass
+        cls = lookup_subclass(sc.class_name, where)
+        inner = {name: self.tensor(it, f"{where}.subclass.inner[{name!r}]") for name, it in sc.inner.items()}
+        ctx = deserialize_context(sc.context, f"{where}.subclass.context")
+        try:
+            out = cls.__tensor_unflatten__(inner, ctx, torch.Size(t.sizes), tuple(t.strides))
+        except Exception as e:  # the registered class's own code rejected the stored data
+            raise MalformedArtifactError(
+                f"{where}: {sc.class_name}.__tensor_unflatten__ failed on the stored inner tensors and context "
+                f"({type(e).__name__}: {e}); {_FIX}") from None
+        if not (isinstance(out, cls) and out.dtype == SCALAR_TO_DTYPE[t.dtype] and list(out.shape) == t.sizes
+                and list(out.stride()) == t.strides):
+            raise MalformedArtifactError(
+                f"{where}: {sc.class_name}.__tensor_unflatten__ gave a {type(out).__qualname__} "
+                f"{getattr(out, 'dtype', '?')}{list(getattr(out, 'shape', []))}, not the stored "
+                f"{t.dtype.name}{t.sizes} with strides {t.strides}; {_FIX}")
+        if out.requires_grad != t.requires_grad:
+            out.requires_grad_(t.requires_grad)
+        self._subclasses[key] = out
+        return out
+
+
+def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
+                   abstract: Callable[[schema.Storage, str], Any], devices: list[Any]) -> list[Any]:
     import torch
 
     out = []
     used: set[str] = set()
-    for s in w.storages:
+    for i, s in enumerate(w.storages):
+        if s.device is not None:
+            out.append(abstract(s, f"weights.storages[{i}]"))
+            continue
+        devices.append(None)
         view = member(payload_name(s.sha256))
         if s.nbytes == 0:
             out.append(torch.UntypedStorage(0))

@@ -78,3 +78,28 @@ def test_every_attack_states_its_error_and_purpose() -> None:
         mod = _module(name)
         assert issubclass(mod.ERROR, SerializeError) and mod.ERROR is not SerializeError, name
         assert mod.__doc__ and mod.__doc__.strip(), name
+
+
+def test_unregistered_subclass_name_imports_nothing(base: Base, tmp_path: Path) -> None:
+    """The class name in the file is never imported or resolved: `this` (which prints on import) stays out."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "zen.pt2s"
+    path.write_bytes(_module("unregistered_subclass_name").build(base))
+    code = (
+        "import sys, serde\n"
+        "from serde import schema, wire\n"
+        "from serde.archive import read_archive\n"
+        "from serde.weights import deserialize_weights\n"
+        "c = read_archive(sys.argv[1])\n"
+        "w = wire.decode(c.member('weights.json'), schema.Weights, where='weights.json')\n"
+        "try:\n"
+        "    deserialize_weights(w, c.member)\n"
+        "except serde.UnknownTensorSubclassError as e:\n"
+        "    print('refused:', type(e).__name__)\n"
+        "print('imported' if 'this' in sys.modules else 'not imported')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["refused: UnknownTensorSubclassError", "not imported"], out.stdout

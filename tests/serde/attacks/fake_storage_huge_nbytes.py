@@ -1,0 +1,16 @@
+"""Huge fake storage: a storage saved without data claims 2**70 bytes, beyond what any tensor can address."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, rewrite_weights
+
+from serde.weights import PayloadSizeError
+
+ERROR = PayloadSizeError
+MATCH = r"weights\.storages\[0\]: nbytes \d+ is out of range"
+
+
+def build(base: Base) -> bytes:
+    def fake(w: dict) -> None:
+        w["storages"][0] = {"sha256": "", "nbytes": 2**70, "device": {"type": "cpu"}}
+    return rewrite_weights(base, fake)

@@ -1,0 +1,18 @@
+"""Code as a class name: a subclass names "os.system('sh')" hoping the loader evaluates or resolves it."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, rewrite_weights
+
+from serde.errors import MalformedArtifactError
+
+ERROR = MalformedArtifactError
+MATCH = r"weights\.state_dict\['scale'\]\.subclass\.class_name: class name \"os\.system\('sh'\)\" is not a dotted Python name"
+
+
+def build(base: Base) -> bytes:
+    def wrap(w: dict) -> None:
+        inner = w["state_dict"]["scale"]
+        w["state_dict"]["scale"] = {**inner, "storage": -1, "subclass": {
+            "class_name": "os.system('sh')", "inner": {"a": inner}, "context": {"as_none": True}}}
+    return rewrite_weights(base, wrap)
