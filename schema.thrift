@@ -12,9 +12,11 @@
 //   2.2  2026-11-22  Argument.as_tuple: a tuple of mixed kinds (flex_attention's block mask).
 //                    Compatible.
 //   2.3  2026-11-23  Weights: tensor subclasses (StoredTensor.subclass: inner tensors plus the
-//                    flatten context as ContextValue data) and tensors saved without data
-//                    (Storage.device: FakeTensors and meta tensors). Compatible; a 2.2 reader
-//                    refuses such tensors (storage index -1, empty sha256) instead of misreading.
+//                    flatten context as ContextValue data), tensors saved without data
+//                    (FakeTensors, meta tensors: empty Storage.sha256) and the device of every
+//                    storage (Storage.device). Compatible; a 2.2 reader refuses data-less and
+//                    subclass tensors (storage index -1, empty sha256) instead of misreading,
+//                    and loads other storages on the CPU.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -499,11 +501,13 @@ struct ExportedProgram {
 
 // One storage; tensors that share it (tied weights, views) stay aliased after load.
 struct Storage {
-  10: string sha256;                   // member name is "data/<sha256>"; "" when `device` is set
+  // member name is "data/<sha256>"; "" for a storage saved without its bytes (a FakeTensor's or a
+  // meta tensor's): there is no payload member, and its tensors load as FakeTensors on `device`
+  // (meta tensors when the device is "meta").
+  10: string sha256;
   20: i64 nbytes;
-  // Added 2.3. Set for a storage saved without its bytes (a FakeTensor's or a meta tensor's):
-  // there is no payload member, and its tensors load as FakeTensors on this device (meta tensors
-  // when the device is "meta").
+  // Added 2.3. The device the storage lived on; unset means the CPU. Bytes are always stored from
+  // a CPU copy; load puts them back on this device when it exists (see serde.load's map_location).
   30: optional Device device;
 }
 

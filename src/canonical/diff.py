@@ -662,7 +662,7 @@ _FORMATS: dict[schema.ScalarType, str] = {
 
 
 def _has_payload(t: schema.StoredTensor, w: schema.Weights) -> bool:
-    return t.subclass is None and w.storages[t.storage].device is None
+    return t.subclass is None and w.storages[t.storage].sha256 != ""
 
 
 def _values(t: schema.StoredTensor, data: bytes) -> list | None:

@@ -191,11 +191,12 @@ def render_stored_tensor(t: schema.StoredTensor, weights: schema.Weights, where:
             f"{len(weights.storages)} storages). The artifact is damaged; re-save it."
         )
     storage = weights.storages[t.storage]
-    if storage.device is not None:
-        d = storage.device
-        where_to = "meta" if d.type == "meta" else f"fake {_text(d.type)}{'' if d.index is None else f':{d.index}'}"
+    d = storage.device
+    if storage.sha256 == "" and d is not None:
+        where_to = "meta" if d.type == "meta" else f"fake {_text(_device(d))}"
         return f"{_tensor_header(t)} {where_to}"
-    return f"{_tensor_header(t)} sha256:{storage.sha256[:SHA_CHARS]}"
+    on = "" if d is None else f" device={_text(_device(d))}"
+    return f"{_tensor_header(t)}{on} sha256:{storage.sha256[:SHA_CHARS]}"
 
 
 def _tensor_header(t: schema.StoredTensor) -> str:

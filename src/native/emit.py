@@ -340,7 +340,7 @@ class _Emitter:
                 "runs plain tensors only")
         if not 0 <= st.storage < len(self.weights.storages):
             raise MalformedArtifactError(f"{where}: weight {name!r} names storage {st.storage}, which does not exist")
-        if self.weights.storages[st.storage].device is not None:
+        if self.weights.storages[st.storage].sha256 == "":
             raise UnsupportedConstructError(
                 f"{where}: weight {name!r} was saved without data (a FakeTensor or meta tensor); there is nothing "
                 "to run. Save the program with real weights to emit it")

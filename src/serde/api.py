@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import torch
@@ -17,7 +17,7 @@ from .custom_objects import encode_constants
 from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from .gcpause import paused_gc
 from .program import deserialize_program, serialize_program
-from .weights import deserialize_weights, serialize_weights
+from .weights import deserialize_weights, saved_devices, serialize_weights
 
 __all__ = ["save", "load", "to_artifact_parts", "from_artifact", "TESTED_TORCH"]
 
@@ -125,8 +125,12 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     return program, weights, payloads, debug
 
 
+MapLocation = str | torch.device | Mapping[str, str] | Callable[[torch.UntypedStorage, str], Any] | None
+
+
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
-         mmap: bool = False, extra_files: dict[str, Any] | None = None) -> ExportedProgram:
+         mmap: bool = False, extra_files: dict[str, Any] | None = None,
+         map_location: MapLocation = None) -> ExportedProgram:
     """Load an artifact written by :func:`save` (any supported schema version).
 
     ``extra_files``, as with ``torch.export.load``: every extra file the artifact holds is written
@@ -138,6 +142,14 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     verified. The file must then stay as it is while the program lives: truncating or rewriting it
     in place (``cp`` over it, ``torch.save`` to it) makes reading the weights fail with SIGBUS or see
     the new bytes. Replacing it by rename, as :func:`save` does, is safe.
+
+    Devices: every weight comes back on the device it was saved from when that device exists
+    here, else on the CPU with a warning (the graph's device metadata follows). ``map_location``
+    moves the program afterwards, as with ``torch.load``: a device or string (everything there),
+    a dict from saved device to device (``{"cuda:0": "cpu"}``; others stay), or a callable
+    ``(storage, location) -> storage or device`` called once per device with a CPU storage. The
+    move is torch's ``move_to_device_pass``, so weights, constants and the graph's device
+    metadata and device arguments agree.
 
     Raises:
         ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
@@ -151,7 +163,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(artifact, extra_files)
-        return from_artifact(artifact)
+        return from_artifact(artifact, map_location)
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
@@ -164,10 +176,86 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
             raise MalformedArtifactError(f"extra file {name!r} is not valid UTF-8 text; the file is damaged") from None
 
 
-def from_artifact(a: Artifact) -> ExportedProgram:
-    """Build the ExportedProgram described by a decoded artifact."""
-    state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
+def from_artifact(a: Artifact, map_location: MapLocation = None) -> ExportedProgram:
+    """Build the ExportedProgram described by a decoded artifact (see :func:`load` for devices)."""
+    place, missing = _placement(saved_devices(a.weights))
+    state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member, place=place)
     program = a.program
     if a.debug is not None:
         program = attach_debug(program, a.debug)
-    return deserialize_program(program, state_dict, constants, example_inputs)
+    ep = deserialize_program(program, state_dict, constants, example_inputs)
+    if missing:
+        ep = _move(ep, dict.fromkeys(missing, "cpu"))
+    mapping = _resolve_map_location(map_location, _devices_of(ep))
+    return _move(ep, mapping) if mapping else ep
+
+
+def _available(device: str) -> bool:
+    d = torch.device(device)
+    if d.type in ("cpu", "meta"):
+        return True
+    if d.type == "cuda":
+        return torch.cuda.is_available() and (d.index or 0) < torch.cuda.device_count()
+    try:
+        torch.empty(0, device=d)
+    except (RuntimeError, AssertionError):
+        return False
+    return True
+
+
+def _placement(saved: set[str]) -> tuple[dict[str, torch.device], list[str]]:
+    """Where each saved device's storages load: there when it exists here, else the CPU (warned)."""
+    import warnings
+
+    place, missing = {}, []
+    for device in sorted(saved):
+        if _available(device):
+            place[device] = torch.device(device)
+        else:
+            missing.append(device)
+    if missing:
+        warnings.warn(f"serde.load: weights were saved on {', '.join(missing)}, which this process does not "
+                      "have; they are loaded on the CPU (pass map_location to choose)", stacklevel=4)
+    return place, missing
+
+
+def _devices_of(ep: ExportedProgram) -> set[str]:
+    tensors = [*ep.state_dict.values(), *(v for v in ep.constants.values() if isinstance(v, torch.Tensor))]
+    found = {str(t.device) for t in tensors}
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            found.add(str(val.device))
+    return found or {"cpu"}
+
+
+def _resolve_map_location(map_location: MapLocation, devices: set[str]) -> dict[str, str]:
+    """``map_location`` as {current device: new device}, leaving out devices that stay."""
+    if map_location is None:
+        return {}
+    if isinstance(map_location, (str, torch.device)):
+        target = str(torch.device(map_location))
+        return {d: target for d in devices if d != target}
+    if isinstance(map_location, Mapping):
+        return {d: str(torch.device(t)) for d, t in map_location.items() if d in devices and str(torch.device(t)) != d}
+    if callable(map_location):
+        out = {}
+        for d in sorted(devices):
+            got = map_location(torch.UntypedStorage(0), d)
+            target = str(got.device if isinstance(got, torch.UntypedStorage) else torch.device(got or d))
+            if target != d:
+                out[d] = target
+        return out
+    raise UnsupportedMapLocationError(
+        f"map_location must be a device, a string, a dict or a callable (as torch.load takes), "
+        f"got {type(map_location).__name__}")
+
+
+class UnsupportedMapLocationError(SerializeError):
+    """``map_location`` is not a device, a string, a dict or a callable."""
+
+
+def _move(ep: ExportedProgram, mapping: dict[str, str]) -> ExportedProgram:
+    from torch.export.passes import move_to_device_pass
+
+    return move_to_device_pass(ep, mapping)

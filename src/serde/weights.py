@@ -124,13 +124,16 @@ def serialize_weights(
 
 
 def deserialize_weights(
-    w: schema.Weights, member: Callable[[str], memoryview]
+    w: schema.Weights, member: Callable[[str], memoryview], *,
+    place: Mapping[str, torch.device] | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], tuple[tuple, dict] | None]:
     """Rebuild tensors from ``w`` and payload bytes, validating every view first.
 
     Args:
         w: decoded weights.json.
         member: returns the bytes of an archive member (``ArchiveContents.member``).
+        place: saved device (``"cuda:0"``, see :func:`saved_devices`) -> the device to load those
+            storages on; storages of devices not named here load on the CPU.
 
     Returns:
         ``(state_dict, constants, example_inputs)``; tensors are plain (not nn.Parameter) with
@@ -143,7 +146,7 @@ def deserialize_weights(
     """
     _check_byteorder()
     validate_weights(w, lambda name: len(member(name)))
-    tensor = _TensorBuilder(w, member).tensor
+    tensor = _TensorBuilder(w, member, place or {}).tensor
     sd = {name: tensor(t, f"weights.state_dict[{name!r}]") for name, t in w.state_dict.items()}
     consts = {name: tensor(t, f"weights.constants[{name!r}]") for name, t in w.constants.items()}
     examples = None if w.example_inputs is None else _deserialize_example_inputs(w.example_inputs, tensor)
@@ -163,10 +166,9 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
     """
     for i, s in enumerate(w.storages):
         where = f"weights.storages[{i}]"
-        if s.device is not None:  # saved without data: no payload member
-            if s.sha256 != "":
-                raise MalformedArtifactError(f"{where}: a storage saved without data (device {s.device.type!r}) "
-                                             f"names payload {s.sha256[:16]!r}; {_FIX}")
+        if s.sha256 == "":  # saved without data: no payload member
+            if s.device is None:
+                raise MalformedArtifactError(f"{where}: a storage saved without data has no device; {_FIX}")
             if not 0 <= s.nbytes <= _INT64_MAX:
                 raise PayloadSizeError(f"{where}: nbytes {s.nbytes} is out of range; {_FIX}")
             continue
@@ -185,6 +187,28 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
         for i, leaf in enumerate(w.example_inputs.leaves):
             if leaf.as_tensor is not None:
                 _check_tensor(leaf.as_tensor, w.storages, f"weights.example_inputs.leaves[{i}]")
+
+
+def _device(d: Any) -> schema.Device:
+    return schema.Device(type=d.type, index=d.index)
+
+
+def device_text(d: schema.Device | None) -> str:
+    """``"cuda:0"``, ``"cpu"`` (also for an unset device), as torch prints devices."""
+    if d is None:
+        return "cpu"
+    return d.type if d.index is None else f"{d.type}:{d.index}"
+
+
+def saved_devices(w: schema.Weights) -> set[str]:
+    """The devices the stored weights with data lived on (``"cpu"`` included when any did)."""
+    return {device_text(s.device) for s in w.storages if s.sha256}
+
+
+def _moved(storage: Any, device: Any) -> Any:
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8).set_(storage).to(device).untyped_storage()
 
 
 def alias_key(t: torch.Tensor) -> tuple:
@@ -209,6 +233,7 @@ class _StorageTable:
     def __init__(self) -> None:
         # Per storage, in first-seen order: its bytes, or (nbytes, device) when saved without data.
         self._views: list[memoryview | bytes | tuple[int, schema.Device]] = []
+        self._devices: list[schema.Device | None] = []  # per storage with data: its device unless the CPU
         self._index: dict[int, int] = {}
         self._keep: list[Any] = []  # storages whose ids key _index must outlive this table
 
@@ -217,13 +242,13 @@ class _StorageTable:
         real = [v for v in self._views if not isinstance(v, tuple)]
         shas = iter(digest_all(sha256_hex, real))
         storages, payloads = [], {}
-        for view in self._views:
+        for view, device in zip(self._views, self._devices, strict=True):
             if isinstance(view, tuple):
                 storages.append(schema.Storage(sha256="", nbytes=view[0], device=view[1]))
                 continue
             sha = next(shas)
             payloads.setdefault(payload_name(sha), view)
-            storages.append(schema.Storage(sha256=sha, nbytes=len(view)))
+            storages.append(schema.Storage(sha256=sha, nbytes=len(view), device=device))
         return storages, payloads
 
     def add(self, t: Any, where: str, depth: int = 0) -> schema.StoredTensor:
@@ -241,8 +266,10 @@ class _StorageTable:
             index = self._index[key] = len(self._views)
             if _has_data(t):
                 self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
+                self._devices.append(None if t.device.type == "cpu" else _device(t.device))
             else:
-                self._views.append((int(st.nbytes()), schema.Device(type=t.device.type, index=t.device.index)))
+                self._views.append((int(st.nbytes()), _device(t.device)))
+                self._devices.append(None)
             self._keep.append(st)
         return schema.StoredTensor(
             dtype=dtype, sizes=list(t.shape), strides=list(t.stride()), storage_offset=t.storage_offset(),
@@ -444,10 +471,17 @@ def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: s
 class _TensorBuilder:
     """Builds the tensors of one load: storages once, FakeTensors in one mode, subclasses once each."""
 
-    def __init__(self, w: schema.Weights, member: Callable[[str], memoryview]) -> None:
+    def __init__(self, w: schema.Weights, member: Callable[[str], memoryview],
+                 place: Mapping[str, Any]) -> None:
         self._fake_mode: Any = None
         self._devices: list[Any] = []  # per storage: None (real bytes) or the device of one saved without data
         self._storages = _load_storages(w, member, self._abstract_storage, self._devices)
+        self._placed: dict[int, Any] = {}  # storage index -> device, for real bytes not on the CPU
+        for i, s in enumerate(w.storages):
+            target = place.get(device_text(s.device)) if s.sha256 and s.device is not None else None
+            if target is not None and target.type != "cpu":
+                self._storages[i] = _moved(self._storages[i], target)
+                self._placed[i] = target
         self._subclasses: dict[bytes, Any] = {}
 
     def tensor(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
@@ -458,6 +492,11 @@ class _TensorBuilder:
         if t.subclass is not None:
             return self._subclass(t, where)
         dtype, device = SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
+        placed = self._placed.get(t.storage)
+        if placed is not None:
+            out = torch.empty(0, dtype=dtype, device=placed).set_(
+                self._storages[t.storage], t.storage_offset, t.sizes, t.strides)
+            return out.requires_grad_(t.requires_grad)
         if device is None:
             out = torch.empty(0, dtype=dtype).set_(self._storages[t.storage], t.storage_offset, t.sizes, t.strides)
             if t.dtype == ST.BOOL and out.numel() and int(out.view(torch.uint8).max()) > 1:
@@ -531,7 +570,7 @@ def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
     out = []
     used: set[str] = set()
     for i, s in enumerate(w.storages):
-        if s.device is not None:
+        if s.sha256 == "":
             out.append(abstract(s, f"weights.storages[{i}]"))
             continue
         devices.append(None)
