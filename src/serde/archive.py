@@ -218,7 +218,7 @@ def write_archive(
         UnsafeMemberNameError, UnknownMemberError, MissingMemberError: bad ``members``.
         ArtifactIOError: the OS refused the write.
     """
-    chunks = _plan(members, schema_version, torch_version, _ZIP64_LIMIT)
+    chunks = _plan(members, schema_version, torch_version, _ZIP64_THRESHOLD)
     if isinstance(dest, (str, os.PathLike)):
         _write_atomic(os.fspath(dest), chunks)
         return
@@ -258,7 +258,10 @@ def read_archive(
     records, cd_off = _central_directory(buf, limits, where)
     _reject_foreign(records, where)
     views = _check_members(buf, records, cd_off, limits, where)
-    manifest = _check_manifest(views, where)
+    manifest = _check_manifest(views, next(r.crc for r in records if r.name == MANIFEST)
+                               if MANIFEST in views else 0, where)
+    crcs = _verify_hashes(views, manifest, where)
+    _check_framing(buf, views, crcs, where)
     return ArchiveContents(manifest, views)
 
 
@@ -281,6 +284,9 @@ _LOC64 = struct.Struct("<4sIQI")                # zip64 end of central directory
 _SIG_LFH, _SIG_CDH = b"PK\x03\x04", b"PK\x01\x02"
 _SIG_EOCD, _SIG_EOCD64, _SIG_LOC64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 _ZIP64_LIMIT = 0xFFFFFFFF   # a 32-bit field holding this value means "see the zip64 extra"
+# Sizes, offsets and counts from this value on are written in zip64 records. Writer and reader both
+# read it at call time (tests lower it to exercise zip64 without 4 GiB files).
+_ZIP64_THRESHOLD = _ZIP64_LIMIT
 _ZIP64_ID, _PAD_ID = 0x0001, 0xD935
 _DOS_DATE, _DOS_TIME = (0 << 9) | (1 << 5) | 1, 0   # 1980-01-01 00:00:00
 _MADE_BY = (3 << 8) | 20                            # unix, spec 2.0
@@ -299,6 +305,7 @@ class _Record:
     csize: int
     usize: int
     offset: int
+    crc: int
     name: str = ""
 
 
@@ -649,7 +656,7 @@ def _central_directory(buf: memoryview, limits: Limits, where: str) -> tuple[lis
             raise CorruptZipError(f"{where}: central directory entry {i} runs past the directory; {_FIX}")
         raw = bytes(buf[pos + _CDH.size:pos + _CDH.size + nlen])
         extra = buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen]
-        rec = _Record(i, raw, flags, method, csize, usize, offset)
+        rec = _Record(i, raw, flags, method, csize, usize, offset, f[7])
         _apply_zip64(rec, extra, where)
         records.append(rec)
         pos = end
@@ -833,12 +840,17 @@ def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
 # ---------------------------------------------------------------- reading: manifest and checksums
 
 
-def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest:
+def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str) -> schema.Manifest:
     for req in _REQUIRED:
         if req not in views:
             raise MissingMemberError(
                 f"{where} has no {req}; it is incomplete or not a pt2serde archive: {_FIX}"
             )
+    # Nothing else covers the manifest's bytes (it holds everybody else's sha256), so its CRC-32
+    # is checked before a single field of it is trusted; the framing check covers the CRC field.
+    if zlib.crc32(views[MANIFEST]) != manifest_crc:
+        raise ChecksumMismatchError(f"{where}: {MANIFEST} is corrupt: its CRC-32 differs from the one in "
+                                    f"the zip directory; {_FIX}")
     manifest = wire.decode(views[MANIFEST], schema.Manifest, where=f"{where}: {MANIFEST}")
     if manifest.format != FORMAT_NAME:
         raise ForeignArtifactError(f"{where}: {MANIFEST} names format {manifest.format!r}, not "
@@ -870,7 +882,6 @@ def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest
         if not SHA256_RE.fullmatch(m.sha256) or (name.startswith("data/") and m.sha256 != name[5:]):
             raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid sha256 {m.sha256!r} for "
                                         f"member {name!r}; {_FIX}")
-    _verify_hashes(views, manifest, where)
     return manifest
 
 
@@ -893,12 +904,50 @@ def digest_all(fn: Callable[[memoryview], Any], views: list[memoryview | bytes])
     return [fn(v) if d is None else d for v, d in zip(views, out, strict=True)]
 
 
-def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> None:
+def _sha256_and_crc32(view: memoryview | bytes) -> tuple[str, int]:
+    # One pass in cache-sized pieces: each piece is hashed while it is still in cache.
+    h, crc, step = hashlib.sha256(), 0, 1 << 20
+    for lo in range(0, len(view), step):
+        piece = view[lo:lo + step]
+        h.update(piece)
+        crc = zlib.crc32(piece, crc)
+    return h.hexdigest(), crc
+
+
+def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> dict[str, int]:
+    """Check every member's sha256 against the manifest; return every member's CRC-32 (for the
+    framing check), the manifest's included."""
     names = sorted(manifest.members)
-    digests = dict(zip(names, digest_all(sha256_hex, [views[n] for n in names]), strict=True))
+    digests = dict(zip(names, digest_all(_sha256_and_crc32, [views[n] for n in names]), strict=True))
     for name in names:
-        if digests[name] != manifest.members[name].sha256:
+        if digests[name][0] != manifest.members[name].sha256:
             raise ChecksumMismatchError(
-                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name]}, but {MANIFEST} "
+                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name][0]}, but {MANIFEST} "
                 f"records {manifest.members[name].sha256}; {_FIX}"
             )
+    crcs = {name: d[1] for name, d in digests.items()}
+    crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
+    return crcs
+
+
+def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:
+    """Demand that every byte outside the members' data is what :func:`write_archive` writes for
+    these members: the writer is deterministic, so any other byte (a date, a version, padding,
+    attributes, a CRC) is damage or tampering that the structural checks let through."""
+    names = sorted(views)
+    chunks = _layout([_Entry(n, views[n], "", crcs[n]) for n in names], _ZIP64_THRESHOLD)
+    pos = 0
+    for k, chunk in enumerate(chunks):
+        if k % 2:  # member data, already checked by sha256
+            pos += len(chunk)
+            continue
+        got = buf[pos:pos + len(chunk)]
+        if got != chunk:
+            at = pos + next((i for i in range(len(got)) if got[i] != chunk[i]), len(got))
+            part = (f"the local header of member {names[k // 2]!r}" if k < len(chunks) - 1
+                    else "the central directory or end record")
+            raise CorruptZipError(f"{where}: byte {at} (in {part}) differs from what pt2serde writes for "
+                                  f"these members; the file was damaged or rewritten by another tool: {_FIX}")
+        pos += len(chunk)
+    if pos != len(buf):
+        raise CorruptZipError(f"{where}: {len(buf) - pos} unexplained bytes at the end; {_FIX}")
