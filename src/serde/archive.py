@@ -34,10 +34,10 @@ import io
 import mmap
 import os
 import re
+import secrets
 import struct
-import tempfile
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -55,7 +55,7 @@ from .version import FORMAT_VERSION
 __all__ = [
     "MANIFEST", "PROGRAM", "WEIGHTS", "DEBUG", "FORMAT_NAME", "ALIGNMENT",
     "Limits", "DEFAULT_LIMITS", "ArchiveContents",
-    "write_archive", "read_archive", "is_torch_export_archive", "payload_name",
+    "write_archive", "write_atomic", "read_archive", "is_torch_export_archive", "payload_name",
     "ArtifactIOError", "NotAnArchiveError", "TorchArchiveError", "TruncatedArchiveError",
     "CorruptZipError", "OverlappingMembersError", "DuplicateMemberError", "UnsafeMemberNameError",
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
@@ -204,10 +204,9 @@ def write_archive(
     """Write ``members`` plus a generated manifest.json as one pt2serde archive.
 
     Args:
-        dest: a path, written atomically (temporary file in the same directory, fsync, rename,
-            fsync of the directory; on failure the temporary file is removed and a previous file
-            at ``dest`` is untouched), or a binary file object, written from its current position
-            and *not* atomic.
+        dest: a path, written atomically by :func:`write_atomic` (a previous file at ``dest`` is
+            replaced only by the complete new one), or a binary file object, written from its
+            current position (until every byte is taken, for raw streams) and *not* atomic.
         members: ``program.json``, ``weights.json``, optional ``debug.json`` and ``data/<sha256>``
             payloads. Must not contain ``manifest.json``. A payload's name is trusted to be the
             sha256 of its bytes (not re-hashed here; a wrong name makes the file fail to load).
@@ -220,11 +219,11 @@ def write_archive(
     """
     chunks = _plan(members, schema_version, torch_version, _ZIP64_THRESHOLD)
     if isinstance(dest, (str, os.PathLike)):
-        _write_atomic(os.fspath(dest), chunks)
+        write_atomic(dest, chunks)
         return
     try:
         for c in chunks:
-            dest.write(c)
+            _write_stream(dest, c)
         dest.flush()
     except (OSError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactIOError(f"cannot write the archive to {dest!r}: {e}; pass a path or a file "
@@ -399,40 +398,124 @@ def _layout(entries: list[_Entry], zip64_limit: int) -> list[bytes | memoryview]
     return chunks
 
 
-def _write_atomic(path: str, chunks: list[bytes | memoryview]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+    """Write the concatenated ``chunks`` to ``path`` so that ``path`` holds either its previous
+    file or the complete new one, whatever happens (exceptions, SIGKILL, power loss).
+
+    The bytes go to a file without a name (Linux ``O_TMPFILE``), which the kernel discards if the
+    process dies; it is fsynced, given a name (``.<target>.<pid>.<hex>.tmp``), renamed over
+    ``path`` and the directory fsynced. A kill between naming and renaming (microseconds) leaves
+    that name behind. Where ``O_TMPFILE`` is unavailable the file is created under that name
+    directly. Either way, every save removes such files left by writers whose pid is dead. The
+    file gets the mode of the file it replaces, or 0666 minus the umask.
+
+    Raises:
+        ArtifactIOError: the OS refused (missing directory, permissions, disk full, a directory
+            at ``path``); nothing changed at ``path``.
+    """
+    path = os.fspath(path)
+    directory, base = os.path.split(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        dfd = os.open(directory or "/", os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         raise ArtifactIOError(f"cannot save to {path!r}: cannot create a temporary file in "
                               f"{directory!r} ({e.strerror}); check the directory exists and is writable") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fchmod(f.fileno(), _target_mode(path))
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _remove_stale_temps(dfd, base)
+        _write_and_rename(dfd, base, chunks, path)
+        with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+_USE_O_TMPFILE = hasattr(os, "O_TMPFILE")  # tests switch it off to exercise the fallback
+
+
+def _temp_name(base: str) -> str:
+    return f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _write_and_rename(dfd: int, base: str, chunks: Iterable[bytes | bytearray | memoryview], path: str) -> None:
+    tmp: str | None = None   # the temporary name, once there is one to remove on failure
+    fd = -1
+    try:
+        try:
+            if _USE_O_TMPFILE:
+                fd = _open_unnamed(dfd)
+            if fd < 0:
+                tmp = _temp_name(base)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        except OSError as e:
+            raise ArtifactIOError(f"cannot save to {path!r}: cannot create a temporary file in its directory "
+                                  f"({e.strerror}); check the directory exists and is writable") from None
+        for c in chunks:
+            _write_fd(fd, c)
+        os.fchmod(fd, _target_mode(dfd, base))
+        os.fsync(fd)
+        if tmp is None:
+            name = _temp_name(base)
+            os.link(f"/proc/self/fd/{fd}", name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=True)
+            tmp = name
+        os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
+        tmp = None
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
         if isinstance(e, OSError):
             raise ArtifactIOError(f"cannot save to {path!r}: {e.strerror or e}; nothing was written there "
                                   "(check free space, permissions, and that the path is not a directory)") from None
         raise
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
-def _target_mode(path: str) -> int:
+def _open_unnamed(dfd: int) -> int:
+    """An O_TMPFILE file in the directory, or -1 where that (or naming it via /proc) is unsupported."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    except OSError:  # EOPNOTSUPP (filesystem), EISDIR (old kernel), ...: the fallback reports real errors
+        return -1
+    if not os.path.exists(f"/proc/self/fd/{fd}"):  # no /proc: the file could never be named
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _write_fd(fd: int, chunk: bytes | bytearray | memoryview) -> None:
+    view = memoryview(chunk).cast("B")
+    while view:
+        view = view[os.write(fd, view[:1 << 30]):]
+
+
+def _remove_stale_temps(dfd: int, base: str) -> None:
+    """Remove temporary files of earlier saves to ``base`` whose writer process no longer exists."""
+    pattern = re.compile(rf"\.{re.escape(base)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(dfd):
+            m = pattern.fullmatch(name)
+            if m is None or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dfd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # alive under another user; or no pid of ours: keep
+        return True
+    return True
+
+
+def _target_mode(dfd: int, base: str) -> int:
     """Keep the mode of a file being replaced; a new file gets 0666 minus the umask."""
     try:
-        st = os.stat(path)
+        st = os.stat(base, dir_fd=dfd)
         if (st.st_mode & 0o170000) == 0o100000:
             return st.st_mode & 0o777
     except OSError:
@@ -444,6 +527,23 @@ def _target_mode(path: str) -> int:
             if line.startswith("Umask:"):
                 umask = int(line.split()[1], 8)
     return 0o666 & ~umask
+
+
+def _write_stream(dest: BinaryIO, chunk: bytes | memoryview) -> None:
+    """Write all of ``chunk``: a raw stream's write() may take fewer bytes than given."""
+    view = memoryview(chunk).cast("B")
+    while view:
+        n = dest.write(view)
+        if n is None:
+            raise ArtifactIOError(
+                f"cannot write the archive to {dest!r}: write() returned None, which a non-blocking stream "
+                "does when it would block, so part of the archive was not written; pass a blocking file, "
+                "a path, or a file object whose write() returns the number of bytes written")
+        if not isinstance(n, int) or not 0 < n <= len(view):
+            raise ArtifactIOError(
+                f"cannot write the archive to {dest!r}: write() of {len(view)} bytes returned {n!r}; the "
+                "archive is incomplete. Pass a path or a file object opened in binary write mode ('wb')")
+        view = view[n:]
 
 
 def _as_bytes_view(data: object, where: str) -> memoryview:

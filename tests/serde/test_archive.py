@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
-import signal
 import struct
 import subprocess
 import sys
-import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -327,83 +324,6 @@ def test_torch_export_save_is_recognised(tmp_path: Path) -> None:
     write_archive(ours, _members(), schema_version=(1, 0), torch_version=TORCH)
     assert not archive.is_torch_export_archive(ours)
     assert not archive.is_torch_export_archive(b"plain text")
-
-
-# ---------------------------------------------------------------- atomic saves
-
-_WRITER = """
-import hashlib, random, sys
-from serde.archive import write_archive, payload_name
-data = bytes(range(256)) * (int(sys.argv[2]) // 256)
-members = {"program.json": b"{}", "weights.json": b"{}", payload_name(hashlib.sha256(data).hexdigest()): data}
-write_archive(sys.argv[1], members, schema_version=(1, 0), torch_version="new")
-"""
-
-
-def _temps(directory: Path, target: Path) -> list[Path]:
-    return [p for p in directory.iterdir() if p.name.startswith(f".{target.name}.") and p.suffix == ".tmp"]
-
-
-@pytest.mark.parametrize("previous", [True, False])
-def test_killed_save_leaves_previous_file_or_nothing(tmp_path: Path, previous: bool) -> None:
-    target = tmp_path / "model.pt2s"
-    old = _to_bytes(_members(seed=9))
-    if previous:
-        target.write_bytes(old)
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(128 << 20)])
-
-    def writing() -> bool:
-        temps = _temps(tmp_path, target)
-        if temps and temps[0].stat().st_size > 0:
-            return True
-        # A non-atomic writer would touch the target itself; notice that too.
-        return target.exists() != previous or (previous and target.stat().st_size != len(old))
-
-    try:
-        deadline = time.monotonic() + 120
-        while not writing():
-            assert proc.poll() is None, "the writer finished before it could be interrupted"
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    if previous:
-        assert target.read_bytes() == old
-        read_archive(target)
-    else:
-        assert not target.exists()
-    assert _temps(tmp_path, target), "the kill landed after the rename: the test did not test anything"
-
-
-def test_completed_save_replaces_and_leaves_no_temp_files(tmp_path: Path) -> None:
-    target = tmp_path / "model.pt2s"
-    target.write_bytes(b"old")
-    os.chmod(target, 0o640)
-    subprocess.run([sys.executable, "-c", _WRITER, str(target), "100000"], check=True)
-    assert read_archive(target).manifest.torch_version == "new"
-    assert _temps(tmp_path, target) == []
-    assert target.stat().st_mode & 0o777 == 0o640  # the replaced file's mode is kept
-    fresh = tmp_path / "fresh.pt2s"
-    write_archive(fresh, _members(), schema_version=(1, 0), torch_version=TORCH)
-    umask = os.umask(0)
-    os.umask(umask)
-    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.pt2s", "model.pt2s"]
-
-
-def test_failed_save_removes_its_temp_file(tmp_path: Path) -> None:
-    target = tmp_path / "taken"
-    target.mkdir()
-    (target / "keep").write_text("x")
-    with pytest.raises(ArtifactIOError, match="nothing was written there"):
-        write_archive(target, _members(), schema_version=(1, 0), torch_version=TORCH)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
-    assert (target / "keep").read_text() == "x"
-    with pytest.raises(ArtifactIOError, match="cannot create a temporary file"):
-        write_archive(tmp_path / "no" / "dir.pt2s", _members(), schema_version=(1, 0), torch_version=TORCH)
 
 
 # ---------------------------------------------------------------- pt2serde check
