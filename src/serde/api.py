@@ -16,6 +16,7 @@ from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
 from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from .gcpause import paused_gc
+from .isolation import outside_ambient_modes
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
 
@@ -91,6 +92,10 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     in place (``cp`` over it, ``torch.save`` to it) makes reading the weights fail with SIGBUS or see
     the new bytes. Replacing it by rename, as :func:`save` does, is safe.
 
+    Torch modes active in the calling thread (``FakeTensorMode``, a ``TorchDispatchMode`` or
+    ``TorchFunctionMode``, inference mode, a dynamo tracing context) are set aside while loading:
+    the program always holds real tensors, and is safe to load from several threads at once.
+
     Raises:
         ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
             convert it once with ``pt2serde import``).
@@ -98,7 +103,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
         UnknownOperatorError: an operator is not registered in this process.
     """
-    with paused_gc():
+    with paused_gc(), outside_ambient_modes():
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(artifact, extra_files)
@@ -119,7 +124,12 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
 
 
 def from_artifact(a: Artifact) -> ExportedProgram:
-    """Build the ExportedProgram described by a decoded artifact."""
+    """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode)."""
+    with outside_ambient_modes():
+        return _build(a)
+
+
+def _build(a: Artifact) -> ExportedProgram:
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
     program = a.program
     if a.debug is not None:

@@ -126,12 +126,19 @@ def deserialize_weights(
     Raises:
         MalformedArtifactError subclasses naming the offending entry, e.g. ``weights.state_dict["w"]``.
     """
+    from .isolation import outside_ambient_modes
+
+    _check_byteorder()
+    validate_weights(w, lambda name: len(member(name)))
+    with outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
+        return _deserialize_weights(w, member)
+
+
+def _deserialize_weights(w: schema.Weights, member: Callable[[str], memoryview]) -> tuple[dict, dict, Any]:
     import torch
 
     from .enums import SCALAR_TO_DTYPE
 
-    _check_byteorder()
-    validate_weights(w, lambda name: len(member(name)))
     storages = _load_storages(w, member)
 
     def tensor(t: schema.StoredTensor, where: str) -> torch.Tensor:
