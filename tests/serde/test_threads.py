@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -156,3 +159,31 @@ def test_loads_in_threads_alongside_control_flow(saved) -> None:
 @pytest.mark.slow
 def test_many_loads_in_threads_alongside_control_flow(saved) -> None:
     _loads_alongside_control_flow(saved, loads_per_worker=200)
+
+
+_FIRST_DECODES = """
+import sys, threading
+from serde import archive, schema, wire
+c = archive.read_archive(sys.argv[1])
+jobs = [(c.member("program.json"), schema.ExportedProgram), (c.member("weights.json"), schema.Weights),
+        (c.member("manifest.json"), schema.Manifest), (b"{}", schema.DebugInfo)] * 2
+start = threading.Barrier(len(jobs))
+def run(data, type_):
+    start.wait()
+    for _ in range(3):
+        wire.decode(data, type_)
+threads = [threading.Thread(target=run, args=job) for job in jobs]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def test_first_decodes_in_several_threads_at_once(saved) -> None:
+    # The first decoder of a schema type fills msgspec's per-class caches; two threads doing that
+    # at once crashed the interpreter (about 4 runs in 5 before decoders were built under a lock).
+    # Each run is a fresh process, since the caches are filled once per process.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for _ in range(10):
+        done = subprocess.run([sys.executable, "-c", _FIRST_DECODES, str(saved["cond"][1])], env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
