@@ -19,10 +19,11 @@ The same members always give byte-identical files, whatever the order of the inp
 
 Reading never trusts the file: the whole file is read once into one private buffer, the zip
 structure is checked end to end (sizes, offsets, contiguity, alignment, names), then the manifest is
-decoded and every member's sha256 verified, before any member is handed out as a zero-copy
-``memoryview`` over that buffer. CRC-32 fields are written for other tools but not checked on read:
-the sha256 check is stronger. Each failure raises its own :class:`~serde.errors.SerializeError`
-subclass, defined below.
+decoded (after its CRC-32 is checked: no sha256 covers it) and every member's sha256 verified,
+and finally every byte of zip framing is compared with what :func:`write_archive` would write for
+those members (so the CRC-32 of every member, dates, versions, attributes and padding are exact),
+before any member is handed out as a zero-copy ``memoryview`` over that buffer. Each failure raises
+its own :class:`~serde.errors.SerializeError` subclass, defined below.
 """
 
 from __future__ import annotations
