@@ -66,10 +66,29 @@ def _rewrite(src: Path, dest: Path, tmpfile: bool) -> subprocess.Popen:
     return proc
 
 
-def _kill_repeatedly(two: tuple[Path, Path], directory: Path, kills: int, tmpfile: bool) -> None:
+def _wait_until_writing(proc: subprocess.Popen, directory: Path) -> None:
+    """Until the writer holds a file in ``directory`` open (the unnamed O_TMPFILE file shows as
+    ``<directory>/#<inode> (deleted)``) or has exited."""
+    fds = Path(f"/proc/{proc.pid}/fd")
+    while proc.poll() is None:
+        links = []
+        for fd in list(fds.iterdir()) if fds.exists() else []:
+            try:
+                links.append(os.readlink(fd))
+            except OSError:  # closed meanwhile
+                pass
+        if any(link.startswith(f"{directory}/") for link in links):
+            return
+        time.sleep(0.0005)
+
+
+def _kill_repeatedly(two: tuple[Path, Path], directory: Path, kills: int, tmpfile: bool, reach: float) -> None:
+    """Kill writers at random points from ``0`` to ``reach`` times the length of a whole write,
+    counted from the moment the temporary file is open."""
     refs = [p.read_bytes() for p in two]
     target = directory / "model.pt2s"
     proc = _rewrite(two[0], target, tmpfile)
+    _wait_until_writing(proc, directory)
     t0 = time.monotonic()  # how long one write takes here, to spread the kills over it
     proc.wait()
     span = time.monotonic() - t0
@@ -79,7 +98,8 @@ def _kill_repeatedly(two: tuple[Path, Path], directory: Path, kills: int, tmpfil
     for k in range(kills):
         new = 1 - current  # alternate, so the previous and the new file always differ
         proc = _rewrite(two[new], target, tmpfile)
-        time.sleep(rng.uniform(0, span))
+        _wait_until_writing(proc, directory)
+        time.sleep(rng.uniform(0, reach * span))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         got = target.read_bytes()
@@ -88,7 +108,7 @@ def _kill_repeatedly(two: tuple[Path, Path], directory: Path, kills: int, tmpfil
             interrupted += 1
         current = refs.index(got)
         if tmpfile:  # the unnamed file dies with the process
-            assert _temps(directory) == [], f"kill {k} left a temporary file"
+            assert _temps(directory) == [], f"kill {k} (of {kills}, {span=:.3f}s) left a temporary file"
     # A later save removes what the fallback's killed writers left (their pids are dead).
     _rewrite(two[1 - current], target, tmpfile).wait()
     assert _temps(directory) == []
@@ -99,13 +119,13 @@ def _kill_repeatedly(two: tuple[Path, Path], directory: Path, kills: int, tmpfil
 
 @pytest.mark.parametrize("tmpfile", [True, False], ids=["o_tmpfile", "named_temp"])
 def test_kill_during_save_leaves_old_or_new_file_and_no_temp(two_artifacts, tmp_path: Path, tmpfile: bool) -> None:
-    _kill_repeatedly(two_artifacts, tmp_path, kills=3, tmpfile=tmpfile)
+    _kill_repeatedly(two_artifacts, tmp_path, kills=3, tmpfile=tmpfile, reach=0.5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tmpfile", [True, False], ids=["o_tmpfile", "named_temp"])
 def test_forty_kills_during_save(two_artifacts, tmp_path: Path, tmpfile: bool) -> None:
-    _kill_repeatedly(two_artifacts, tmp_path, kills=40, tmpfile=tmpfile)
+    _kill_repeatedly(two_artifacts, tmp_path, kills=40, tmpfile=tmpfile, reach=1.5)
 
 
 def _members() -> dict[str, bytes]:
