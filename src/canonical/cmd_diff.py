@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from serde.archive import write_atomic
     from serde.artifact import read_artifact
 
     from .diff import diff
@@ -41,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
         from .view import diff_page
 
         page = diff_page(a.program, b.program, report.changes, text, f"{args.a} -> {args.b}")
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(page)
+        write_atomic(args.html, [page.encode("utf-8")])
     sys.stdout.flush()
     return 0 if report.identical else 1
 

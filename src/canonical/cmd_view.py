@@ -16,13 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from serde.archive import write_atomic
     from serde.artifact import read_artifact
 
     from .view import program_page
 
     art = read_artifact(args.file)
     page = program_page(art.program, os.path.basename(args.file))
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(page)
+    write_atomic(args.output, [page.encode("utf-8")])
     print(f"wrote {args.output} ({len(art.program.graph_module.graph.nodes)} nodes)")
     return 0

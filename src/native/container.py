@@ -22,12 +22,11 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import tempfile
 from typing import BinaryIO
 
 from .errors import NativeFormatError, NativeVersionError
 
-__all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "write_atomic", "check_blob"]
+__all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "check_blob"]
 
 ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQQQ")
@@ -130,25 +129,6 @@ def read_bytes(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryvie
         return memoryview(bytearray(src.read()))
     except OSError as e:
         raise NativeFormatError(f"{what}: cannot read the file: {e}") from None
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write via a temporary file in the same directory, fsync, rename."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise NativeFormatError(f"{path}: cannot write the file: {e}") from None
 
 
 def _kind(magic: bytes) -> str:

@@ -34,6 +34,8 @@ from typing import BinaryIO, Union
 
 import msgspec
 
+from serde.archive import write_atomic
+
 from . import container
 from .errors import NativeFormatError
 
@@ -298,8 +300,12 @@ def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program",
 
 
 def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
-    """Write ``p`` atomically."""
-    container.write_atomic(path, encode(p))
+    """Write ``p`` atomically (see :func:`serde.archive.write_atomic`).
+
+    Raises:
+        ArtifactIOError: the OS refused the write; nothing changed at ``path``.
+    """
+    write_atomic(path, [encode(p)])
 
 
 def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True) -> NativeProgram:

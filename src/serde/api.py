@@ -16,6 +16,7 @@ from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
 from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from .gcpause import paused_gc
+from .isolation import outside_ambient_modes
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, saved_devices, serialize_weights
 
@@ -151,6 +152,10 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     move is torch's ``move_to_device_pass``, so weights, constants and the graph's device
     metadata and device arguments agree.
 
+    Torch modes active in the calling thread (``FakeTensorMode``, a ``TorchDispatchMode`` or
+    ``TorchFunctionMode``, inference mode, a dynamo tracing context) are set aside while loading:
+    the program always holds real tensors, and is safe to load from several threads at once.
+
     Raises:
         ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
             convert it once with ``pt2serde import``).
@@ -159,7 +164,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         UnknownOperatorError: an operator is not registered in this process.
     """
     _check_not_at_end(f)
-    with paused_gc():
+    with paused_gc(), outside_ambient_modes():
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(artifact, extra_files)
@@ -177,7 +182,13 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
 
 
 def from_artifact(a: Artifact, map_location: MapLocation = None) -> ExportedProgram:
-    """Build the ExportedProgram described by a decoded artifact (see :func:`load` for devices)."""
+    """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode;
+    see :func:`load` for devices)."""
+    with outside_ambient_modes():
+        return _build(a, map_location)
+
+
+def _build(a: Artifact, map_location: MapLocation) -> ExportedProgram:
     place, missing = _placement(saved_devices(a.weights))
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member, place=place)
     program = a.program

@@ -19,10 +19,11 @@ The same members always give byte-identical files, whatever the order of the inp
 
 Reading never trusts the file: the whole file is read once into one private buffer, the zip
 structure is checked end to end (sizes, offsets, contiguity, alignment, names), then the manifest is
-decoded and every member's sha256 verified, before any member is handed out as a zero-copy
-``memoryview`` over that buffer. CRC-32 fields are written for other tools but not checked on read:
-the sha256 check is stronger. Each failure raises its own :class:`~serde.errors.SerializeError`
-subclass, defined below.
+decoded (after its CRC-32 is checked: no sha256 covers it) and every member's sha256 verified,
+and finally every byte of zip framing is compared with what :func:`write_archive` would write for
+those members (so the CRC-32 of every member, dates, versions, attributes and padding are exact),
+before any member is handed out as a zero-copy ``memoryview`` over that buffer. Each failure raises
+its own :class:`~serde.errors.SerializeError` subclass, defined below.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ import io
 import mmap
 import os
 import re
+import secrets
 import struct
-import tempfile
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -55,7 +56,7 @@ from .version import FORMAT_VERSION
 __all__ = [
     "MANIFEST", "PROGRAM", "WEIGHTS", "DEBUG", "FORMAT_NAME", "ALIGNMENT",
     "Limits", "DEFAULT_LIMITS", "ArchiveContents",
-    "write_archive", "read_archive", "is_torch_export_archive", "payload_name",
+    "write_archive", "write_atomic", "read_archive", "is_torch_export_archive", "payload_name",
     "ArtifactIOError", "NotAnArchiveError", "TorchArchiveError", "TruncatedArchiveError",
     "CorruptZipError", "OverlappingMembersError", "DuplicateMemberError", "UnsafeMemberNameError",
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
@@ -239,10 +240,9 @@ def write_archive(
     """Write ``members`` plus a generated manifest.json as one pt2serde archive.
 
     Args:
-        dest: a path, written atomically (temporary file in the same directory, fsync, rename,
-            fsync of the directory; on failure the temporary file is removed and a previous file
-            at ``dest`` is untouched), or a binary file object, written from its current position
-            and *not* atomic.
+        dest: a path, written atomically by :func:`write_atomic` (a previous file at ``dest`` is
+            replaced only by the complete new one), or a binary file object, written from its
+            current position (until every byte is taken, for raw streams) and *not* atomic.
         members: ``program.json``, ``weights.json``, optional ``debug.json`` and ``data/<sha256>``
             payloads. Must not contain ``manifest.json``. A payload's name is trusted to be the
             sha256 of its bytes (not re-hashed here; a wrong name makes the file fail to load).
@@ -253,13 +253,13 @@ def write_archive(
         UnsafeMemberNameError, UnknownMemberError, MissingMemberError: bad ``members``.
         ArtifactIOError: the OS refused the write.
     """
-    chunks = _plan(members, schema_version, torch_version, _ZIP64_LIMIT)
+    chunks = _plan(members, schema_version, torch_version, _ZIP64_THRESHOLD)
     if isinstance(dest, (str, os.PathLike)):
-        _write_atomic(os.fspath(dest), chunks)
+        write_atomic(dest, chunks)
         return
     try:
         for c in chunks:
-            dest.write(c)
+            _write_stream(dest, c)
         dest.flush()
     except (OSError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactIOError(f"cannot write the archive to {dest!r}: {e}; pass a path or a file "
@@ -293,7 +293,10 @@ def read_archive(
     records, cd_off = _central_directory(buf, limits, where)
     _reject_foreign(records, where)
     views = _check_members(buf, records, cd_off, limits, where)
-    manifest = _check_manifest(views, where)
+    manifest = _check_manifest(views, next(r.crc for r in records if r.name == MANIFEST)
+                               if MANIFEST in views else 0, where)
+    crcs = _verify_hashes(views, manifest, where)
+    _check_framing(buf, views, crcs, where)
     return ArchiveContents(manifest, views)
 
 
@@ -316,6 +319,9 @@ _LOC64 = struct.Struct("<4sIQI")                # zip64 end of central directory
 _SIG_LFH, _SIG_CDH = b"PK\x03\x04", b"PK\x01\x02"
 _SIG_EOCD, _SIG_EOCD64, _SIG_LOC64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 _ZIP64_LIMIT = 0xFFFFFFFF   # a 32-bit field holding this value means "see the zip64 extra"
+# Sizes, offsets and counts from this value on are written in zip64 records. Writer and reader both
+# read it at call time (tests lower it to exercise zip64 without 4 GiB files).
+_ZIP64_THRESHOLD = _ZIP64_LIMIT
 _ZIP64_ID, _PAD_ID = 0x0001, 0xD935
 _DOS_DATE, _DOS_TIME = (0 << 9) | (1 << 5) | 1, 0   # 1980-01-01 00:00:00
 _MADE_BY = (3 << 8) | 20                            # unix, spec 2.0
@@ -334,6 +340,7 @@ class _Record:
     csize: int
     usize: int
     offset: int
+    crc: int
     name: str = ""
 
 
@@ -427,40 +434,124 @@ def _layout(entries: list[_Entry], zip64_limit: int) -> list[bytes | memoryview]
     return chunks
 
 
-def _write_atomic(path: str, chunks: list[bytes | memoryview]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+    """Write the concatenated ``chunks`` to ``path`` so that ``path`` holds either its previous
+    file or the complete new one, whatever happens (exceptions, SIGKILL, power loss).
+
+    The bytes go to a file without a name (Linux ``O_TMPFILE``), which the kernel discards if the
+    process dies; it is fsynced, given a name (``.<target>.<pid>.<hex>.tmp``), renamed over
+    ``path`` and the directory fsynced. A kill between naming and renaming (microseconds) leaves
+    that name behind. Where ``O_TMPFILE`` is unavailable the file is created under that name
+    directly. Either way, every save removes such files left by writers whose pid is dead. The
+    file gets the mode of the file it replaces, or 0666 minus the umask.
+
+    Raises:
+        ArtifactIOError: the OS refused (missing directory, permissions, disk full, a directory
+            at ``path``); nothing changed at ``path``.
+    """
+    path = os.fspath(path)
+    directory, base = os.path.split(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        dfd = os.open(directory or "/", os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
-        raise ArtifactIOError(f"cannot save to {path!r}: cannot create a temporary file in "
-                              f"{directory!r} ({e.strerror}); check the directory exists and is writable") from None
+        raise os_error(e, f"cannot save to {path!r}: cannot create a temporary file in "
+                          f"{directory!r} ({e.strerror}); check the directory exists and is writable") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fchmod(f.fileno(), _target_mode(path))
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ArtifactIOError(f"cannot save to {path!r}: {e.strerror or e}; nothing was written there "
-                                  "(check free space, permissions, and that the path is not a directory)") from None
-        raise
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
+        _remove_stale_temps(dfd, base)
+        _write_and_rename(dfd, base, chunks, path)
+        with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
             os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    finally:
+        os.close(dfd)
 
 
-def _target_mode(path: str) -> int:
+_USE_O_TMPFILE = hasattr(os, "O_TMPFILE")  # tests switch it off to exercise the fallback
+
+
+def _temp_name(base: str) -> str:
+    return f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _write_and_rename(dfd: int, base: str, chunks: Iterable[bytes | bytearray | memoryview], path: str) -> None:
+    tmp: str | None = None   # the temporary name, once there is one to remove on failure
+    fd = -1
+    try:
+        try:
+            if _USE_O_TMPFILE:
+                fd = _open_unnamed(dfd)
+            if fd < 0:
+                tmp = _temp_name(base)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        except OSError as e:
+            raise os_error(e, f"cannot save to {path!r}: cannot create a temporary file in its directory "
+                              f"({e.strerror}); check the directory exists and is writable") from None
+        for c in chunks:
+            _write_fd(fd, c)
+        os.fchmod(fd, _target_mode(dfd, base))
+        os.fsync(fd)
+        if tmp is None:
+            name = _temp_name(base)
+            os.link(f"/proc/self/fd/{fd}", name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=True)
+            tmp = name
+        os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
+        tmp = None
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+        if isinstance(e, OSError) and not isinstance(e, ArtifactIOError):
+            raise os_error(e, f"cannot save to {path!r}: {e.strerror or e}; nothing was written there "
+                              "(check free space, permissions, and that the path is not a directory)") from None
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _open_unnamed(dfd: int) -> int:
+    """An O_TMPFILE file in the directory, or -1 where that (or naming it via /proc) is unsupported."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    except OSError:  # EOPNOTSUPP (filesystem), EISDIR (old kernel), ...: the fallback reports real errors
+        return -1
+    if not os.path.exists(f"/proc/self/fd/{fd}"):  # no /proc: the file could never be named
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _write_fd(fd: int, chunk: bytes | bytearray | memoryview) -> None:
+    view = memoryview(chunk).cast("B")
+    while view:
+        view = view[os.write(fd, view[:1 << 30]):]
+
+
+def _remove_stale_temps(dfd: int, base: str) -> None:
+    """Remove temporary files of earlier saves to ``base`` whose writer process no longer exists."""
+    pattern = re.compile(rf"\.{re.escape(base)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(dfd):
+            m = pattern.fullmatch(name)
+            if m is None or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dfd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # alive under another user; or no pid of ours: keep
+        return True
+    return True
+
+
+def _target_mode(dfd: int, base: str) -> int:
     """Keep the mode of a file being replaced; a new file gets 0666 minus the umask."""
     try:
-        st = os.stat(path)
+        st = os.stat(base, dir_fd=dfd)
         if (st.st_mode & 0o170000) == 0o100000:
             return st.st_mode & 0o777
     except OSError:
@@ -472,6 +563,23 @@ def _target_mode(path: str) -> int:
             if line.startswith("Umask:"):
                 umask = int(line.split()[1], 8)
     return 0o666 & ~umask
+
+
+def _write_stream(dest: BinaryIO, chunk: bytes | memoryview) -> None:
+    """Write all of ``chunk``: a raw stream's write() may take fewer bytes than given."""
+    view = memoryview(chunk).cast("B")
+    while view:
+        n = dest.write(view)
+        if n is None:
+            raise ArtifactIOError(
+                f"cannot write the archive to {dest!r}: write() returned None, which a non-blocking stream "
+                "does when it would block, so part of the archive was not written; pass a blocking file, "
+                "a path, or a file object whose write() returns the number of bytes written")
+        if not isinstance(n, int) or not 0 < n <= len(view):
+            raise ArtifactIOError(
+                f"cannot write the archive to {dest!r}: write() of {len(view)} bytes returned {n!r}; the "
+                "archive is incomplete. Pass a path or a file object opened in binary write mode ('wb')")
+        view = view[n:]
 
 
 def _as_bytes_view(data: object, where: str) -> memoryview:
@@ -686,7 +794,7 @@ def _central_directory(buf: memoryview, limits: Limits, where: str) -> tuple[lis
             raise CorruptZipError(f"{where}: central directory entry {i} runs past the directory; {_FIX}")
         raw = bytes(buf[pos + _CDH.size:pos + _CDH.size + nlen])
         extra = buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen]
-        rec = _Record(i, raw, flags, method, csize, usize, offset)
+        rec = _Record(i, raw, flags, method, csize, usize, offset, f[7])
         _apply_zip64(rec, extra, where)
         records.append(rec)
         pos = end
@@ -870,12 +978,17 @@ def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
 # ---------------------------------------------------------------- reading: manifest and checksums
 
 
-def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest:
+def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str) -> schema.Manifest:
     for req in _REQUIRED:
         if req not in views:
             raise MissingMemberError(
                 f"{where} has no {req}; it is incomplete or not a pt2serde archive: {_FIX}"
             )
+    # Nothing else covers the manifest's bytes (it holds everybody else's sha256), so its CRC-32
+    # is checked before a single field of it is trusted; the framing check covers the CRC field.
+    if zlib.crc32(views[MANIFEST]) != manifest_crc:
+        raise ChecksumMismatchError(f"{where}: {MANIFEST} is corrupt: its CRC-32 differs from the one in "
+                                    f"the zip directory; {_FIX}")
     manifest = wire.decode(views[MANIFEST], schema.Manifest, where=f"{where}: {MANIFEST}")
     if manifest.format != FORMAT_NAME:
         raise ForeignArtifactError(f"{where}: {MANIFEST} names format {manifest.format!r}, not "
@@ -907,7 +1020,6 @@ def _check_manifest(views: dict[str, memoryview], where: str) -> schema.Manifest
         if not SHA256_RE.fullmatch(m.sha256) or (name.startswith("data/") and m.sha256 != name[5:]):
             raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid sha256 {m.sha256!r} for "
                                         f"member {name!r}; {_FIX}")
-    _verify_hashes(views, manifest, where)
     return manifest
 
 
@@ -930,12 +1042,50 @@ def digest_all(fn: Callable[[memoryview], Any], views: list[memoryview | bytes])
     return [fn(v) if d is None else d for v, d in zip(views, out, strict=True)]
 
 
-def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> None:
+def _sha256_and_crc32(view: memoryview | bytes) -> tuple[str, int]:
+    # One pass in cache-sized pieces: each piece is hashed while it is still in cache.
+    h, crc, step = hashlib.sha256(), 0, 1 << 20
+    for lo in range(0, len(view), step):
+        piece = view[lo:lo + step]
+        h.update(piece)
+        crc = zlib.crc32(piece, crc)
+    return h.hexdigest(), crc
+
+
+def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> dict[str, int]:
+    """Check every member's sha256 against the manifest; return every member's CRC-32 (for the
+    framing check), the manifest's included."""
     names = sorted(manifest.members)
-    digests = dict(zip(names, digest_all(sha256_hex, [views[n] for n in names]), strict=True))
+    digests = dict(zip(names, digest_all(_sha256_and_crc32, [views[n] for n in names]), strict=True))
     for name in names:
-        if digests[name] != manifest.members[name].sha256:
+        if digests[name][0] != manifest.members[name].sha256:
             raise ChecksumMismatchError(
-                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name]}, but {MANIFEST} "
+                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name][0]}, but {MANIFEST} "
                 f"records {manifest.members[name].sha256}; {_FIX}"
             )
+    crcs = {name: d[1] for name, d in digests.items()}
+    crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
+    return crcs
+
+
+def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:
+    """Demand that every byte outside the members' data is what :func:`write_archive` writes for
+    these members: the writer is deterministic, so any other byte (a date, a version, padding,
+    attributes, a CRC) is damage or tampering that the structural checks let through."""
+    names = sorted(views)
+    chunks = _layout([_Entry(n, views[n], "", crcs[n]) for n in names], _ZIP64_THRESHOLD)
+    pos = 0
+    for k, chunk in enumerate(chunks):
+        if k % 2:  # member data, already checked by sha256
+            pos += len(chunk)
+            continue
+        got = buf[pos:pos + len(chunk)]
+        if got != chunk:
+            at = pos + next((i for i in range(len(got)) if got[i] != chunk[i]), len(got))
+            part = (f"the local header of member {names[k // 2]!r}" if k < len(chunks) - 1
+                    else "the central directory or end record")
+            raise CorruptZipError(f"{where}: byte {at} (in {part}) differs from what pt2serde writes for "
+                                  f"these members; the file was damaged or rewritten by another tool: {_FIX}")
+        pos += len(chunk)
+    if pos != len(buf):
+        raise CorruptZipError(f"{where}: {len(buf) - pos} unexplained bytes at the end; {_FIX}")

@@ -85,7 +85,7 @@ def _check_agrees(declared: tuple[int, int], manifest: tuple[int, int]) -> None:
 
 def _convert(doc: Any, type_: type, where: str) -> Any:
     try:
-        return msgspec.convert(doc, type_)
+        return wire.convert(doc, type_)
     except msgspec.ValidationError as e:
         raise MalformedArtifactError(f"{where}: after upgrading, does not match schema {type_.__name__}: {e}") from None
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from . import schema, wire
-from .archive import payload_name
+from .archive import payload_name, write_atomic
 from .errors import MalformedArtifactError
 
 __all__ = ["save_tree", "load_tree", "dumps_tree", "loads_tree", "MAX_BUNDLE_BYTES"]
@@ -69,18 +69,12 @@ def loads_tree(data: bytes, *, where: str = "bundle") -> Any:
 
 
 def save_tree(tree: Any, path: str | os.PathLike) -> None:
-    """Write a pytree to ``path`` (atomically: temporary file, then rename)."""
-    data = dumps_tree(tree)
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write a pytree to ``path`` atomically (see :func:`serde.archive.write_atomic`).
+
+    Raises:
+        ArtifactIOError: the OS refused the write; nothing changed at ``path``.
+    """
+    write_atomic(path, [dumps_tree(tree)])
 
 
 def load_tree(path: str | os.PathLike) -> Any:

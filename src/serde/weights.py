@@ -144,9 +144,17 @@ def deserialize_weights(
         UnknownTensorSubclassError: a tensor subclass whose class is not registered
             (``serde.register_tensor_subclass``).
     """
+    from .isolation import outside_ambient_modes
+
     _check_byteorder()
     validate_weights(w, lambda name: len(member(name)))
-    tensor = _TensorBuilder(w, member, place or {}).tensor
+    with outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
+        return _deserialize_weights(w, member, place or {})
+
+
+def _deserialize_weights(w: schema.Weights, member: Callable[[str], memoryview],
+                         place: Mapping[str, Any]) -> tuple[dict, dict, Any]:
+    tensor = _TensorBuilder(w, member, place).tensor
     sd = {name: tensor(t, f"weights.state_dict[{name!r}]") for name, t in w.state_dict.items()}
     consts = {name: tensor(t, f"weights.constants[{name!r}]") for name, t in w.constants.items()}
     examples = None if w.example_inputs is None else _deserialize_example_inputs(w.example_inputs, tensor)

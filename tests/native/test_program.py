@@ -126,3 +126,25 @@ def test_decoding_and_listing_do_not_import_torch(tmp_path):
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_written_like_an_artifact_normal_mode_no_temp_left(tmp_path):
+    # The native writer is serde.archive.write_atomic: mode 0666 minus the umask (not mkstemp's
+    # 0600), the replaced file's mode kept, nothing left behind when the write fails.
+    import os
+
+    from serde.archive import ArtifactIOError
+
+    umask = os.umask(0)
+    os.umask(umask)
+    path = tmp_path / "m.pt2n"
+    write_program(path, emitted("mlp"))
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    os.chmod(path, 0o640)
+    write_program(path, emitted("mlp"))
+    assert path.stat().st_mode & 0o777 == 0o640
+    (tmp_path / "dir.pt2n").mkdir()
+    with pytest.raises(ArtifactIOError, match="nothing was written there"):
+        write_program(tmp_path / "dir.pt2n", emitted("mlp"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.pt2n", "m.pt2n"]
+    assert read_program(path).encode() == emitted("mlp").encode()

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import collections
+import os
 
 import pytest
 import torch
 
+from serde.archive import ArtifactIOError
 from serde.bundle import dumps_tree, load_tree, loads_tree, save_tree
 from serde.errors import MalformedArtifactError
 
@@ -38,3 +40,15 @@ def test_tampered_payload_is_rejected():
 def test_not_a_bundle():
     with pytest.raises(MalformedArtifactError):
         loads_tree(b'{"format": "x"}')
+
+
+def test_save_tree_uses_the_shared_atomic_writer(tmp_path):
+    # normal file mode (0666 minus the umask), nothing left behind when the target is a directory
+    umask = os.umask(0)
+    os.umask(umask)
+    save_tree({"x": torch.ones(2)}, tmp_path / "t.json")
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    (tmp_path / "d").mkdir()
+    with pytest.raises(ArtifactIOError, match="nothing was written there"):
+        save_tree([1], tmp_path / "d")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "t.json"]

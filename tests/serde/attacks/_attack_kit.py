@@ -24,7 +24,7 @@ from serde.archive import write_archive
 from serde.weights import serialize_weights
 
 __all__ = ["Base", "Entry", "make_base", "minimal_program", "rewrite_weights", "rewrite_members",
-           "entries", "entry", "patch", "raw_zip", "manifest_json"]
+           "entries", "entry", "patch", "fix_crc", "raw_zip", "manifest_json"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,14 @@ def entry(data: bytes, name: str) -> Entry:
 
 def patch(data: bytes, pos: int, new: bytes) -> bytes:
     return data[:pos] + new + data[pos + len(new):]
+
+
+def fix_crc(data: bytes, name: str) -> bytes:
+    """``data`` with member ``name``'s CRC-32 fields (local header and central directory) made to
+    match its bytes again, as a careful tamperer would."""
+    e = entry(data, name)
+    crc = struct.pack("<I", zlib.crc32(data[e.data_start:e.data_start + e.size]))
+    return patch(patch(data, e.lho + 14, crc), e.cd_pos + 16, crc)
 
 
 # ---------------------------------------------------------------- writing raw zips

@@ -1,0 +1,17 @@
+"""Flipped manifest byte: the recorded torch version changed; the manifest still decodes and no
+sha256 covers it (it holds everybody else's)."""
+
+from __future__ import annotations
+
+from _attack_kit import Base, entry, patch
+
+from serde.archive import ChecksumMismatchError
+
+ERROR = ChecksumMismatchError
+MATCH = r"manifest\.json is corrupt: its CRC-32 differs"
+
+
+def build(base: Base) -> bytes:
+    m = entry(base.archive, "manifest.json")
+    at = base.archive.index(b'"torch_version":"', m.data_start) + len(b'"torch_version":"')
+    return patch(base.archive, at, b"9" if base.archive[at:at + 1] != b"9" else b"8")
