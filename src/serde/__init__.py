@@ -21,6 +21,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "save",
     "load",
+    "Limits",
     "SerializeError",
     "UnsupportedConstructError",
     "SchemaVersionError",
@@ -31,7 +32,7 @@ __all__ = [
     "UpgradeError",
 ]
 
-_LAZY = {"save": "api", "load": "api"}
+_LAZY = {"save": "api", "load": "api", "Limits": "limits"}
 
 
 def __getattr__(name: str):

@@ -16,6 +16,8 @@ from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
 from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from .gcpause import paused_gc
+from .limits import DEFAULT_LIMITS, Limits
+from .names import check_weight_names
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
 
@@ -102,7 +104,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(artifact, extra_files)
-        return from_artifact(artifact)
+        return from_artifact(artifact, limits=limits)
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
@@ -118,10 +120,11 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
             raise MalformedArtifactError(f"extra file {name!r} is not valid UTF-8 text; the file is damaged") from None
 
 
-def from_artifact(a: Artifact) -> ExportedProgram:
-    """Build the ExportedProgram described by a decoded artifact."""
+def from_artifact(a: Artifact, *, limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
+    """Build the ExportedProgram described by a decoded artifact (names and sizes checked against ``limits``)."""
+    check_weight_names(a.weights, limits)
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member)
     program = a.program
     if a.debug is not None:
         program = attach_debug(program, a.debug)
-    return deserialize_program(program, state_dict, constants, example_inputs)
+    return deserialize_program(program, state_dict, constants, example_inputs, limits)

@@ -1,0 +1,94 @@
+"""Caps on everything an artifact can make the loader do, checked before the work they bound.
+
+One :class:`Limits` object travels from :func:`serde.load` (and ``read_archive``) to every check.
+The defaults are far above what real exported programs use; raise one for a trusted file with
+``serde.load(path, limits=Limits(max_list_len=...))``. Every violation is a :class:`LimitError`
+subclass naming the field, the value, the limit and the ``Limits`` field to raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UnsafeArtifactError
+
+__all__ = [
+    "Limits", "DEFAULT_LIMITS", "LimitError", "ListTooLongError", "NameTooLongError", "TooManyNodesError",
+    "TensorRankError", "TensorSizeError", "ExpressionLimitError", "IntegerTooLargeError", "check_limit",
+]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps applied while reading an artifact, before anything is allocated, built or evaluated.
+
+    Raise them (``Limits(max_file_bytes=...)``) for very large models from trusted sources.
+    """
+
+    # the archive (read_archive)
+    max_file_bytes: int = 1 << 40
+    max_members: int = 1 << 20
+    max_member_bytes: int = 1 << 40
+    max_json_bytes: int = 1 << 30
+    # the program (deserialize_program)
+    max_name_chars: int = 1024          # a node name, placeholder, FQN, forward argument name
+    max_text_chars: int = 1 << 20       # one metadata string (stack trace, custom JSON)
+    max_list_len: int = 1 << 16         # one list argument or list of sizes/names
+    max_nodes: int = 1 << 20            # nodes over the graph and all its subgraphs
+    max_tensor_rank: int = 64           # torch's own kernels index dims with int8-sized tables
+    max_tensor_elements: int = (1 << 63) - 1   # the product of concrete sizes, as int64
+    # symbolic expressions (serde.symbolic and native.exprs)
+    max_expr_chars: int = 64 * 1024
+    max_expr_depth: int = 200
+    max_int_bits: int = 128             # an integer literal in an expression or a size
+    max_exponent: int = 64              # an exponent applied to a symbolic (unknown) base
+    max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class LimitError(UnsafeArtifactError):
+    """A value in the artifact exceeds a :class:`Limits` cap."""
+
+
+class ListTooLongError(LimitError):
+    """A list (argument, sizes, names) is longer than ``Limits.max_list_len``."""
+
+
+class NameTooLongError(LimitError):
+    """A name or metadata text is longer than ``Limits.max_name_chars`` / ``max_text_chars``."""
+
+
+class TooManyNodesError(LimitError):
+    """The program has more nodes than ``Limits.max_nodes``."""
+
+
+class TensorRankError(LimitError):
+    """A tensor has more dimensions than ``Limits.max_tensor_rank``."""
+
+
+class TensorSizeError(LimitError):
+    """A tensor has more elements than ``Limits.max_tensor_elements``."""
+
+
+class ExpressionLimitError(LimitError):
+    """A symbolic expression is longer or deeper than ``Limits.max_expr_chars`` / ``max_expr_depth``."""
+
+
+class IntegerTooLargeError(LimitError):
+    """An integer or an exponent exceeds ``Limits.max_int_bits`` / ``max_exponent`` / ``max_power_bits``."""
+
+
+def check_limit(value: int, limits: Limits, field: str, where: str, what: str,
+                error: type[LimitError]) -> None:
+    """Raise ``error`` when ``value`` exceeds ``limits.<field>``, saying how to raise the limit."""
+    cap = getattr(limits, field)
+    if value > cap:
+        raise error(too_large(where, what, value, field, cap))
+
+
+def too_large(where: str, what: str, value: object, field: str, cap: int) -> str:
+    """The message of every limit violation."""
+    return (f"{where}: {what} is {value}, more than Limits.{field}={cap}; the artifact is damaged or "
+            f"hostile. If it is trusted, load it with limits=serde.Limits({field}=...)")
