@@ -14,10 +14,10 @@ from canonical.canonicalize import attach_debug, canonicalize
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
-from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
+from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
 from .gcpause import paused_gc
 from .limits import DEFAULT_LIMITS, Limits
-from .names import check_weight_names
+from .names import check_program, check_weight_names
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, serialize_weights
 
@@ -76,6 +76,12 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
     program, debug = canonicalize(program, keep_debug=debug_info)
+    # What load would refuse is never written (this also guards `pt2serde import` of torch archives).
+    try:
+        check_program(program)
+        check_weight_names(weights)
+    except UnsafeArtifactError as e:
+        raise UnsupportedConstructError(f"this program could not be loaded back, so it is not saved: {e}") from None
     return program, weights, payloads, debug
 
 
