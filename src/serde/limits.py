@@ -88,7 +88,9 @@ def check_limit(value: int, limits: Limits, field: str, where: str, what: str,
         raise error(too_large(where, what, value, field, cap))
 
 
-def too_large(where: str, what: str, value: object, field: str, cap: int) -> str:
-    """The message of every limit violation."""
-    return (f"{where}: {what} is {value}, more than Limits.{field}={cap}; the artifact is damaged or "
-            f"hostile. If it is trusted, load it with limits=serde.Limits({field}=...)")
+def too_large(where: str, what: str, value: object, field: str, cap: int, *, per_load: bool = True) -> str:
+    """The message of every limit violation (``per_load=False``: a cap that ``load(limits=)`` cannot raise)."""
+    how = (f"If it is trusted, load it with limits=serde.Limits({field}=...)" if per_load else
+           f"This cap (serde.limits.DEFAULT_LIMITS.{field}) bounds expression evaluation everywhere and is "
+           "not raised per load; no program torch.export writes comes near it")
+    return f"{where}: {what} is {value}, more than Limits.{field}={cap}; the artifact is damaged or hostile. {how}"

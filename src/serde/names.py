@@ -41,6 +41,7 @@ from .limits import (
     ListTooLongError,
     NameTooLongError,
     TensorRankError,
+    TensorSizeError,
     TooManyNodesError,
     check_limit,
 )
@@ -194,12 +195,21 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
 
 
 def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> None:
-    """State-dict and constant names become module attributes: each must be a safe FQN."""
+    """State-dict and constant names become module attributes: each must be a safe FQN.
+
+    Every stored tensor's rank and element count is bounded too (example inputs included).
+    """
     for table, entries in (("state_dict", w.state_dict), ("constants", w.constants)):
         for name, t in entries.items():
             where = f"weights.{table}[{_show(name)}]"
             check_fqn(name, where, limits)
-            check_limit(len(t.sizes), limits, "max_tensor_rank", f"{where}.sizes", "the rank", TensorRankError)
+            _check_shape(t.sizes, t.strides, f"{where}", limits)
+    if w.example_inputs is not None:
+        _check_list(w.example_inputs.leaves, "weights.example_inputs.leaves", limits)
+        for i, leaf in enumerate(w.example_inputs.leaves):
+            if leaf.as_tensor is not None:
+                _check_shape(leaf.as_tensor.sizes, leaf.as_tensor.strides, f"weights.example_inputs.leaves[{i}]",
+                             limits)
 
 
 # ---------------------------------------------------------------- helpers
@@ -228,6 +238,18 @@ def _check_attr_segment(seg: str, whole: str, where: str) -> None:
             f"{where}: FQN {_show(whole)} uses {_show(seg)}, which is reserved (a Python keyword, a dunder "
             f"name or an attribute of nn.Module/GraphModule such as 'forward', 'training' or '_modules'); "
             f"{_HOSTILE}")
+
+
+def _check_shape(sizes: list, strides: list, where: str, limits: Limits) -> None:
+    """Rank first (the product below is only computed over a bounded list), then the element count."""
+    check_limit(len(sizes), limits, "max_tensor_rank", f"{where}.sizes", "the rank", TensorRankError)
+    check_limit(len(strides), limits, "max_tensor_rank", f"{where}.strides", "the rank", TensorRankError)
+    numel = 1
+    for s in sizes:
+        v = s if isinstance(s, int) else s.as_int  # a SymInt: only literal sizes count
+        if v is not None and v >= 0:
+            numel *= v
+    check_limit(numel, limits, "max_tensor_elements", f"{where}.sizes", "the number of elements", TensorSizeError)
 
 
 def _check_keyword_name(name: object, where: str, limits: Limits) -> None:
@@ -266,9 +288,7 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
         for name in values:
             check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     for name, meta in g.tensor_values.items():
-        at = f"{where}.tensor_values[{_show(name)}]"
-        check_limit(len(meta.sizes), limits, "max_tensor_rank", f"{at}.sizes", "the rank", TensorRankError)
-        check_limit(len(meta.strides), limits, "max_tensor_rank", f"{at}.strides", "the rank", TensorRankError)
+        _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
     for i, a in enumerate(g.inputs):
         _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):

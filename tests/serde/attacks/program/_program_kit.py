@@ -1,12 +1,14 @@
-"""Tools shared by the name attacks: a real saved artifact, and a rewrite that renames one name everywhere.
+"""Tools shared by the program attacks: a real saved artifact, a rewrite of its JSON, a rename everywhere.
 
-Not an attack itself; test_name_attacks.py skips files whose name starts with "_".
+Not an attack itself; test_program_attacks.py skips files whose name starts with "_".
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,7 @@ import serde
 from serde import wire
 from serde.archive import read_archive, write_archive
 
-__all__ = ["Model", "base_artifact", "rename", "edit_program"]
+__all__ = ["Model", "base_artifact", "example", "rename", "edit_program", "bounded"]
 
 
 class _Block(torch.nn.Module):
@@ -56,7 +58,8 @@ def base_artifact(with_cond: bool) -> bytes:
     nn_module_stack, which torch.export.unflatten requires)."""
     torch.manual_seed(0)
     buf = io.BytesIO()
-    serde.save(torch.export.export(Model(with_cond).eval(), example()), buf)
+    dynamic = None if with_cond else {"x": {0: torch.export.Dim("batch", min=2, max=64)}}  # size expressions
+    serde.save(torch.export.export(Model(with_cond).eval(), example(), dynamic_shapes=dynamic), buf)
     return buf.getvalue()
 
 
@@ -96,3 +99,22 @@ def rename(data: bytes, old: str, new: str, *, where: Callable[[str], bool] = la
     out = edit_program(data, change)
     assert hits, f"{old!r} does not occur in the artifact"
     return out
+
+
+class TookTooLong(Exception):
+    """Raised by :func:`bounded` when the work ran past its bound (a hang is a failure, never a skip)."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: float):
+    """Interrupt the block after ``seconds`` (far above what a refusal takes, far below the old hangs)."""
+    def fire(signum, frame):
+        raise TookTooLong(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

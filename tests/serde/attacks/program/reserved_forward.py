@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _name_kit import rename
+from _program_kit import rename
 
 from serde.names import UnsafeNameError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _name_kit import edit_program
+from _program_kit import edit_program
 
 from serde.names import UnsafeNameError
 
