@@ -38,6 +38,7 @@ from .errors import UnsafeArtifactError
 from .limits import (
     DEFAULT_LIMITS,
     Limits,
+    IntegerTooLargeError,
     ListTooLongError,
     NameTooLongError,
     TensorRankError,
@@ -172,6 +173,9 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         LimitError subclasses: a cap of ``limits`` is exceeded.
     """
     gm = p.graph_module
+    for i, rc in enumerate(p.range_constraints):
+        _check_int64(rc.min_val, f"range_constraints[{i}].min_val")
+        _check_int64(rc.max_val, f"range_constraints[{i}].max_val")
     counter = [0]
     _check_graph(gm.graph, "graph", limits, counter)
     if gm.custom is not None:
@@ -245,11 +249,25 @@ def _check_shape(sizes: list, strides: list, where: str, limits: Limits) -> None
     check_limit(len(sizes), limits, "max_tensor_rank", f"{where}.sizes", "the rank", TensorRankError)
     check_limit(len(strides), limits, "max_tensor_rank", f"{where}.strides", "the rank", TensorRankError)
     numel = 1
-    for s in sizes:
+    for k, s in enumerate(sizes):
         v = s if isinstance(s, int) else s.as_int  # a SymInt: only literal sizes count
+        _check_int64(v, f"{where}.sizes[{k}]")
         if v is not None and v >= 0:
             numel *= v
+    for k, s in enumerate(strides):
+        _check_int64(s if isinstance(s, int) else s.as_int, f"{where}.strides[{k}]")
     check_limit(numel, limits, "max_tensor_elements", f"{where}.sizes", "the number of elements", TensorSizeError)
+
+
+_INT64 = 1 << 63
+
+
+def _check_int64(v: object, where: str) -> None:
+    # Sizes and integer arguments are int64 in torch and in native programs; a bigger one is an
+    # OverflowError deep inside torch or msgpack otherwise.
+    if isinstance(v, int) and not -_INT64 <= v < _INT64:
+        raise IntegerTooLargeError(f"{where}: the integer {_show(str(v))} ({v.bit_length()} bits) does not fit in "
+                                   f"int64; {_HOSTILE}")
 
 
 def _check_keyword_name(name: object, where: str, limits: Limits) -> None:
@@ -274,7 +292,15 @@ def _check_argument_names(a: schema.Argument, where: str, limits: Limits) -> Non
             if k in ("as_int_lists", "as_float_lists", "as_nested_tensors"):
                 for j, inner in enumerate(v):
                     _check_list(inner, f"{where}[{j}]", limits)
+            if k == "as_ints":
+                for j, x in enumerate(v):
+                    _check_int64(x, f"{where}[{j}]")
+            if k == "as_int_lists":
+                for j, inner in enumerate(v):
+                    for m, x in enumerate(inner):
+                        _check_int64(x, f"{where}[{j}][{m}]")
             break
+    _check_int64(a.as_int, where)
     for n in argument_names(a):
         check_local_name(n, where, limits)
 
