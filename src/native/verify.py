@@ -137,6 +137,9 @@ class _Validator:
         for i, op in enumerate(self.p.operators):
             if not _OP_RE.match(op.name) or not _OVERLOAD_RE.match(op.overload):
                 self.fail(f"operators[{i}]", f"{op.name!r}.{op.overload!r} is not an operator name")
+            for j, positions in enumerate(op.returns_alias):
+                if any(k < 0 for k in positions):
+                    self.fail(f"operators[{i}].returns_alias[{j}]", f"argument positions {positions} must be >= 0")
 
     def instructions(self) -> None:
         for i, ins in enumerate(self.p.instructions):

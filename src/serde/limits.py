@@ -14,7 +14,7 @@ from .errors import UnsafeArtifactError
 
 __all__ = [
     "Limits", "DEFAULT_LIMITS", "LimitError", "ListTooLongError", "NameTooLongError", "TooManyNodesError",
-    "TensorRankError", "TensorSizeError", "ExpressionLimitError", "IntegerTooLargeError", "check_limit",
+    "TensorRankError", "TensorSizeError", "IntegerTooLargeError", "check_limit", "too_large",
 ]
 
 
@@ -37,7 +37,9 @@ class Limits:
     max_nodes: int = 1 << 20            # nodes over the graph and all its subgraphs
     max_tensor_rank: int = 64           # torch's own kernels index dims with int8-sized tables
     max_tensor_elements: int = (1 << 63) - 1   # the product of concrete sizes, as int64
-    # symbolic expressions (serde.symbolic and native.exprs)
+    # symbolic expressions (serde.symbolic and native.exprs). These bound every expression parse and
+    # evaluation in the process and are read from DEFAULT_LIMITS, not per load; length and depth
+    # violations stay MalformedArtifactError (as before), magnitudes are IntegerTooLargeError.
     max_expr_chars: int = 64 * 1024
     max_expr_depth: int = 200
     max_int_bits: int = 128             # an integer literal in an expression or a size
@@ -72,10 +74,6 @@ class TensorRankError(LimitError):
 
 class TensorSizeError(LimitError):
     """A tensor has more elements than ``Limits.max_tensor_elements``."""
-
-
-class ExpressionLimitError(LimitError):
-    """A symbolic expression is longer or deeper than ``Limits.max_expr_chars`` / ``max_expr_depth``."""
 
 
 class IntegerTooLargeError(LimitError):
