@@ -27,6 +27,7 @@ Names are also bounded by :class:`serde.limits.Limits` (``max_name_chars``, ``ma
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 from collections.abc import Iterable
@@ -196,6 +197,8 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
             _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
                 check_local_name(n, f"{where}.signature.forward_arg_names[{j}]", limits)
+        elif e.fqn == "":
+            _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits)
 
 
 def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -276,6 +279,25 @@ def _check_keyword_name(name: object, where: str, limits: Limits) -> None:
     if not _IDENT.match(text) or text in _KEYWORDS:
         raise UnsafeNameError(f"{where}: keyword argument name {_show(text)} is not an ASCII Python identifier "
                               f"or is a Python keyword; {_HOSTILE}")
+
+
+def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits) -> None:
+    """Without forward_arg_names, ep.module() names forward's parameters after the root in_spec's
+    kwargs keys (``(args, kwargs)``): those keys are then local names too."""
+    if spec.type != "tuple" or len(spec.children) != 2 or spec.children[1].type != "dict":
+        return
+    kw = spec.children[1]
+    if kw.context is None:
+        return
+    check_text(kw.context, f"{where}.children[1].context", limits)
+    try:
+        keys = json.loads(kw.context)
+    except ValueError:
+        return  # not a key list: deserialize_treespec reports it
+    if isinstance(keys, list):
+        _check_list(keys, f"{where}.children[1].context", limits)
+        for j, k in enumerate(keys):
+            check_local_name(k, f"{where}.children[1].context[{j}]", limits)
 
 
 def _check_list(items: Iterable, where: str, limits: Limits) -> None:
