@@ -12,7 +12,7 @@ grammar, before any torch object is built from the program:
   forward arguments.
 * **FQNs** (parameters, buffers, constants, custom objects, module call graph entries,
   ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier or a decimal
-  index (``layers.0.weight``, as ModuleList makes them); no segment may be a dunder name, a
+  index (``layers.0.weight``, as ModuleList makes them); no segment may start with ``__``, be a
   keyword or an attribute of ``nn.Module`` / ``GraphModule`` / the modules ``ep.module()`` and
   ``unflatten`` build (``forward``, ``training``, ``graph``, ``_modules``, ``_in_spec`` ...),
   which torch would either refuse or let the file overwrite.
@@ -70,7 +70,7 @@ RESERVED_LOCALS = frozenset({
 })
 
 # Attributes of nn.Module, fx.GraphModule and the modules ep.module() / torch.export.unflatten
-# build (dunders excluded: those are refused by shape). tests/serde/test_names.py checks this
+# build (names starting with "__" excluded: those are refused by shape). tests/serde/test_names.py checks this
 # list still covers what the installed torch defines.
 RESERVED_ATTRIBUTES = frozenset({
     'T_destination', '_adapt_flat_args', '_apply', '_backward_hooks', '_backward_pre_hooks', '_boxed_call',
@@ -228,10 +228,6 @@ def _show(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:80] + "...")
 
 
-def _is_dunder(text: str) -> bool:
-    return len(text) > 4 and text.startswith("__") and text.endswith("__")
-
-
 def _string(name: object, where: str, limits: Limits) -> str:
     if not isinstance(name, str):
         raise UnsafeNameError(f"{where}: a name must be a string, got {type(name).__name__}")
@@ -240,11 +236,13 @@ def _string(name: object, where: str, limits: Limits) -> str:
 
 
 def _check_attr_segment(seg: str, whole: str, where: str) -> None:
-    if seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES or _is_dunder(seg):
+    # A "__" prefix covers dunders and the markers torch sets on module classes at run time
+    # (dynamo's "___needs_generation_tag_patch"); Python mangles a user's own "__x" to "_Cls__x".
+    if seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES or seg.startswith("__"):
         raise UnsafeNameError(
-            f"{where}: FQN {_show(whole)} uses {_show(seg)}, which is reserved (a Python keyword, a dunder "
-            f"name or an attribute of nn.Module/GraphModule such as 'forward', 'training' or '_modules'); "
-            f"{_HOSTILE}")
+            f"{where}: FQN {_show(whole)} uses {_show(seg)}, which is reserved (a Python keyword, a name "
+            f"starting with '__' or an attribute of nn.Module/GraphModule such as 'forward', 'training' or "
+            f"'_modules'); {_HOSTILE}")
 
 
 def _check_shape(sizes: list, strides: list, where: str, limits: Limits) -> None:
