@@ -9,12 +9,15 @@ Layout (all integers little-endian)::
     24  segment offset   u64, a multiple of 64, >= 40 + header length
     32  segment length   u64
     40  header           msgpack, ``header length`` bytes
+    40+header length     sha256 of bytes 0 .. 40+header length (prefix and header), 32 bytes
         zero padding up to ``segment offset``
         segment          raw bytes; every blob in it starts at a multiple of 64
     EOF exactly at segment offset + segment length
 
-The header says where each blob lives (offset within the segment, length); the reader checks
-every number before anything is sliced.
+The header says where each blob lives (offset within the segment, length) and the sha256 of each
+blob; the header checksum covers the prefix and the header itself, so every byte before the
+segment is either checksummed or required to be zero. The reader checks the checksum before it
+decodes the header, and every number before anything is sliced.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "check_blo
 ALIGN = 64
 _PREFIX = struct.Struct("<8sIIQQQ")
 MAX_HEADER_BYTES = 1 << 31
+CHECKSUM_BYTES = 32
 
 
 def _align(n: int) -> int:
@@ -39,10 +43,12 @@ def _align(n: int) -> int:
 
 def pack(magic: bytes, version: int, header: bytes, segment: bytes | bytearray | memoryview) -> bytes:
     """Assemble a container; ``segment`` is stored verbatim after 64-byte aligned padding."""
-    assert len(magic) == 8
-    seg_off = _align(_PREFIX.size + len(header))
+    if len(magic) != 8:
+        raise ValueError(f"a container magic is 8 bytes, got {magic!r}")
+    seg_off = _align(_PREFIX.size + len(header) + CHECKSUM_BYTES)
     out = bytearray(_PREFIX.pack(magic, version, 0, len(header), seg_off, len(segment)))
     out += header
+    out += hashlib.sha256(out).digest()
     out += bytes(seg_off - len(out))
     out += segment
     return bytes(out)
@@ -53,7 +59,8 @@ def unpack(buf: bytes | bytearray | memoryview, magic: bytes, versions: range, w
     """Check the prefix of a container and return ``(version, header, segment)`` views.
 
     Raises:
-        NativeFormatError: wrong magic, truncated, bad offsets or trailing bytes.
+        NativeFormatError: wrong magic, truncated, bad offsets, trailing bytes, a header checksum
+            mismatch or non-zero padding.
         NativeVersionError: the version is outside ``versions``.
     """
     view = memoryview(buf).cast("B")
@@ -70,17 +77,25 @@ def unpack(buf: bytes | bytearray | memoryview, magic: bytes, versions: range, w
             f"versions {versions.start}..{versions.stop - 1}. Re-emit it with this pt2serde.")
     if reserved != 0:
         raise NativeFormatError(f"{what}: reserved prefix field is {reserved}, expected 0; the file is damaged")
-    if hlen > MAX_HEADER_BYTES or _PREFIX.size + hlen > len(view):
+    head_end = _PREFIX.size + hlen
+    if hlen > MAX_HEADER_BYTES or head_end + CHECKSUM_BYTES > len(view):
         raise NativeFormatError(f"{what}: header length {hlen} runs past the end of the {len(view)}-byte file; "
                                 "the file is truncated or damaged")
-    if seg_off % ALIGN or seg_off < _PREFIX.size + hlen:
+    if seg_off % ALIGN or seg_off < head_end + CHECKSUM_BYTES:
         raise NativeFormatError(f"{what}: segment offset {seg_off} must be a multiple of {ALIGN} at or after "
-                                f"the header's end ({_PREFIX.size + hlen}); the file is damaged")
+                                f"the header checksum's end ({head_end + CHECKSUM_BYTES}); the file is damaged")
     if seg_off + seg_len != len(view):
         raise NativeFormatError(
             f"{what}: the segment ({seg_off} + {seg_len} bytes) must end exactly at the end of the file "
             f"({len(view)} bytes); the file is truncated or has trailing bytes")
-    return version, view[_PREFIX.size:_PREFIX.size + hlen], view[seg_off:]
+    stored = bytes(view[head_end:head_end + CHECKSUM_BYTES])
+    if hashlib.sha256(view[:head_end]).digest() != stored:
+        raise NativeFormatError(f"{what}: the header does not match its sha256 (stored {stored.hex()}); the "
+                                "file is damaged or was edited after it was written. Re-emit it.")
+    if any(view[head_end + CHECKSUM_BYTES:seg_off]):
+        raise NativeFormatError(f"{what}: the padding before the segment (bytes {head_end + CHECKSUM_BYTES}.."
+                                f"{seg_off}) is not zero; the file is damaged")
+    return version, view[_PREFIX.size:head_end], view[seg_off:]
 
 
 def check_blob(offset: int, nbytes: int, segment_len: int, where: str) -> None:

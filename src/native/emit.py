@@ -18,6 +18,7 @@ from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from serde.exprs import expr_text, ranges_by_text
+from serde.limits import DEFAULT_LIMITS, Limits
 from serde.operators import PREDISPATCH_TARGETS
 
 from . import program as P
@@ -62,11 +63,19 @@ def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payl
     return P.NativeProgram(p, em.b.segment.build())
 
 
-def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = True) -> P.NativeProgram:
-    """:func:`emit` on an artifact file written by ``serde.save``."""
-    from serde.artifact import read_artifact
+def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = True,
+                  limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+    """:func:`emit` on an artifact file written by ``serde.save``.
 
-    a = read_artifact(src)
+    The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.names`,
+    ``limits``) before anything is emitted.
+    """
+    from serde.artifact import read_artifact
+    from serde.names import check_program, check_weight_names
+
+    a = read_artifact(src, limits=limits)
+    check_program(a.program, limits)
+    check_weight_names(a.weights, limits)
     return emit(a.program, a.weights, a.payload, plan=plan)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
+from serde.limits import LimitError
 
-__all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError"]
+__all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",
+           "MemoryPlanError", "ArenaTooLargeError"]
 
 
 class NativeFormatError(MalformedArtifactError):
@@ -21,3 +23,11 @@ class InputMismatchError(SerializeError):
 
 class NativeRuntimeError(SerializeError):
     """A kernel failed while the reference runtime executed an instruction (names it)."""
+
+
+class MemoryPlanError(NativeFormatError):
+    """A memory plan contradicts its program: a slot too small or too big, overlapping live tensors."""
+
+
+class ArenaTooLargeError(LimitError):
+    """A memory plan's arena exceeds ``Limits.max_arena_bytes``; refused before anything is allocated."""

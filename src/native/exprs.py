@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from serde import schema
 from serde.errors import UnsupportedConstructError
 from serde.exprs import expr_to_tree
+from serde.limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
 
 from .errors import NativeFormatError
 
@@ -68,8 +69,32 @@ class UnboundSymbolError(ValueError):
 
 
 def tree_of(e: schema.SymExpr, *, where: str) -> tuple:
-    """The plain tuple tree of a schema expression (the one place tied to the schema's encoding)."""
-    return expr_to_tree(e.expr, where=where)
+    """The plain tuple tree of a schema expression (the one place tied to the schema's encoding).
+
+    Raises:
+        IntegerTooLargeError: a literal outside int64, or a power whose exponent exceeds
+            ``Limits.max_exponent``: checked here, before :func:`bounds` or the runtime computes it.
+    """
+    tree = expr_to_tree(e.expr, where=where)
+    _check_magnitudes(tree, where)
+    return tree
+
+
+def _check_magnitudes(tree: tuple, where: str) -> None:
+    stack = [tree]
+    while stack:
+        t = stack.pop()
+        op = t[0]
+        if op in ("Integer", "Rational"):
+            for v in t[1:]:
+                if not -_INT64 <= v < _INT64:
+                    raise IntegerTooLargeError(too_large(where, "an integer literal", f"{abs(v).bit_length()} bits",
+                                                         "max_int_bits", 64, per_load=False))
+            continue
+        if op in ("Pow", "PowByNatural", "LShift") and t[2][0] == "Integer" and abs(t[2][1]) > DEFAULT_LIMITS.max_exponent:
+            raise IntegerTooLargeError(too_large(where, f"the exponent of {op}", t[2][1], "max_exponent",
+                                                 DEFAULT_LIMITS.max_exponent, per_load=False))
+        stack.extend(c for c in t[1:] if isinstance(c, tuple))
 
 
 def symbols_of(tree: tuple) -> set[str]:

@@ -26,6 +26,7 @@ from serde.weights import ITEMSIZE
 from . import exprs as E
 from . import program as P
 from .container import ALIGN
+from .errors import MemoryPlanError
 
 __all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes"]
 
@@ -368,20 +369,23 @@ def verify_plan(p: P.Program) -> None:
     """Check the program's memory plan against lifetimes derived from its instructions.
 
     Raises:
-        AssertionError: an allocation for a tensor that cannot be planned, smaller than the
-            tensor's upper bound, or overlapping another allocation live at the same time.
+        MemoryPlanError: an allocation for a tensor that cannot be planned, of another size than
+            the tensor's upper bound, or overlapping another allocation live at the same time.
     """
     lt = analyze(p)
     items = []
     for a in p.memory_plan.allocations:
         iv = lt.interval(a.value)
         if iv is None:
-            raise AssertionError(f"allocation for value {a.value}: the value is not a fresh intermediate "
-                                 "outside loops (inputs, state, outputs and loop bodies are never planned)")
+            raise MemoryPlanError(f"allocation for value {a.value}: the value is not a fresh intermediate "
+                                  "outside loops (inputs, state, outputs and loop bodies are never planned)")
         nb = upper_nbytes(p, a.value)
         if nb is None or nb > a.nbytes:
-            raise AssertionError(f"allocation for value {a.value}: {a.nbytes} bytes cannot hold the tensor's "
-                                 f"upper bound of {nb if nb is not None else 'unbounded'} bytes")
+            raise MemoryPlanError(f"allocation for value {a.value}: {a.nbytes} bytes cannot hold the tensor's "
+                                  f"upper bound of {nb if nb is not None else 'unbounded'} bytes")
+        if nb < a.nbytes:  # plan_memory sizes every slot exactly: a bigger one only inflates the arena
+            raise MemoryPlanError(f"allocation for value {a.value}: {a.nbytes} bytes is more than the tensor's "
+                                  f"upper bound of {nb} bytes")
         items.append((iv[0], iv[1], a.offset, a.offset + a.nbytes, a.value))
     check_no_overlap(items)
 
@@ -395,7 +399,7 @@ def check_no_overlap(items: list[tuple[int, int, int, int, int]]) -> None:
         active = [a for a in active if a[1] >= s]
         for a in active:
             if lo < a[3] and a[2] < hi and hi > lo and a[3] > a[2]:
-                raise AssertionError(
+                raise MemoryPlanError(
                     f"values {a[4]} and {v} are live together (instructions {a[0]}..{a[1]} and {s}..{e}) "
                     f"but their arena bytes [{a[2]}, {a[3]}) and [{lo}, {hi}) overlap")
         active.append(it)

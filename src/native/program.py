@@ -24,6 +24,10 @@ File format: :mod:`native.container` with magic ``b"PT2SNATV"``, header = msgpac
 
 Format version history:
   1  2026-11-22  First version.
+  2  2026-11-23  A sha256 of the prefix and header follows the header, and the padding before the
+                 segment must be zero: a flipped header byte used to change results silently.
+                 Version 1 files are refused (NativeVersionError naming both versions): re-emit
+                 them from their .pt2s artifact, which is the source of truth.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import BinaryIO, Union
 import msgspec
 
 from serde.archive import write_atomic
+from serde.limits import DEFAULT_LIMITS, Limits
 
 from . import container
 from .errors import NativeFormatError
@@ -50,8 +55,8 @@ __all__ = [
 ]
 
 MAGIC = b"PT2SNATV"
-FORMAT_VERSION = 1
-MIN_FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MIN_FORMAT_VERSION = 2
 
 
 class _S(msgspec.Struct, frozen=True, array_like=True):
@@ -277,16 +282,18 @@ def encode(p: NativeProgram) -> bytes:
     return container.pack(MAGIC, FORMAT_VERSION, _encoder.encode(p.program), p.segment)
 
 
-def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True
-           ) -> NativeProgram:
+def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,
+           limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
     """Parse and validate a native program file.
 
     Args:
         verify: also check the sha256 of every constant blob.
+        limits: ``max_arena_bytes`` bounds the memory plan before any runtime allocates it.
 
     Raises:
         NativeFormatError: damaged, truncated or hostile file (names the field).
         NativeVersionError: written in a format version this reader does not support.
+        ArenaTooLargeError: the memory plan asks for more than ``limits.max_arena_bytes``.
     """
     from .verify import validate_program
 
@@ -295,7 +302,7 @@ def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program",
         program = _decoder.decode(header)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
-    validate_program(program, segment, what=what, verify_hashes=verify)
+    validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
     return NativeProgram(program, segment)
 
 
@@ -308,7 +315,8 @@ def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
     write_atomic(path, [encode(p)])
 
 
-def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True) -> NativeProgram:
+def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True,
+                 limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
     """Read and validate a native program file (see :func:`decode`)."""
     what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
-    return decode(container.read_bytes(src, what), what=what, verify=verify)
+    return decode(container.read_bytes(src, what), what=what, verify=verify, limits=limits)

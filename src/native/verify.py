@@ -10,11 +10,12 @@ import hashlib
 import re
 
 from serde import schema
+from serde.limits import DEFAULT_LIMITS, Limits, too_large
 from serde.weights import ITEMSIZE
 
 from . import program as P
 from .container import ALIGN, check_blob
-from .errors import NativeFormatError
+from .errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from .exprs import check_code
 
 __all__ = ["validate_program"]
@@ -28,14 +29,16 @@ _LAYOUTS = frozenset(int(x) for x in schema.Layout)
 _FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
 
 
-def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_hashes: bool = True) -> None:
+def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_hashes: bool = True,
+                     limits: Limits = DEFAULT_LIMITS) -> None:
     """Check ``p`` against itself and its segment.
 
     Raises:
         NativeFormatError: the first inconsistency, e.g. ``instructions[12].args[3]: value 900 is
             out of range (there are 40 values)``.
+        ArenaTooLargeError: the memory plan's arena exceeds ``limits.max_arena_bytes``.
     """
-    v = _Validator(p, segment, what)
+    v = _Validator(p, segment, what, limits)
     v.constants(verify_hashes)
     v.exprs()
     v.symbols()
@@ -47,8 +50,8 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
 
 
 class _Validator:
-    def __init__(self, p: P.Program, segment: memoryview, what: str) -> None:
-        self.p, self.segment, self.what = p, segment, what
+    def __init__(self, p: P.Program, segment: memoryview, what: str, limits: Limits) -> None:
+        self.p, self.segment, self.what, self.limits = p, segment, what, limits
         self.nv = len(p.values)
 
     def fail(self, where: str, msg: str) -> None:
@@ -134,6 +137,9 @@ class _Validator:
         for i, op in enumerate(self.p.operators):
             if not _OP_RE.match(op.name) or not _OVERLOAD_RE.match(op.overload):
                 self.fail(f"operators[{i}]", f"{op.name!r}.{op.overload!r} is not an operator name")
+            for j, positions in enumerate(op.returns_alias):
+                if any(k < 0 for k in positions):
+                    self.fail(f"operators[{i}].returns_alias[{j}]", f"argument positions {positions} must be >= 0")
 
     def instructions(self) -> None:
         for i, ins in enumerate(self.p.instructions):
@@ -173,6 +179,9 @@ class _Validator:
 
     def memory_plan(self) -> None:
         mp = self.p.memory_plan
+        if not 0 <= mp.arena_size <= self.limits.max_arena_bytes:
+            raise ArenaTooLargeError(too_large(f"{self.what}: memory_plan.arena_size", "the arena", mp.arena_size,
+                                               "max_arena_bytes", self.limits.max_arena_bytes))
         seen: set[int] = set()
         for i, a in enumerate(mp.allocations):
             where = f"memory_plan.allocations[{i}]"
@@ -182,12 +191,16 @@ class _Validator:
             seen.add(a.value)
             if a.offset < 0 or a.nbytes < 0 or a.offset % ALIGN or a.offset + a.nbytes > mp.arena_size:
                 self.fail(where, f"[{a.offset}, +{a.nbytes}) does not fit the {mp.arena_size}-byte arena aligned")
+        tight = max((-(-(a.offset + a.nbytes) // ALIGN) * ALIGN for a in mp.allocations), default=0)
+        if mp.arena_size != tight:
+            self.fail("memory_plan.arena_size", f"{mp.arena_size} bytes, but the allocations end at {tight}; a plan "
+                                                "asks for exactly the arena its slots use")
         if mp.allocations:
             from .memory import verify_plan
 
             try:
                 verify_plan(self.p)
-            except AssertionError as e:
+            except MemoryPlanError as e:  # only the plan's own findings: a bug elsewhere stays a bug
                 self.fail("memory_plan", str(e))
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "save",
     "load",
+    "Limits",
     "SerializeError",
     "UnsupportedConstructError",
     "SchemaVersionError",
@@ -34,7 +35,7 @@ __all__ = [
     "UnknownTensorSubclassError",
 ]
 
-_LAZY = {"save": "api", "load": "api", "register_tensor_subclass": "subclasses",
+_LAZY = {"save": "api", "load": "api", "Limits": "limits", "register_tensor_subclass": "subclasses",
          "unregister_tensor_subclass": "subclasses", "UnknownTensorSubclassError": "subclasses"}
 
 

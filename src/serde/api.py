@@ -14,9 +14,11 @@ from canonical.canonicalize import attach_debug, canonicalize
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
-from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
+from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
 from .gcpause import paused_gc
 from .isolation import outside_ambient_modes
+from .limits import DEFAULT_LIMITS, Limits
+from .names import check_program, check_weight_names
 from .program import deserialize_program, serialize_program
 from .weights import deserialize_weights, saved_devices, serialize_weights
 
@@ -123,6 +125,12 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
     program, debug = canonicalize(program, keep_debug=debug_info)
+    # What load would refuse is never written (this also guards `pt2serde import` of torch archives).
+    try:
+        check_program(program)
+        check_weight_names(weights)
+    except UnsafeArtifactError as e:
+        raise UnsupportedConstructError(f"this program could not be loaded back, so it is not saved: {e}") from None
     return program, weights, payloads, debug
 
 
@@ -168,7 +176,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         artifact = read_artifact(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(artifact, extra_files)
-        return from_artifact(artifact, map_location)
+        return from_artifact(artifact, map_location, limits=limits)
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
@@ -181,20 +189,22 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
             raise MalformedArtifactError(f"extra file {name!r} is not valid UTF-8 text; the file is damaged") from None
 
 
-def from_artifact(a: Artifact, map_location: MapLocation = None) -> ExportedProgram:
+def from_artifact(a: Artifact, map_location: MapLocation = None, *,
+                  limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
     """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode;
-    see :func:`load` for devices)."""
+    names and sizes checked against ``limits``; see :func:`load` for devices)."""
     with outside_ambient_modes():
-        return _build(a, map_location)
+        return _build(a, map_location, limits)
 
 
-def _build(a: Artifact, map_location: MapLocation) -> ExportedProgram:
+def _build(a: Artifact, map_location: MapLocation, limits: Limits) -> ExportedProgram:
+    check_weight_names(a.weights, limits)
     place, missing = _placement(saved_devices(a.weights))
     state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member, place=place)
     program = a.program
     if a.debug is not None:
         program = attach_debug(program, a.debug)
-    ep = deserialize_program(program, state_dict, constants, example_inputs)
+    ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
     if missing:
         ep = _move(ep, dict.fromkeys(missing, "cpu"))
     mapping = _resolve_map_location(map_location, _devices_of(ep))

@@ -51,6 +51,7 @@ from .errors import (
     SerializeError,
     UnsafeArtifactError,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .version import FORMAT_VERSION
 
 __all__ = [
@@ -180,20 +181,7 @@ class FormatVersionError(SchemaVersionError):
 # ---------------------------------------------------------------- public API
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Caps applied by :func:`read_archive` before anything is allocated or decoded.
-
-    Raise them (``Limits(max_file_bytes=...)``) for very large models from trusted sources.
-    """
-
-    max_file_bytes: int = 1 << 40
-    max_members: int = 1 << 20
-    max_member_bytes: int = 1 << 40
-    max_json_bytes: int = 1 << 30
-
-
-DEFAULT_LIMITS = Limits()
+# Limits lives in serde.limits (one object for the archive and the program); re-exported here.
 
 
 def payload_name(sha256_hex: str) -> str:

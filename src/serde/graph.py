@@ -23,6 +23,7 @@ from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .metadata import deserialize_node_metadata, serialize_node_metadata
+from .names import check_attr_name
 from .operators import deserialize_target, serialize_target
 from .values import (
     SymbolicContext,
@@ -444,8 +445,7 @@ class GraphReader:
         """
         first = self._subgraphs.get(ga.name)
         if first is None:
-            if not ga.name.isidentifier() or ga.name.startswith("_"):
-                raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is not a valid attribute name")
+            check_attr_name(ga.name, f"{where}.name")  # also done by names.check_program; kept for direct readers
             reader = GraphReader(self.ctx, f"{where}.graph")
             graph = reader.read(ga.graph)
             setattr(self.root, ga.name, torch.fx.GraphModule(reader.root, graph))

@@ -12,7 +12,9 @@ from . import schema
 from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
+from .limits import DEFAULT_LIMITS, Limits
 from .metadata import deserialize_custom, serialize_custom
+from .names import check_program
 from .signature import (
     constant_input_names,
     deserialize_module_call_graph,
@@ -58,8 +60,14 @@ def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
 
 
 def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.Tensor],
-                        constants: dict[str, Any], example_inputs: Any) -> ExportedProgram:
-    """Rebuild an ExportedProgram; ``state_dict``/``constants`` come from the weights member."""
+                        constants: dict[str, Any], example_inputs: Any,
+                        limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
+    """Rebuild an ExportedProgram; ``state_dict``/``constants`` come from the weights member.
+
+    Every name and size in ``p`` is checked (:func:`serde.names.check_program`) before any torch
+    object is built from it.
+    """
+    check_program(p, limits)
     gm_s = p.graph_module
     ctx = SymbolicContext(p.range_constraints)
     reader = GraphReader(ctx)

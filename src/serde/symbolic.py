@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
+from .limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
 
 __all__ = [
     "ExprTree",
@@ -52,12 +53,16 @@ __all__ = [
 ExprTree = tuple
 """``(op, *children)``; JSON lists are accepted wherever a tree is read."""
 
-MAX_EXPR_CHARS = 64 * 1024
-MAX_EXPR_DEPTH = 200
+MAX_EXPR_CHARS = DEFAULT_LIMITS.max_expr_chars
+MAX_EXPR_DEPTH = DEFAULT_LIMITS.max_expr_depth
 MAX_CALL_ARGS = 256
 # Exact powers/shifts of numeric literals beyond this many bits are refused: "9**9**9" would
 # otherwise pin a core inside sympy while loading an untrusted file.
-_MAX_POWER_BITS = 1 << 16
+_MAX_POWER_BITS = DEFAULT_LIMITS.max_power_bits
+# Literals and exponents of unknown bases are bounded too: torch evaluates size expressions on
+# their hints, and s0**(2**62) or a 4000-digit literal would pin a core there instead.
+_MAX_INT_BITS = DEFAULT_LIMITS.max_int_bits
+_MAX_EXPONENT = DEFAULT_LIMITS.max_exponent
 
 # --- the grammar's vocabulary (pure data; no sympy here) -------------------------------------
 
@@ -768,8 +773,11 @@ class _Builder:
 
         op, rest = _shape(tree, self.where, depth)
         if op == "Integer":
+            self._check_int(rest[0])
             return sympy.Integer(rest[0])
         if op == "Rational":
+            self._check_int(rest[0])
+            self._check_int(rest[1])
             return sympy.Rational(rest[0], rest[1])
         if op == "Float":
             return sympy.Float(float(rest[0]))
@@ -795,6 +803,11 @@ class _Builder:
                 "The artifact is damaged or was written by an incompatible tool."
             ) from None
 
+    def _check_int(self, v: int) -> None:
+        if abs(v).bit_length() > _MAX_INT_BITS:
+            raise IntegerTooLargeError(too_large(self.where, "an integer literal's size in bits",
+                                                 abs(v).bit_length(), "max_int_bits", _MAX_INT_BITS, per_load=False))
+
     def _check_size(self, op: str, args: list[Any]) -> None:
         import sympy
 
@@ -804,11 +817,17 @@ class _Builder:
             base, exp = sympy.Integer(2), args[1]
         else:
             return
-        if not (isinstance(base, sympy.Rational) and isinstance(exp, sympy.Integer)):
+        if not isinstance(exp, sympy.Integer):
+            return
+        if not isinstance(base, sympy.Rational):
+            if abs(int(exp)) > _MAX_EXPONENT:
+                raise IntegerTooLargeError(too_large(
+                    self.where, f"the exponent of {op}({_snippet(str(base))[1:-1]}, ...)", _snippet(str(exp)),
+                    "max_exponent", _MAX_EXPONENT, per_load=False))
             return
         bits = max(abs(int(base.p)).bit_length(), int(base.q).bit_length())
         if bits > 1 and abs(int(exp)) * bits > _MAX_POWER_BITS:
-            raise MalformedArtifactError(
+            raise IntegerTooLargeError(
                 f"{self.where}: {op} of {_snippet(str(base))} to the {_snippet(str(exp))} would "
                 f"have more than {_MAX_POWER_BITS} bits; refusing to evaluate it. "
                 "The artifact is damaged or hostile."

@@ -9,7 +9,7 @@ from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_
 from torch.export import Dim
 
 from native import program as P
-from native.errors import NativeFormatError
+from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
@@ -107,7 +107,7 @@ def test_checker_catches_overlapping_live_tensors():
                 if lt.interval(x.value)[1] >= lt.interval(y.value)[0] and x.offset != y.offset)
     bad = [P.Allocation(x.value, a.offset if x.value == b.value else x.offset, x.nbytes) for x in allocs]
     broken = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=bad))
-    with pytest.raises(AssertionError, match=rf"values {a.value} and {b.value} are live together"):
+    with pytest.raises(MemoryPlanError, match=rf"values {a.value} and {b.value} are live together"):
         verify_plan(broken)
     with pytest.raises(NativeFormatError, match=r"memory_plan: values \d+ and \d+ are live together"):
         P.decode(P.NativeProgram(broken, native.segment).encode())
@@ -117,21 +117,46 @@ def test_checker_catches_slots_smaller_than_the_bound_and_planned_outputs():
     p = emitted("mlp").program
     a = p.memory_plan.allocations[0]
     small = [P.Allocation(a.value, a.offset, a.nbytes - 4)] + p.memory_plan.allocations[1:]
-    with pytest.raises(AssertionError, match=r"cannot hold the tensor's upper bound of 4096 bytes"):
+    with pytest.raises(MemoryPlanError, match=r"cannot hold the tensor's upper bound of 4096 bytes"):
         verify_plan(msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=small)))
     out = [*p.memory_plan.allocations, P.Allocation(p.outputs[0], p.memory_plan.arena_size, 1 << 20)]
     plan = P.MemoryPlan(arena_size=p.memory_plan.arena_size + (1 << 20), allocations=out)
-    with pytest.raises(AssertionError, match=r"not a fresh intermediate"):
+    with pytest.raises(MemoryPlanError, match=r"not a fresh intermediate"):
         verify_plan(msgspec.structs.replace(p, memory_plan=plan))
 
 
 def test_overlap_checker_itself():
     check_no_overlap([(0, 5, 0, 64, 1), (6, 9, 0, 64, 2)])  # same bytes, disjoint lifetimes
     check_no_overlap([(0, 5, 0, 64, 1), (3, 9, 64, 128, 2)])  # same time, disjoint bytes
-    with pytest.raises(AssertionError, match=r"values 1 and 2 are live together"):
+    with pytest.raises(MemoryPlanError, match=r"values 1 and 2 are live together"):
         check_no_overlap([(0, 5, 0, 64, 1), (5, 9, 32, 96, 2)])
 
 
 def test_replanning_is_stable():
     p = emitted("transformer_block").program
     assert plan_memory(p) == p.memory_plan
+
+
+def test_a_one_tib_arena_is_refused_before_anything_allocates():
+    native = emitted("mlp")
+    p = native.program
+    huge = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, arena_size=1 << 40))
+    with pytest.raises(ArenaTooLargeError, match=r"memory_plan\.arena_size: the arena is 1099511627776, more than "
+                                                 r"Limits\.max_arena_bytes=68719476736"):
+        P.decode(P.NativeProgram(huge, native.segment).encode())
+    # Under the cap, an arena bigger than its slots is refused too: a plan asks for exactly what it uses.
+    padded = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(
+        p.memory_plan, arena_size=p.memory_plan.arena_size + 64))
+    with pytest.raises(NativeFormatError, match=r"memory_plan\.arena_size: \d+ bytes, but the allocations end at"):
+        P.decode(P.NativeProgram(padded, native.segment).encode())
+
+
+def test_a_slot_bigger_than_its_tensor_is_refused():
+    native = emitted("mlp")
+    p = native.program
+    a = p.memory_plan.allocations[-1]
+    big = [*p.memory_plan.allocations[:-1], P.Allocation(a.value, a.offset, a.nbytes + 1)]
+    plan = msgspec.structs.replace(p.memory_plan, allocations=big,
+                                   arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
+    with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):
+        P.decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())

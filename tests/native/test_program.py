@@ -24,7 +24,9 @@ def test_layout_prefix_and_alignment():
     data = emitted("mlp").encode()
     magic, version, reserved, hlen, seg_off, seg_len = struct.unpack_from("<8sIIQQQ", data)
     assert (magic, version, reserved) == (MAGIC, P.FORMAT_VERSION, 0)
-    assert seg_off % 64 == 0 and seg_off >= 40 + hlen and seg_off + seg_len == len(data)
+    assert seg_off % 64 == 0 and seg_off >= 40 + hlen + 32 and seg_off + seg_len == len(data)
+    assert data[40 + hlen:40 + hlen + 32] == hashlib.sha256(data[:40 + hlen]).digest()
+    assert not any(data[40 + hlen + 32:seg_off])
     p = emitted("mlp").program
     assert all(c.offset % 64 == 0 for c in p.constants)
     for c in p.constants:
@@ -52,7 +54,7 @@ def test_newer_format_version_names_both_versions():
     data = bytearray(emitted("mlp").encode())
     struct.pack_into("<I", data, 8, P.FORMAT_VERSION + 1)
     with pytest.raises(NativeVersionError, match=rf"format version {P.FORMAT_VERSION + 1} is not supported; this "
-                                                 rf"reader handles versions 1..{P.FORMAT_VERSION}") as e:
+                                                 rf"reader handles versions {P.MIN_FORMAT_VERSION}..{P.FORMAT_VERSION}") as e:
         decode(bytes(data))
     assert isinstance(e.value, SchemaVersionError)
 
@@ -67,11 +69,46 @@ def test_truncated_and_trailing_bytes():
         decode(data[:60])
 
 
-def test_damaged_header():
+def test_version_1_files_are_refused_naming_both_versions():
+    # Version 1 had no header checksum; its files are re-emitted from their .pt2s, never guessed at.
+    native = emitted("mlp")
+    header = msgspec.msgpack.encode(native.program)
+    seg_off = (40 + len(header) + 63) // 64 * 64
+    old = struct.pack("<8sIIQQQ", MAGIC, 1, 0, len(header), seg_off, len(native.segment)) + header
+    old += bytes(seg_off - len(old)) + bytes(native.segment)
+    with pytest.raises(NativeVersionError, match=r"native program format version 1 is not supported; this reader "
+                                                 r"handles versions 2\.\.2\. Re-emit it"):
+        decode(old)
+
+
+def test_damaged_header_fails_its_checksum():
     data = bytearray(emitted("mlp").encode())
     data[40] ^= 0xFF
-    with pytest.raises(NativeFormatError, match=r"the header does not match the program schema"):
+    with pytest.raises(NativeFormatError, match=r"the header does not match its sha256"):
         decode(bytes(data))
+
+
+def test_every_single_byte_flip_before_the_segment_is_detected():
+    # A flipped header byte used to change results silently: now every byte before the segment is
+    # checksummed (prefix, header, the checksum itself) or must be zero (padding).
+    data = emitted("mlp").encode()
+    seg_off = struct.unpack_from("<Q", data, 24)[0]
+    assert seg_off > 1000  # a real header, not a trivial one
+    for pos in range(seg_off):
+        for flip in (0x01, 0x80):
+            bad = bytearray(data)
+            bad[pos] ^= flip
+            with pytest.raises((NativeFormatError, NativeVersionError)):
+                decode(bytes(bad))
+
+
+def test_a_header_that_passes_its_checksum_is_still_validated():
+    native = emitted("mlp")
+    from native import container
+
+    data = container.pack(MAGIC, P.FORMAT_VERSION, b"\xc1 not msgpack", native.segment)
+    with pytest.raises(NativeFormatError, match=r"the header does not match the program schema"):
+        decode(data)
 
 
 def test_damaged_constant_bytes_fail_their_hash():

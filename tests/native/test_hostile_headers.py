@@ -1,0 +1,69 @@
+"""Mutated native programs (every int field set to edge values) fail only with typed errors.
+
+Each mutation re-encodes a valid header (so the checksum passes) and decodes it: the validator
+and the memory planner must report NativeFormatError / NativeVersionError / a LimitError, never
+an IndexError, KeyError, OverflowError or AssertionError from inside.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import msgspec
+import pytest
+from _native_util import emitted
+
+from native import program as P
+from serde.errors import SerializeError
+
+_EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
+
+
+def _int_paths(x, path=()):
+    if isinstance(x, bool):
+        return
+    if isinstance(x, int):
+        yield path
+    elif isinstance(x, list):
+        for i, y in enumerate(x):
+            yield from _int_paths(y, (*path, i))
+    elif isinstance(x, dict):
+        for k, y in x.items():
+            yield from _int_paths(y, (*path, k))
+
+
+@pytest.mark.parametrize("case", ["mlp", "multi_output", "while_loop", "dynamic_arith"])
+def test_mutated_headers_fail_only_with_typed_errors(case: str) -> None:
+    native = emitted(case)
+    base = msgspec.to_builtins(native.program)
+    paths = list(_int_paths(base))
+    rng = random.Random(0)
+    tried = 0
+    for _ in range(250):
+        doc = copy.deepcopy(base)
+        path = rng.choice(paths)
+        cur = doc
+        for k in path[:-1]:
+            cur = cur[k]
+        cur[path[-1]] = rng.choice(_EDGES)
+        try:
+            data = P.NativeProgram(msgspec.convert(doc, P.Program), native.segment).encode()
+        except (msgspec.ValidationError, OverflowError):
+            continue  # msgpack cannot even hold it: no file can carry it
+        tried += 1
+        try:
+            P.decode(data)
+        except SerializeError:
+            pass
+    assert tried > 150
+
+
+def test_negative_alias_positions_are_refused() -> None:
+    from native.errors import NativeFormatError
+
+    native = emitted("multi_output")
+    p = native.program
+    ops = [P.Operator(o.name, o.overload, [[-5]]) for o in p.operators]
+    with pytest.raises(NativeFormatError, match=r"operators\[0\]\.returns_alias\[0\]: argument positions \[-5\]"):
+        P.decode(P.NativeProgram(msgspec.structs.replace(p, operators=ops), native.segment).encode())

@@ -1,0 +1,15 @@
+"""Parameter FQN with a quote: fx writes getattr(self..., "<segment>") for it, so the segment runs as code."""
+
+from __future__ import annotations
+
+from _program_kit import rename
+
+from serde.names import UnsafeNameError
+
+ERROR = UnsafeNameError
+MATCH = r"weights\.state_dict\[.*is neither an ASCII identifier nor a decimal index"
+RUNS_CODE = True
+
+
+def build(base: bytes, canary: str) -> bytes:
+    return rename(base, "blocks.0.lin.weight", f'blocks.0.lin.w",open({canary!r},"w"),"')

@@ -1,0 +1,15 @@
+"""A node named `lambda`: a Python keyword is a SyntaxError in the generated forward."""
+
+from __future__ import annotations
+
+from _program_kit import rename
+
+from serde.names import UnsafeNameError
+
+ERROR = UnsafeNameError
+MATCH = r"name 'lambda' is reserved"
+RUNS_CODE = False
+
+
+def build(base: bytes, canary: str) -> bytes:
+    return rename(base, "mul", "lambda")

@@ -1,0 +1,16 @@
+"""Subgraph attribute name with a quote: fx reaches submodules through getattr(self, "<name>")."""
+
+from __future__ import annotations
+
+from _program_kit import rename
+
+from serde.names import UnsafeNameError
+
+ERROR = UnsafeNameError
+MATCH = r"subgraph\[0\]\.name: attribute name"
+RUNS_CODE = False
+BASE = "cond"
+
+
+def build(base: bytes, canary: str) -> bytes:
+    return rename(base, "cond_graph0", f'g",open({canary!r},"w"),"')
