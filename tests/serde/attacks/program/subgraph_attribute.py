@@ -13,4 +13,4 @@ BASE = "cond"
 
 
 def build(base: bytes, canary: str) -> bytes:
-    return rename(base, "cond_graph0", f'g",open({canary!r},"w"),"')
+    return rename(base, "true_graph_0", f'g",open({canary!r},"w"),"')
