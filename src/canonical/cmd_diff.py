@@ -26,13 +26,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from serde.archive import write_atomic
-    from serde.artifact import read_artifact
+    from serde.artifact import read_artifacts
 
-    from .diff import diff
+    from .diff import diff, diff_programs
 
-    a, b = read_artifact(args.a), read_artifact(args.b)
-    report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=a.payload,
-                  b_payload=b.payload, a_extra=a.extra_files(), b_extra=b.extra_files())
+    a_all, b_all = read_artifacts(args.a), read_artifacts(args.b)
+    a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
+    extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
+    if list(a_all) == [None] and list(b_all) == [None]:
+        a, b = a_all[None], b_all[None]
+        report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=a.payload,
+                      b_payload=b.payload, **extras)
+        pairs = [(None, a.program, b.program, report.changes)]
+    else:  # artifacts with several programs (a single one counts as a program named "")
+        def parts(arts):
+            return {name or "": (x.program, x.weights, x.payload) for name, x in arts.items()}
+
+        report, per = diff_programs(parts(a_all), parts(b_all), **extras)
+        pairs = [(name, a_all[name or None].program, b_all[name or None].program, r.changes)
+                 for name, r in per.items() if r.changes]
     text = report.format_text(args.a, args.b)
     if args.json:
         sys.stdout.write(json.dumps({"a": args.a, "b": args.b, **report.to_json()}, indent=2) + "\n")
@@ -41,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from .view import diff_page
 
-        page = diff_page(a.program, b.program, report.changes, text, f"{args.a} -> {args.b}")
+        page = diff_page(pairs, text, f"{args.a} -> {args.b}")
         write_atomic(args.html, [page.encode("utf-8")])
     sys.stdout.flush()
     return 0 if report.identical else 1
-

@@ -32,30 +32,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from serde.artifact import read_artifact
+    from serde.artifact import read_artifacts
 
+    arts = read_artifacts(args.file)
+    parts = []
+    for name, art in arts.items():
+        text = _one(art, args)
+        # an artifact with several programs shows each under its name
+        parts.append(text if name is None else f"## program {name}\n{text}")
+    extra = next(iter(arts.values())).extra_files()
+    text = "\n".join(parts)
+    if extra and not args.summary and args.module is None:
+        # load(..., extra_files={}) reads them; list the names so users can find them
+        text += "\nextra files:\n" + "".join(f"  {name}: {len(data)} bytes\n" for name, data in sorted(extra.items()))
+    _write(text, page=not args.no_pager)
+    return 0
+
+
+def _one(art, args: argparse.Namespace) -> str:
     from .render import render
     from .summary import module_lines, module_paths, summary_lines
 
-    art = read_artifact(args.file)
     weights = None if args.no_weights else art.weights
-    extra = art.extra_files()
     if args.summary:
-        text = "\n".join(summary_lines(art.program, weights, extra)) + "\n"
-    elif args.module is not None:
+        return "\n".join(summary_lines(art.program, weights, art.extra_files())) + "\n"
+    if args.module is not None:
         lines = module_lines(art.program, args.module)
         if lines is None:
             known = module_paths(art.program)
             raise UnknownModuleError(
                 f"--module {args.module!r}: no node runs in that module; module paths in this program: "
                 + (", ".join(known[:30]) + (" ..." if len(known) > 30 else "") if known else "none"))
-        text = "\n".join(lines) + "\n"
-    else:
-        text = render(art.program, weights)
-        if extra:  # load(..., extra_files={}) reads them; list the names so users can find them
-            text += "\nextra files:\n" + "".join(f"  {name}: {len(data)} bytes\n" for name, data in sorted(extra.items()))
-    _write(text, page=not args.no_pager)
-    return 0
+        return "\n".join(lines) + "\n"
+    return render(art.program, weights)
 
 
 def _write(text: str, page: bool) -> None:

@@ -17,12 +17,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from serde.archive import write_atomic
-    from serde.artifact import read_artifact
+    from serde.artifact import read_artifacts
 
     from .view import program_page
 
-    art = read_artifact(args.file)
-    page = program_page(art.program, os.path.basename(args.file))
+    programs = {name: art.program for name, art in read_artifacts(args.file).items()}
+    page = program_page(programs, os.path.basename(args.file))
     write_atomic(args.output, [page.encode("utf-8")])
-    print(f"wrote {args.output} ({len(art.program.graph_module.graph.nodes)} nodes)")
+    nodes = sum(len(p.graph_module.graph.nodes) for p in programs.values())
+    print(f"wrote {args.output} ({nodes} nodes)")
     return 0

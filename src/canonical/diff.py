@@ -61,7 +61,7 @@ from serde.exprs import ranges_by_text
 
 from . import render as R
 
-__all__ = ["Change", "DiffReport", "Payload", "diff", "max_abs_diff"]
+__all__ = ["Change", "DiffReport", "Payload", "diff", "diff_programs", "max_abs_diff"]
 
 # sha256 -> the storage's raw little-endian bytes; raises KeyError when unavailable.
 Payload = Callable[[str], bytes]
@@ -193,11 +193,35 @@ def diff(
     if a_weights is not None and b_weights is not None:
         d.weights(a_weights, b_weights, a_payload, b_payload)
     if a_extra is not None and b_extra is not None:
-        for name, x, y in _pair(_sorted_items(a_extra), _sorted_items(b_extra)):
-            d._pair_change("extra_files", f"extra_files[{name}]", _blob_line(name, x), _blob_line(name, y))
+        d.extra_files(a_extra, b_extra)
     order = {s: i for i, s in enumerate(_SECTIONS)}
     changes = sorted(d.changes, key=lambda c: order[c.section])  # stable: keeps program order
     return DiffReport(changes=changes, notes=d.notes)
+
+
+def diff_programs(a: dict[str, tuple], b: dict[str, tuple], *, a_extra: dict[str, bytes] | None = None,
+                  b_extra: dict[str, bytes] | None = None) -> tuple[DiffReport, dict[str, DiffReport]]:
+    """Compare artifacts holding several named programs: ``name -> (program, weights, payload)``.
+
+    Returns the combined report (each change's ``where`` starts with ``programs[<name>].``;
+    programs only in A or only in B are one removed/added change each) and the report per program
+    present in both.
+    """
+    d = _Differ()
+    per: dict[str, DiffReport] = {}
+    for name in sorted(set(a) | set(b)):
+        if name not in b or name not in a:
+            d.changes.append(Change(section="program", kind="removed" if name not in b else "added",
+                                    where=f"programs[{name}]", a=name if name in a else None,
+                                    b=name if name in b else None))
+            continue
+        (pa, wa, la), (pb, wb, lb) = a[name], b[name]
+        per[name] = report = diff(pa, pb, a_weights=wa, b_weights=wb, a_payload=la, b_payload=lb)
+        d.changes += [msgspec.structs.replace(c, where=f"programs[{name}].{c.where}") for c in report.changes]
+        d.notes += [n for n in report.notes if n not in d.notes]
+    if a_extra is not None and b_extra is not None:
+        d.extra_files(a_extra, b_extra)
+    return DiffReport(changes=d.changes, notes=d.notes), per
 
 
 def max_abs_diff(
@@ -232,6 +256,10 @@ class _Differ:
     def __init__(self) -> None:
         self.changes: list[Change] = []
         self.notes: list[str] = []
+
+    def extra_files(self, a_extra: dict[str, bytes], b_extra: dict[str, bytes]) -> None:
+        for name, x, y in _pair(_sorted_items(a_extra), _sorted_items(b_extra)):
+            self._pair_change("extra_files", f"extra_files[{name}]", _blob_line(name, x), _blob_line(name, y))
 
     def add(self, section: str, kind: str, where: str, a: str | None = None, b: str | None = None,
             **extra) -> None:

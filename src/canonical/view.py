@@ -337,20 +337,36 @@ def _weight_inputs(program: schema.ExportedProgram) -> frozenset[str]:
     return frozenset(names)
 
 
-def program_page(program: schema.ExportedProgram, title: str) -> str:
-    """The whole page for one program."""
-    g = program.graph_module.graph
-    header = f"{len(g.nodes)} nodes (parameters, buffers and constants appear by name in the node lines)"
-    return _page(title, _esc(header), _graph_sections(g, "", "graph", hidden_inputs=_weight_inputs(program)))
+def program_page(programs: dict[str | None, schema.ExportedProgram], title: str) -> str:
+    """The whole page for the program (key None) or the named programs of one artifact."""
+    sections, nodes = [], 0
+    for name, program in programs.items():
+        g = program.graph_module.graph
+        nodes += len(g.nodes)
+        prefix = "" if name is None else f"{name}: "
+        sections += _graph_sections(g, prefix, f"{prefix}graph", anchor=f"{prefix}graph",
+                                    hidden_inputs=_weight_inputs(program))
+    header = f"{nodes} nodes (parameters, buffers and constants appear by name in the node lines)"
+    return _page(title, _esc(header), sections)
 
 
 _WHERE = re.compile(r"^graph\.nodes\[([^\]]+)\](.*)$")
 
 
-def diff_page(a: schema.ExportedProgram, b: schema.ExportedProgram, changes: list, text_report: str,
-              title: str, radius: int = 2) -> str:
-    """The changed region of B's graph (changed and added nodes marked, ``radius`` rows of context),
-    the nodes removed from A, and the text report."""
+def diff_page(pairs: list[tuple[str | None, schema.ExportedProgram, schema.ExportedProgram, list]],
+              text_report: str, title: str, radius: int = 2) -> str:
+    """For each (program name or None, A, B, changes): the changed region of B's graph (changed and
+    added nodes marked, ``radius`` rows of context) and the nodes removed from A; then the text report."""
+    sections = [f"<section><h3>report</h3><pre>{_esc(text_report)}</pre></section>"]
+    total = 0
+    for label, a, b, changes in pairs:
+        total += len(changes)
+        sections += _diff_sections(a, b, changes, radius, "" if label is None else f"{label}: ")
+    return _page(title, _esc(f"{total} changes"), sections)
+
+
+def _diff_sections(a: schema.ExportedProgram, b: schema.ExportedProgram, changes: list, radius: int,
+                   label: str) -> list[str]:
     marks_b: dict[str, str] = {}
     marks_a: dict[str, str] = {}
     for c in changes:
@@ -365,16 +381,17 @@ def diff_page(a: schema.ExportedProgram, b: schema.ExportedProgram, changes: lis
             marks_b[nested] = "renamed" if c.fields == ["name"] else c.kind
             if nested != name:
                 marks_b.setdefault(name, "changed")
-    sections = [f"<section><h3>report</h3><pre>{_esc(text_report)}</pre></section>"]
+    b_prefix, a_prefix = f"{label}", f"{label}A:"
+    sections = []
     if marks_b:
-        sections += _graph_sections(b.graph_module.graph, "", "changed region of B's graph", marks_b, radius,
-                                    hidden_inputs=_weight_inputs(b))
+        sections += _graph_sections(b.graph_module.graph, b_prefix, f"{label}changed region of B's graph",
+                                    {b_prefix + k: v for k, v in marks_b.items()}, radius,
+                                    anchor=f"{label}graph", hidden_inputs=_weight_inputs(b))
     if marks_a:
-        sections += _graph_sections(a.graph_module.graph, "A:", "removed from A's graph",
-                                    {f"A:{k}": v for k, v in marks_a.items()}, radius, anchor="A:graph",
-                                    hidden_inputs=_weight_inputs(a))
-    header = f"{sum(1 for _ in changes)} changes"
-    return _page(title, _esc(header), sections)
+        sections += _graph_sections(a.graph_module.graph, a_prefix, f"{label}removed from A's graph",
+                                    {a_prefix + k: v for k, v in marks_a.items()}, radius,
+                                    anchor=f"{a_prefix}graph", hidden_inputs=_weight_inputs(a))
+    return sections
 
 
 def _nested_name(name: str, rest: str) -> str:

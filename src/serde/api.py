@@ -12,7 +12,8 @@ from torch.export import ExportedProgram
 from canonical.canonicalize import attach_debug, canonicalize
 
 from . import archive
-from .artifact import Artifact, read_artifact, write_artifact
+from .archive import payload_name
+from .artifact import Artifact, read_artifacts, write_artifacts
 from .custom_objects import encode_constants
 from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
 from .gcpause import paused_gc
@@ -49,12 +50,15 @@ _warn_if_untested_torch()
 PathOrFile = str | os.PathLike | BinaryIO
 
 
-def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False,
+def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, debug_info: bool = False,
          extra_files: Mapping[str, str] | None = None) -> None:
     """Save ``ep`` as a pt2serde artifact.
 
     Args:
-        ep: the program, as returned by ``torch.export.export``.
+        ep: the program, as returned by ``torch.export.export``, or a dict of several programs by
+            name (``{"prefill": ep1, "decode": ep2}``; names are Python identifiers): they share
+            one artifact, where a tensor that several of them hold is stored once, and
+            :func:`load` returns the dict.
         f: a path (written atomically: a crash never leaves a partial file there) or a binary
             file object. A seekable file object is left positioned where the artifact starts,
             as ``torch.export.save`` does, so ``load(f)`` right after reads it back.
@@ -69,16 +73,35 @@ def save(ep: ExportedProgram, f: PathOrFile, *, debug_info: bool = False,
             names the node and the construct.
         SerializeError: any other failure, e.g. the file cannot be written.
     """
-    if not isinstance(ep, ExportedProgram):
-        raise SerializeError(f"save() expects a torch.export.ExportedProgram, got {type(ep).__name__}")
+    programs = _programs_to_save(ep)
     extras = _encode_extra_files(extra_files)
     start = _position(f)
     with paused_gc():
-        program, weights, payloads, debug = to_artifact_parts(ep, debug_info=debug_info)
-        write_artifact(f, program, weights, payloads, debug, torch_version=str(torch.__version__),
-                       extra_files=extras)
+        parts, payloads = {}, {}
+        for name, one in programs.items():
+            program, weights, own_payloads, debug = to_artifact_parts(one, debug_info=debug_info)
+            parts[name] = (program, weights, debug)
+            payloads.update(own_payloads)  # content-addressed: a tensor several programs hold is stored once
+        write_artifacts(f, parts, payloads, torch_version=str(torch.__version__), extra_files=extras)
     if start is not None:
         f.seek(start)  # type: ignore[union-attr]
+
+
+def _programs_to_save(ep: object) -> dict[str | None, ExportedProgram]:
+    """``{None: ep}`` for one program, ``{name: ep}`` for a dict of them (names checked)."""
+    if isinstance(ep, ExportedProgram):
+        return {None: ep}
+    if isinstance(ep, Mapping):
+        if not ep:
+            raise SerializeError("save() was given an empty dict of programs; give at least one")
+        out = {}
+        for name, one in ep.items():
+            archive.check_program_name(name, "save()")
+            if not isinstance(one, ExportedProgram):
+                raise SerializeError(f"save()[{name!r}] is a {type(one).__name__}, not a torch.export.ExportedProgram")
+            out[name] = one
+        return dict(sorted(out.items()))
+    raise SerializeError(f"save() expects a torch.export.ExportedProgram or a dict of them, got {type(ep).__name__}")
 
 
 def _position(f: object) -> int | None:
@@ -139,8 +162,9 @@ MapLocation = str | torch.device | Mapping[str, str] | Callable[[torch.UntypedSt
 
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
          mmap: bool = False, extra_files: dict[str, Any] | None = None,
-         map_location: MapLocation = None) -> ExportedProgram:
-    """Load an artifact written by :func:`save` (any supported schema version).
+         map_location: MapLocation = None) -> ExportedProgram | dict[str, ExportedProgram]:
+    """Load an artifact written by :func:`save` (any supported schema version): the program, or the
+    dict of programs it was saved from (each with its own tensors; none shares memory with another).
 
     ``extra_files``, as with ``torch.export.load``: every extra file the artifact holds is written
     into the dict (name -> text); names the artifact does not hold keep their value.
@@ -173,10 +197,18 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     """
     _check_not_at_end(f)
     with paused_gc(), outside_ambient_modes():
-        artifact = read_artifact(f, limits=limits, mmap=mmap)
+        artifacts = read_artifacts(f, limits=limits, mmap=mmap)
         if extra_files is not None:
-            _fill_extra_files(artifact, extra_files)
-        return from_artifact(artifact, map_location, limits=limits)
+            _fill_extra_files(next(iter(artifacts.values())), extra_files)
+        if list(artifacts) == [None]:
+            return from_artifact(artifacts[None], map_location, limits=limits)
+        out, used = {}, set()
+        for name, artifact in artifacts.items():
+            # A payload an earlier program already wraps is copied: programs never share memory,
+            # so one program's in-place buffer update is never seen by another.
+            out[name] = from_artifact(artifact, map_location, limits=limits, copy_payloads=frozenset(used))
+            used.update(payload_name(s.sha256) for s in artifact.weights.storages if s.sha256)
+        return out
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
@@ -189,18 +221,23 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
             raise MalformedArtifactError(f"extra file {name!r} is not valid UTF-8 text; the file is damaged") from None
 
 
-def from_artifact(a: Artifact, map_location: MapLocation = None, *,
-                  limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
+def from_artifact(a: Artifact, map_location: MapLocation = None, *, limits: Limits = DEFAULT_LIMITS,
+                  copy_payloads: frozenset[str] = frozenset()) -> ExportedProgram:
     """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode;
-    names and sizes checked against ``limits``; see :func:`load` for devices)."""
+    names and sizes checked against ``limits``; see :func:`load` for devices). Payload members in
+    ``copy_payloads`` are copied instead of wrapped."""
     with outside_ambient_modes():
-        return _build(a, map_location, limits)
+        return _build(a, map_location, limits, copy_payloads)
 
 
-def _build(a: Artifact, map_location: MapLocation, limits: Limits) -> ExportedProgram:
+def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str]) -> ExportedProgram:
     check_weight_names(a.weights, limits)
     place, missing = _placement(saved_devices(a.weights))
-    state_dict, constants, example_inputs = deserialize_weights(a.weights, a.contents.member, place=place)
+    def member(name: str) -> memoryview:
+        view = a.contents.member(name)
+        return view.toreadonly() if name in copy_payloads else view  # read-only views are copied
+
+    state_dict, constants, example_inputs = deserialize_weights(a.weights, member, place=place)
     program = a.program
     if a.debug is not None:
         program = attach_debug(program, a.debug)

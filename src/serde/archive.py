@@ -12,6 +12,10 @@ Layout (format_version 1; 2 when the archive has extra files):
   extra files ``extra/<name>`` (``save(..., extra_files=...)``, like ``torch.export.save``).
   An archive with extra files says format_version 2, so that a reader that does not know them
   refuses it by version rather than by member name; one without says 1, and every reader loads it.
+* Several programs in one archive (``serde.save({"prefill": ep1, "decode": ep2}, path)``): each
+  program's JSON members sit under ``programs/<name>/`` (``program.json``, ``weights.json``,
+  optional ``debug.json``) instead of at the top, and all of them share the ``data/`` payloads,
+  so a tensor that several programs hold is stored once. Such an archive says format_version 3.
 * ``manifest.json`` (:class:`serde.schema.Manifest`) names the format, its version, the schema
   version, the torch version and the sha256 and size of every other member.
 
@@ -62,6 +66,7 @@ __all__ = [
     "CorruptZipError", "OverlappingMembersError", "DuplicateMemberError", "UnsafeMemberNameError",
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
     "ManifestMismatchError", "ChecksumMismatchError", "FormatVersionError", "EXTRA_PREFIX", "extra_member",
+    "PROGRAMS_PREFIX", "PROGRAM_NAME_RE", "program_member", "program_names", "check_program_name",
     "SHA256_RE", "sha256_hex", "digest_all",
 ]
 
@@ -73,8 +78,11 @@ DEBUG = "debug.json"
 FORMAT_NAME = "pt2serde"
 ALIGNMENT = 64
 
+PROGRAMS_PREFIX = "programs/"
 _JSON_MEMBERS = frozenset({MANIFEST, PROGRAM, WEIGHTS, DEBUG})
-_REQUIRED = (MANIFEST, PROGRAM, WEIGHTS)
+# A program's name in a multi-program archive: what a Python identifier may be, and short.
+PROGRAM_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_PROGRAM_MEMBER_RE = re.compile(r"programs/([A-Za-z_][A-Za-z0-9_]{0,63})/(program|weights|debug)\.json")
 _PAYLOAD_RE = re.compile(r"data/[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a sha256 as the format writes it: 64 lowercase hex digits
 _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
@@ -359,13 +367,11 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
         # would double the cost of saving large weights. read_archive verifies every byte.
         sha = name[5:] if name.startswith("data/") else sha256_hex(view)
         entries[name] = _Entry(name, view, sha, crc)
-    for req in (PROGRAM, WEIGHTS):
-        if req not in entries:
-            raise MissingMemberError(f"write_archive: required member {req!r} was not given")
+    _check_required(set(entries), "write_archive: members")
     major, minor = schema_version
     manifest = schema.Manifest(
         format=FORMAT_NAME,
-        format_version=2 if any(n.startswith(EXTRA_PREFIX) for n in entries) else 1,
+        format_version=_format_version(entries),
         schema_version=schema.SchemaVersion(major=int(major), minor=int(minor)),
         torch_version=str(torch_version),
         members={e.name: schema.Member(sha256=e.sha, size=len(e.data)) for e in entries.values()},
@@ -861,6 +867,56 @@ def extra_member(name: str, where: str) -> str:
     return EXTRA_PREFIX + name
 
 
+def program_member(program: str | None, member: str) -> str:
+    """The member name of ``member`` (program.json, weights.json, debug.json) of one program: at the
+    top for a single-program archive (``program`` None), under ``programs/<program>/`` otherwise."""
+    return member if program is None else f"{PROGRAMS_PREFIX}{program}/{member}"
+
+
+def program_names(names: Iterable[str]) -> list[str] | None:
+    """The programs of a multi-program archive with these members, sorted; None for a single one."""
+    found = sorted({m.group(1) for n in names if (m := _PROGRAM_MEMBER_RE.fullmatch(n))})
+    return found or None
+
+
+def check_program_name(name: object, where: str) -> str:
+    """``name`` if it can name a program of a multi-program archive, else UnsafeMemberNameError."""
+    if not isinstance(name, str) or not PROGRAM_NAME_RE.fullmatch(name):
+        raise UnsafeMemberNameError(
+            f"{where}: program name {name!r} must be a Python identifier of 1 to 64 ASCII letters, digits "
+            "and '_'; rename it")
+    return name
+
+
+def _format_version(names: Iterable[str]) -> int:
+    names = list(names)
+    if program_names(names):
+        return 3
+    return 2 if any(n.startswith(EXTRA_PREFIX) for n in names) else 1
+
+
+def _check_required(names: set[str], where: str) -> None:
+    """A single-program archive has program.json and weights.json at the top; a multi-program one
+    has them under every ``programs/<name>/`` and none at the top."""
+    programs = program_names(names)
+    if programs is None:
+        for req in (PROGRAM, WEIGHTS):
+            if req not in names:
+                raise MissingMemberError(f"{where} has no {req!r}; it is incomplete or not a pt2serde archive: {_FIX}")
+        return
+    if stray := sorted(names & {PROGRAM, WEIGHTS, DEBUG}):
+        raise UnknownMemberError(f"{where}: {stray[0]} at the top of an archive with several programs "
+                                 f"({', '.join(programs)}); each program's members live under programs/<name>/: {_FIX}")
+    for name in programs:
+        for req in (PROGRAM, WEIGHTS):
+            if program_member(name, req) not in names:
+                raise MissingMemberError(f"{where}: program {name!r} has no {program_member(name, req)}; {_FIX}")
+
+
+def _is_json_member(name: str) -> bool:
+    return name in _JSON_MEMBERS or _PROGRAM_MEMBER_RE.fullmatch(name) is not None
+
+
 def _check_name(name: str, where: str) -> None:
     """Reject names that could escape a directory, then names the format does not define."""
     if (not name or name.startswith(("/", "\\")) or "\\" in name or ".." in name.split("/")
@@ -869,11 +925,12 @@ def _check_name(name: str, where: str) -> None:
             f"{where}: member name {name!r} could escape an extraction directory (absolute path, '..', "
             f"backslash or control character); the file is hostile or damaged: {_FIX}"
         )
-    if (name not in _JSON_MEMBERS and not _PAYLOAD_RE.fullmatch(name)
+    if (not _is_json_member(name) and not _PAYLOAD_RE.fullmatch(name)
             and not (name.startswith(EXTRA_PREFIX) and _EXTRA_NAME_RE.fullmatch(name[len(EXTRA_PREFIX):]))):
         raise UnknownMemberError(
             f"{where}: member name {name!r} is not part of the pt2serde format (expected manifest.json, "
-            f"program.json, weights.json, debug.json, data/<64 hex digits> or extra/<name>); {_FIX}"
+            f"program.json, weights.json, debug.json, programs/<name>/<one of those three>, "
+            f"data/<64 hex digits> or extra/<name>); {_FIX}"
         )
 
 
@@ -904,11 +961,12 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
             )
         if rec.flags & ~_FLAG_UTF8:
             raise CorruptZipError(f"{at} has unsupported zip flags 0x{rec.flags:04x}; {_FIX}")
-        cap = limits.max_json_bytes if rec.name in _JSON_MEMBERS else limits.max_member_bytes
+        is_json = _is_json_member(rec.name)
+        cap = limits.max_json_bytes if is_json else limits.max_member_bytes
         if rec.usize > cap or rec.csize > cap:
             raise SizeLimitError(
                 f"{at} declares {max(rec.usize, rec.csize)} bytes, more than the limit of {cap} "
-                f"(Limits.{'max_json_bytes' if rec.name in _JSON_MEMBERS else 'max_member_bytes'}); "
+                f"(Limits.{'max_json_bytes' if is_json else 'max_member_bytes'}); "
                 "the file is hostile or damaged. If it is trusted, pass a larger limit"
             )
         if rec.csize != rec.usize:
@@ -967,11 +1025,9 @@ def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
 
 
 def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str) -> schema.Manifest:
-    for req in _REQUIRED:
-        if req not in views:
-            raise MissingMemberError(
-                f"{where} has no {req}; it is incomplete or not a pt2serde archive: {_FIX}"
-            )
+    if MANIFEST not in views:
+        raise MissingMemberError(f"{where} has no {MANIFEST}; it is incomplete or not a pt2serde archive: {_FIX}")
+    _check_required(set(views), where)
     # Nothing else covers the manifest's bytes (it holds everybody else's sha256), so its CRC-32
     # is checked before a single field of it is trusted; the framing check covers the CRC field.
     if zlib.crc32(views[MANIFEST]) != manifest_crc:
@@ -989,6 +1045,9 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
     if manifest.format_version < 1:
         raise MalformedArtifactError(f"{where}: {MANIFEST} has invalid format_version "
                                      f"{manifest.format_version}; {_FIX}")
+    if manifest.format_version < 3 and program_names(views):
+        raise UnknownMemberError(f"{where}: members under {PROGRAMS_PREFIX} need format version 3, but "
+                                 f"{MANIFEST} says {manifest.format_version}; {_FIX}")
     if manifest.format_version < 2 and (extra := next((n for n in views if n.startswith(EXTRA_PREFIX)), None)):
         raise UnknownMemberError(f"{where}: member {extra!r} is an extra file, which format version "
                                  f"{manifest.format_version} does not have; {_FIX}")

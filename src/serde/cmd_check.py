@@ -6,7 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from .artifact import read_artifact
+from .artifact import read_artifacts
 from .weights import validate_weights
 
 __all__ = ["HELP", "CheckReport", "verify", "add_arguments", "run"]
@@ -28,6 +28,7 @@ class CheckReport:
     tensors: int
     unreferenced_payloads: tuple[str, ...]
     extra_files: tuple[tuple[str, int], ...] = ()   # (name, bytes), sorted by name
+    programs: tuple[str, ...] = ()   # names, for an artifact holding several programs
 
     def lines(self) -> list[str]:
         major, minor = self.schema_version
@@ -40,6 +41,8 @@ class CheckReport:
             f"payload bytes:   {self.payload_bytes}",
             f"storages:        {self.storages} ({self.tensors} tensors)",
         ]
+        if self.programs:
+            out.append(f"programs:        {', '.join(self.programs)}")
         for name, size in self.extra_files:
             out.append(f"extra file:      {name} ({size} bytes)")
         if self.unreferenced_payloads:
@@ -56,14 +59,20 @@ def verify(path: str | os.PathLike) -> CheckReport:
         SerializeError subclasses saying what is wrong and where.
     """
     # The same verify -> upgrade -> decode path as serde.load, without torch.
-    artifact = read_artifact(path)
-    contents, weights, version = artifact.contents, artifact.weights, artifact.written_version
-    validate_weights(weights, lambda name: len(contents.member(name)))
+    artifacts = read_artifacts(path)
+    artifact = next(iter(artifacts.values()))
+    contents, version = artifact.contents, artifact.written_version
+    used: set[str] = set()
+    storages = tensors = 0
+    for one in artifacts.values():
+        weights = one.weights
+        validate_weights(weights, lambda name: len(contents.member(name)))
+        used.update(f"data/{s.sha256}" for s in weights.storages if s.sha256)
+        storages += len(weights.storages)
+        tensors += len(weights.state_dict) + len(weights.constants)
+        if weights.example_inputs is not None:
+            tensors += sum(leaf.as_tensor is not None for leaf in weights.example_inputs.leaves)
     payloads = [n for n in contents.names if n.startswith("data/")]
-    used = {f"data/{s.sha256}" for s in weights.storages}
-    n_examples = 0
-    if weights.example_inputs is not None:
-        n_examples = sum(leaf.as_tensor is not None for leaf in weights.example_inputs.leaves)
     return CheckReport(
         path=os.fspath(path),
         format_version=contents.manifest.format_version,
@@ -71,10 +80,11 @@ def verify(path: str | os.PathLike) -> CheckReport:
         torch_version=contents.manifest.torch_version,
         members=len(contents.names),
         payload_bytes=sum(len(contents.member(n)) for n in payloads),
-        storages=len(weights.storages),
-        tensors=len(weights.state_dict) + len(weights.constants) + n_examples,
+        storages=storages,
+        tensors=tensors,
         unreferenced_payloads=tuple(n for n in payloads if n not in used),
         extra_files=tuple(sorted((name, len(data)) for name, data in artifact.extra_files().items())),
+        programs=tuple(n for n in artifacts if n is not None),
     )
 
 

@@ -23,8 +23,14 @@ def run(args: argparse.Namespace) -> int:
 
     import serde
 
+    from .artifact import SeveralProgramsError
+
     extra_files: dict[str, str] = {}
     ep = serde.load(args.input, extra_files=extra_files)
+    if isinstance(ep, dict):  # torch.export.load reads one program per archive
+        raise SeveralProgramsError(
+            f"{args.input} holds {len(ep)} programs ({', '.join(ep)}); torch.export.save writes one per archive: "
+            "load it with serde.load and save each program with torch.export.save")
     torch.export.save(ep, args.output, extra_files=extra_files or None)
     print(f"wrote {args.output}" + (f" (extra files: {', '.join(sorted(extra_files))})" if extra_files else ""))
     return 0

@@ -38,8 +38,8 @@ from . import schema
 from .errors import UnsafeArtifactError
 from .limits import (
     DEFAULT_LIMITS,
-    Limits,
     IntegerTooLargeError,
+    Limits,
     ListTooLongError,
     NameTooLongError,
     TensorRankError,

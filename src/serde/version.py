@@ -20,5 +20,6 @@ SCHEMA_VERSION: tuple[int, int] = (2, 3)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.
-# 2 adds extra/<name> members (written as 1 when there are none).
-FORMAT_VERSION: int = 2
+# 2 adds extra/<name> members (written as 1 when there are none); 3 holds several programs under
+# programs/<name>/ (written only for those).
+FORMAT_VERSION: int = 3
