@@ -14,6 +14,7 @@ from canonical.canonicalize import attach_debug, canonicalize
 from . import archive
 from .artifact import Artifact, read_artifact, write_artifact
 from .custom_objects import encode_constants
+from .effects import op_facts
 from .errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from .gcpause import paused_gc
 from .program import deserialize_program, serialize_program
@@ -73,7 +74,7 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     program = serialize_program(ep)
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
-    program, debug = canonicalize(program, keep_debug=debug_info)
+    program, debug = canonicalize(program, facts=op_facts, keep_debug=debug_info)
     return program, weights, payloads, debug
 
 
