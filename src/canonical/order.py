@@ -87,6 +87,9 @@ class GraphIndex:
             self.refs.append(refs)
             preds = [p for p in (self.producer[r] for r in refs) if p >= 0]
             self.preds.append(preds)
+        # Order-only edges constrain the schedule but take no part in the demand walk: they are
+        # listed by stored index, and the walk's visiting order must not depend on it.
+        self.data_preds = [list(p) for p in self.preds]
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
             self.preds[i].extend(p for p in extra if p not in self.preds[i])
         for i, preds in enumerate(self.preds):
@@ -196,7 +199,8 @@ def _structural_hashes(idx: GraphIndex, subgraph_key: Callable) -> list[bytes]:
 
 
 def _demand_order(idx: GraphIndex) -> list[int]:
-    """Post-order DFS from the outputs, inputs in argument order (iterative: graphs can be deep)."""
+    """Post-order DFS from the outputs over data edges, inputs in argument order (iterative: graphs
+    can be deep). Nodes reached only through order-only edges are side nodes."""
     state = bytearray(len(idx.preds))  # 0 new, 1 on stack, 2 done
     out: list[int] = []
     for name in idx.output_refs:
@@ -207,7 +211,7 @@ def _demand_order(idx: GraphIndex) -> list[int]:
         stack = [(root, 0)]
         while stack:
             i, k = stack[-1]
-            preds = idx.preds[i]
+            preds = idx.data_preds[i]
             while k < len(preds) and state[preds[k]]:
                 k += 1
             if k < len(preds):
