@@ -159,7 +159,9 @@ def _run(module: torch.nn.Module, inputs: tuple) -> dict:
 
 
 def _assert_same(a: dict, b: dict, what: str) -> None:
-    assert a["error"] == b["error"], what
+    # Which of two asserts between the same effects fails first is not pinned (the canonical order
+    # sorts them by structure), so the messages may differ; whether one failed, and the state, may not.
+    assert (a["error"] is None) == (b["error"] is None), (what, a["error"], b["error"])
     for part in ("outputs", "inputs", "buffers") if a["error"] is None else ("inputs", "buffers"):
         la, lb = torch.utils._pytree.tree_leaves(a[part]), torch.utils._pytree.tree_leaves(b[part])
         assert len(la) == len(lb), (what, part)
@@ -191,7 +193,7 @@ def test_failed_assert_leaves_earlier_writes_done_and_later_ones_undone(tmp_path
     cls, example, inputs = CASES["assert_fails"]
     serde.save(torch.export.export(cls(), example), tmp_path / "model.pt2s")
     r = _run(serde.load(tmp_path / "model.pt2s").module(), inputs)
-    assert r["error"] is not None and "u0" in r["error"]
+    assert r["error"] is not None and "Runtime assertion failed" in r["error"]
     assert r["buffers"]["hits"].tolist() == [1.0]
     assert r["buffers"]["buf"].tolist() == [0.0, 0.0, 0.0]
 
