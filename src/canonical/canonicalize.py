@@ -14,7 +14,8 @@
 4. moves debug-only metadata out of the program (:mod:`canonical.debuginfo`).
 
 It is idempotent, and invariant under consistent renaming of nodes and symbols and under any
-topological reordering of the stored nodes.
+topological reordering of the stored nodes that keeps their effects in order (writes against the
+reads and writes of the same storage, RNG draws, effect tokens: see :mod:`canonical.effects`).
 """
 
 from __future__ import annotations
