@@ -11,7 +11,7 @@ from _builders import A, InputSpecDesc, NodeSpec, Prog, S, chain, expr_of, range
 from canonical.canonicalize import attach_debug, canonicalize
 from serde import wire
 from serde.effects import op_facts
-from serde.errors import MalformedArtifactError
+from serde.errors import MalformedArtifactError, UnknownOperatorError
 
 ADD = "torch.ops.aten.add.Tensor"
 MUL = "torch.ops.aten.mul.Tensor"
@@ -482,3 +482,38 @@ def test_random_topological_orders_of_chain_like_graphs_agree():
     orders = {tuple(topo_orders(p, rng)) for _ in range(20)}
     assert len(orders) > 1  # the property is not vacuous
     assert len({canon(render(p, order=list(o))) for o in orders}) == 1
+
+
+# ---------------------------------------------------------------- effects
+
+
+RAND = "torch.ops.aten.rand.default"
+
+
+def _draw(module=None) -> NodeSpec:
+    return NodeSpec(RAND, [("ints", [4])], names=["size"], module=module, effect=True)
+
+
+def test_a_subgraph_with_an_effect_makes_its_caller_an_effect():
+    """A cond whose branch draws from the RNG keeps its place among the other draws: stored
+    between two draws, it stays there, although no data edge says so."""
+    drawing = Prog([user("a")], [_draw(), NodeSpec(ADD, [("in", 0), ("n", 0)])], [("n", 1)])
+    pure = Prog([user("a")], [NodeSpec(RELU, [("in", 0)])], [("n", 0)])
+    nodes = [_draw(), NodeSpec(COND, [("b", True), ("g", drawing), ("g", pure), ("ts", [("in", 0)])]), _draw(),
+             NodeSpec(ADD, [("n", 2), ("n", 1)]), NodeSpec(ADD, [("n", 3), ("n", 0)])]
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)])), facts=op_facts)
+    # outputs are demanded as (second draw, cond, first draw): a data-only order would start with the second draw
+    assert [n.target for n in nodes_of(c)][:3] == [RAND, COND, RAND]
+    first, second = (n.name for n in nodes_of(c) if n.target == RAND)
+    assert nodes_of(c)[0].name == first
+    # with a pure branch instead, the cond is free to move: it is no effect
+    nodes[1] = NodeSpec(COND, [("b", True), ("g", pure), ("g", pure), ("ts", [("in", 0)])])
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)])), facts=op_facts)
+    assert [n.target for n in nodes_of(c)].index(COND) != 1
+
+
+def test_an_unregistered_operator_is_reported_with_its_node():
+    """Without its schema, what an operator writes is unknown: canonicalizing it would be a guess."""
+    nodes = [NodeSpec("torch.ops.pt2serde_nowhere.mystery.default", [("in", 0)])]
+    with pytest.raises(UnknownOperatorError, match=r"graph_module\.graph\.nodes\[0\] \('n0'\).*not registered"):
+        canonicalize(render(Prog([user("x")], nodes, [("n", 0)])), facts=op_facts)
