@@ -22,19 +22,20 @@ def run(size: int, repeats: int) -> dict:
 
     from canonical.canonicalize import canonicalize
     from serde import wire
+    from serde.effects import op_facts
     from serde.program import serialize_program
 
     ep, _ = export_chain(size)
     small, _ = export_chain(30)
     program = serialize_program(ep)
-    canon, _ = canonicalize(program)
+    canon, _ = canonicalize(program, facts=op_facts)
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
         path = os.path.join(d, "model.pt2")
-        wire.encode(canonicalize(serialize_program(small))[0])  # warm-up, as for torch below
+        wire.encode(canonicalize(serialize_program(small), facts=op_facts)[0])  # warm-up, as for torch below
         torch.export.save(small, os.path.join(d, "warm.pt2"))
         t = time_interleaved({
-            "ours": lambda: wire.encode(canonicalize(program)[0]),
-            "canonicalize": lambda: canonicalize(program),
+            "ours": lambda: wire.encode(canonicalize(program, facts=op_facts)[0]),
+            "canonicalize": lambda: canonicalize(program, facts=op_facts),
             "encode": lambda: wire.encode(canon),
             "torch": lambda: torch.export.save(ep, path),
         }, repeats)

@@ -14,7 +14,8 @@
 4. moves debug-only metadata out of the program (:mod:`canonical.debuginfo`).
 
 It is idempotent, and invariant under consistent renaming of nodes and symbols and under any
-topological reordering of the stored nodes.
+topological reordering of the stored nodes that keeps their effects in order (writes against the
+reads and writes of the same storage, RNG draws, effect tokens: see :mod:`canonical.effects`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_from_text, ranges_by_text
 from serde.gcpause import paused_gc
+from serde.opfacts import OPAQUE, FactsFn, OpFacts
 
 from .debuginfo import (
     DebugInfo,
@@ -45,19 +47,21 @@ from .walk import DIRECT_LEAF_KINDS, argument_names, argument_subgraphs, is_bare
 __all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
 
 
-def canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
+def canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug: bool = False
                  ) -> tuple[schema.ExportedProgram, DebugInfo | None]:
     """Canonical form of ``program`` and its debug info (see :func:`_canonicalize`)."""
     with paused_gc():  # it allocates many short-lived containers; a full collection costs more than the work
-        return _canonicalize(program, keep_debug=keep_debug)
+        return _canonicalize(program, facts=facts, keep_debug=keep_debug)
 
 
-def _canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
+def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug: bool = False
                   ) -> tuple[schema.ExportedProgram, DebugInfo | None]:
     """Canonical form of ``program`` (the input is not modified).
 
     Args:
         program: any decoded program.
+        facts: target name, node location -> what the target writes, aliases and draws
+            (``serde.effects.op_facts``); the order keeps every effect where ``program`` has it.
         keep_debug: also return the debug-only metadata removed from the program.
 
     Returns:
@@ -67,6 +71,8 @@ def _canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
         MalformedArtifactError: the program is inconsistent (a value defined twice or never
             defined, a dependency cycle, signature and graph inputs that disagree, a bad
             symbolic expression).
+        SerializeError: whatever ``facts`` raises for a target it cannot describe (e.g.
+            UnknownOperatorError for an operator not registered in this process).
     """
     gm = program.graph_module
     sig = gm.signature
@@ -79,7 +85,7 @@ def _canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
         )
     input_names, reserved = _main_input_names(g, sig)
     attrs = {fqn.split(".")[0] for fqn in _state_names(sig)}
-    plan = _Plan(g, input_names, reserved, where, attrs)
+    plan = _Plan(g, input_names, reserved, where, attrs, facts)
 
     syms = SymbolRenamer()
     plan.see_symbols(syms)
@@ -268,9 +274,8 @@ class _Plan:
     """Canonical order and names of one graph (and, recursively, of its subgraphs)."""
 
     def __init__(self, g: schema.Graph, input_names: list[list[str]], reserved: set[str], where: str,
-                 attrs: set[str]) -> None:
+                 attrs: set[str], facts: FactsFn) -> None:
         self.graph, self.where = g, where
-        self.idx = idx = GraphIndex(g, where)
         nodes = g.nodes
         # Subgraphs first: the parent's order and names use their fingerprints.
         # (node index -> [(input position, argument name, subgraph)]; most nodes have none)
@@ -289,7 +294,11 @@ class _Plan:
                                       for k, a in enumerate(ga.graph.inputs)]
                         reserved_sub = {n for ns in sub_inputs for n in ns}
                         self.sub[ga.name] = _Plan(ga.graph, sub_inputs, reserved_sub,
-                                                  f"{where}.nodes[{i}].inputs[{j}].graph", set())
+                                                  f"{where}.nodes[{i}].inputs[{j}].graph", set(), facts)
+        node_facts = [self._node_facts(i, node, facts) for i, node in enumerate(nodes)]
+        #: whether a parent must treat a call of this graph as an effect
+        self.has_effects = any(f.has_effect for f in node_facts)
+        self.idx = idx = GraphIndex(g, where, node_facts)
         stacks = [frame_of(n.metadata) for n in nodes]
         self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)
 
@@ -334,6 +343,13 @@ class _Plan:
                 self.sub_names.update(zip(new, names, strict=True))
         self._fingerprint: bytes | None = None
         self.sub_args: dict[str, schema.GraphArgument] = {}
+
+    def _node_facts(self, i: int, node: schema.Node, facts: FactsFn) -> OpFacts:
+        f = facts(node.target, f"{self.where}.nodes[{i}] ({node.name!r})")
+        if any(self.sub[ga.name].has_effects for _, _, ga in self.subs_of.get(i, ())):
+            # What a subgraph writes is one of the operands handed to it, or state: opaque.
+            return OPAQUE
+        return f
 
     @property
     def fingerprint(self) -> bytes:

@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     from serde import wire
     from serde.artifact import read_artifact, write_artifact
+    from serde.effects import op_facts
     from serde.errors import SerializeError
 
     from .canonicalize import attach_debug, canonicalize
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     keep = a.debug is not None and not args.drop_debug
     if keep:
         program = attach_debug(program, a.debug)
-    canon, debug = canonicalize(program, keep_debug=keep)
+    canon, debug = canonicalize(program, facts=op_facts, keep_debug=keep)
     same = wire.encode(canon) == bytes(a.contents.member("program.json"))
     if args.check:
         print(f"{args.input}: {'canonical' if same else 'not canonical'}")

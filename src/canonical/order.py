@@ -10,8 +10,10 @@ The order is a function of the graph's structure, never of node names or of the 
    placed as early as their inputs allow, as torch places them; ties among them are broken by a
    name-free structural hash of what they compute (upstream, including their stable metadata:
    module paths, ``custom``) and of how their values are used (downstream).
-3. **Stateful calls.** Calls that change interpreter state without a data edge (vmap nesting in
-   training-IR ``associative_scan``) are fences: every node keeps its stored side of each of them.
+3. **Effects.** Order-only edges (:mod:`canonical.effects`) keep every observable effect where the
+   stored order put it: writes against the reads and writes of the same storage, RNG draws and
+   other effects in a chain, asserts between their neighbouring effects, and every node on its
+   stored side of a stateful call (vmap nesting in training-IR ``associative_scan``).
 4. **Module frames.** ``torch.export.unflatten`` needs the nodes of one module call to be
    contiguous. Nodes are grouped by their ``nn_module_stack`` keys and each call frame is scheduled
    as one block inside its parent frame (a topological sort of blocks, each block recursively), so a
@@ -32,8 +34,9 @@ from typing import Any
 
 from serde import schema
 from serde.errors import MalformedArtifactError
-from serde.operators import STATEFUL_TARGETS
+from serde.opfacts import OpFacts
 
+from .effects import effect_edges
 from .walk import EMPTY_STACK_KEY, argument_key, argument_names, output_leaves
 
 __all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
@@ -47,11 +50,14 @@ def _digest(parts: Any) -> bytes:
 class GraphIndex:
     """Def-use tables of one graph: who produces each value, who consumes it.
 
+    ``preds`` also holds the order-only edges of :func:`canonical.effects.effect_edges`, computed
+    from ``facts`` (one per node), so every order derived from it keeps effects where they were.
+
     Raises:
         MalformedArtifactError: a value defined twice, or a reference to a value never defined.
     """
 
-    def __init__(self, g: schema.Graph, where: str) -> None:
+    def __init__(self, g: schema.Graph, where: str, facts: Sequence[OpFacts]) -> None:
         self.graph = g
         self.where = where
         n = len(g.nodes)
@@ -79,7 +85,11 @@ class GraphIndex:
             self.refs.append(refs)
             preds = [p for p in (self.producer[r] for r in refs) if p >= 0]
             self.preds.append(preds)
-        self._pin_to_stateful_calls()
+        # Order-only edges constrain the schedule but take no part in the demand walk: they are
+        # listed by stored index, and the walk's visiting order must not depend on it.
+        self.data_preds = [list(p) for p in self.preds]
+        for i, extra in enumerate(effect_edges(g.nodes, facts)):
+            self.preds[i].extend(p for p in extra if p not in self.preds[i])
         for i, preds in enumerate(self.preds):
             for p in preds:
                 self.succs[p].append(i)
@@ -89,26 +99,6 @@ class GraphIndex:
                 self._check_ref(name, f"{where}.outputs[{j}]")
                 self.output_refs.append(name)
         self.topo = self._topological()
-
-    def _pin_to_stateful_calls(self) -> None:
-        """Order-only edges that keep every node on its stored side of each stateful call.
-
-        A stateful call (``STATEFUL_TARGETS``: vmap nesting) has no data edge to the nodes whose
-        meaning it changes, so each node depends on the stateful call stored before it, and the
-        next stateful call depends on it. Graphs without stateful calls get no extra edges.
-        """
-        last = -1
-        segment: list[int] = []
-        for i, node in enumerate(self.graph.nodes):
-            if node.target in STATEFUL_TARGETS:
-                self.preds[i].extend(segment)
-                if last >= 0 and not segment:
-                    self.preds[i].append(last)
-                last, segment = i, []
-            else:
-                if last >= 0:
-                    self.preds[i].append(last)
-                segment.append(i)
 
     def _define(self, name: str, producer: int, leaf: int, where: str) -> None:
         if name in self.producer:
@@ -207,7 +197,8 @@ def _structural_hashes(idx: GraphIndex, subgraph_key: Callable) -> list[bytes]:
 
 
 def _demand_order(idx: GraphIndex) -> list[int]:
-    """Post-order DFS from the outputs, inputs in argument order (iterative: graphs can be deep)."""
+    """Post-order DFS from the outputs over data edges, inputs in argument order (iterative: graphs
+    can be deep). Nodes reached only through order-only edges are side nodes."""
     state = bytearray(len(idx.preds))  # 0 new, 1 on stack, 2 done
     out: list[int] = []
     for name in idx.output_refs:
@@ -218,7 +209,7 @@ def _demand_order(idx: GraphIndex) -> list[int]:
         stack = [(root, 0)]
         while stack:
             i, k = stack[-1]
-            preds = idx.preds[i]
+            preds = idx.data_preds[i]
             while k < len(preds) and state[preds[k]]:
                 k += 1
             if k < len(preds):

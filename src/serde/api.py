@@ -15,6 +15,7 @@ from . import archive
 from .archive import payload_name
 from .artifact import Artifact, read_artifacts, write_artifacts
 from .custom_objects import encode_constants
+from .effects import op_facts
 from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
 from .gcpause import paused_gc
 from .isolation import outside_ambient_modes
@@ -147,7 +148,7 @@ def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     program = serialize_program(ep)
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
-    program, debug = canonicalize(program, keep_debug=debug_info)
+    program, debug = canonicalize(program, facts=op_facts, keep_debug=debug_info)
     # What load would refuse is never written (this also guards `pt2serde import` of torch archives).
     try:
         check_program(program)

@@ -19,9 +19,11 @@ def run(args: argparse.Namespace) -> int:
     a = read_artifact(args.input)
     from canonical.canonicalize import attach_debug, canonicalize
 
+    from .effects import op_facts
+
     program = a.program if a.debug is None else attach_debug(a.program, a.debug)
     # Debug info is keyed by canonical node names: re-derive it with the (re)canonicalized program.
-    program, debug = canonicalize(program, keep_debug=a.debug is not None)
+    program, debug = canonicalize(program, facts=op_facts, keep_debug=a.debug is not None)
     write_artifact(args.output, program, a.weights, a.payloads(), debug, torch_version=a.manifest.torch_version,
                    extra_files=a.extra_files())
     old = ".".join(map(str, a.written_version))

@@ -25,6 +25,7 @@ import torch
 import torch._functorch.predispatch as predispatch
 
 from .errors import SerializeError, UnknownOperatorError, UnsafeArtifactError, UnsupportedConstructError
+from .opfacts import STATEFUL_TARGETS
 
 __all__ = [
     "SYMBOLIC_TARGETS",
@@ -58,18 +59,14 @@ SYMBOLIC_TARGETS: dict[str, Callable] = {
 # Training-IR graphs of vmap-based ops (associative_scan) trace through torch.func and keep these
 # torch._functorch.predispatch calls. The nesting calls change the interpreter's vmap level: the
 # batch-dim calls between them only mean something inside that level, so the canonical order keeps
-# every node on its side of a stateful call (STATEFUL_TARGETS). Not here: the grad/jvp wrappers,
-# which no export seen with torch 2.13 emits.
+# every node on its side of a stateful call (serde.opfacts.STATEFUL_TARGETS, re-exported here).
+# Not here: the grad/jvp wrappers, which no export seen with torch 2.13 emits.
 PREDISPATCH_TARGETS: dict[str, Callable] = {
     f"torch._functorch.predispatch.{n}": getattr(predispatch, n) for n in (
         "_add_batch_dim", "_remove_batch_dim", "_vmap_increment_nesting",
         "_vmap_decrement_nesting", "lazy_load_decompositions",
     )
 }
-STATEFUL_TARGETS: frozenset[str] = frozenset(
-    f"torch._functorch.predispatch.{n}"
-    for n in ("_vmap_increment_nesting", "_vmap_decrement_nesting", "lazy_load_decompositions")
-)
 # Accepted when reading, never written.
 _READ_ALIASES: dict[str, str] = {"torch.sym_sqrt": "torch._sym_sqrt", "operator.getitem": "_operator.getitem"}
 

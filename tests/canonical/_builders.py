@@ -69,6 +69,13 @@ class NodeSpec:
     module: list[tuple[str, str]] | None = None             # [(key, path), ...]
     stack_trace: str | None = None
     sym_expr: str | None = None                             # for out == "symint"
+    names: list[str] | None = None                          # schema argument names (default a0, a1, ...)
+    # What the stored order says about effects (see effect_deps): storage roots it reads and writes
+    # (any hashable), whether it is an effect (a write, an RNG draw) or a check (an assert).
+    reads: tuple = ()
+    writes: tuple = ()
+    effect: bool = False
+    check: bool = False
 
 
 @dataclass
@@ -98,8 +105,8 @@ def _meta(shape: list[Any], syms: dict[str, str]) -> S.TensorMeta:
 
 
 def topo_orders(p: Prog, rng: random.Random) -> list[int]:
-    """A random topological order of ``p.nodes``."""
-    deps = [_node_deps(n) for n in p.nodes]
+    """A random topological order of ``p.nodes`` that keeps every effect where the listed order has it."""
+    deps = [_node_deps(n) + e for n, e in zip(p.nodes, effect_deps(p.nodes), strict=True)]
     users: dict[int, list[int]] = {i: [] for i in range(len(p.nodes))}
     indeg = [len(set(d)) for d in deps]
     for i, d in enumerate(deps):
@@ -116,6 +123,33 @@ def topo_orders(p: Prog, rng: random.Random) -> list[int]:
                 ready.append(u)
     assert len(out) == len(p.nodes)
     return out
+
+
+def effect_deps(nodes: list[NodeSpec]) -> list[list[int]]:
+    """Per node, the earlier nodes (listed order) it must stay after for the program to mean the same:
+    effects in a chain, a read after the last write to its storage and before the next one, a check
+    between the effects around it. Orders keeping these are the valid schedules of the program."""
+    deps: list[list[int]] = [[] for _ in nodes]
+    last_effect, checks = -1, []
+    last_write: dict = {}
+    reads_since: dict = {}
+    for i, n in enumerate(nodes):
+        deps[i] += [last_write[r] for r in n.reads if r in last_write]
+        for r in n.writes:
+            deps[i] += reads_since.pop(r, [])
+        if n.effect or n.check:
+            deps[i] += [last_effect] if last_effect >= 0 else []
+        if n.effect:
+            deps[i] += checks
+            last_effect, checks = i, []
+        elif n.check:
+            checks.append(i)
+        for r in n.writes:
+            last_write[r] = i
+        for r in n.reads:
+            if r not in n.writes:
+                reads_since.setdefault(r, []).append(i)
+    return deps
 
 
 def _refs(a: tuple) -> list[tuple]:
@@ -216,7 +250,8 @@ def render(p: Prog, *, order: list[int] | None = None, namer: Any = None,
     nodes = []
     for i in order:
         n = p.nodes[i]
-        inputs = [S.NamedArgument(name=f"a{j}" if not n.target.startswith("torch.ops.higher_order") else "",
+        inputs = [S.NamedArgument(name=n.names[j] if n.names else f"a{j}"
+                                  if not n.target.startswith("torch.ops.higher_order") else "",
                                   arg=arg(a), kind=S.ArgumentKind.POSITIONAL) for j, a in enumerate(n.args)]
         nm = node_name(i)
         if n.out == "tensor":

@@ -10,7 +10,8 @@ from _builders import A, InputSpecDesc, NodeSpec, Prog, S, chain, expr_of, range
 
 from canonical.canonicalize import attach_debug, canonicalize
 from serde import wire
-from serde.errors import MalformedArtifactError
+from serde.effects import op_facts
+from serde.errors import MalformedArtifactError, UnknownOperatorError
 
 ADD = "torch.ops.aten.add.Tensor"
 MUL = "torch.ops.aten.mul.Tensor"
@@ -21,7 +22,7 @@ COND = "torch.ops.higher_order.cond"
 
 
 def canon(p: S.ExportedProgram) -> bytes:
-    return wire.encode(canonicalize(p)[0])
+    return wire.encode(canonicalize(p, facts=op_facts)[0])
 
 
 def nodes_of(p: S.ExportedProgram) -> list[S.Node]:
@@ -56,8 +57,8 @@ def rich() -> Prog:
 
 @pytest.mark.parametrize("make", [lambda: chain(40, 3), rich])
 def test_idempotent(make):
-    once, _ = canonicalize(render(make()))
-    twice, _ = canonicalize(once)
+    once, _ = canonicalize(render(make()), facts=op_facts)
+    twice, _ = canonicalize(once, facts=op_facts)
     assert wire.encode(twice) == wire.encode(once)
     assert twice == once
 
@@ -65,7 +66,7 @@ def test_idempotent(make):
 def test_input_is_not_mutated():
     p = render(rich())
     before = wire.encode(p)
-    canonicalize(p, keep_debug=True)
+    canonicalize(p, keep_debug=True, facts=op_facts)
     assert wire.encode(p) == before
 
 
@@ -85,7 +86,7 @@ def test_reordering_and_renaming_give_the_same_bytes():
 
 
 def test_names_do_not_depend_on_stored_names():
-    c, _ = canonicalize(render(rich()))
+    c, _ = canonicalize(render(rich()), facts=op_facts)
     names = [n.name for n in nodes_of(c)]
     assert not any(n.startswith("n") and n[1:].isdigit() for n in names), names
     assert "lin_linear" not in names and "linear" in names  # the only linear: bare op name
@@ -105,7 +106,7 @@ def test_two_identical_full_nodes_in_either_order():
         return Prog([user("x")], nodes, [("n", 2), ("n", 3)])
     a, b = canon(render(prog(False))), canon(render(prog(True)))
     assert a == b
-    c, _ = canonicalize(render(prog(False)))
+    c, _ = canonicalize(render(prog(False)), facts=op_facts)
     fulls = [n.name for n in nodes_of(c) if n.target == FULL]
     assert len(set(fulls)) == 2
 
@@ -135,7 +136,7 @@ def test_side_nodes_are_placed_early_and_tie_broken_by_structure():
     ref = canon(render(p))
     for seed in range(6):
         assert canon(render(p, rng=random.Random(seed))) == ref
-    c, _ = canonicalize(render(p))
+    c, _ = canonicalize(render(p), facts=op_facts)
     targets = [n.target for n in nodes_of(c)]
     assert targets.index(assert_) < targets.index(RELU)
 
@@ -162,7 +163,7 @@ def _vmap_region_program() -> Prog:
 
 
 def test_nodes_keep_their_side_of_stateful_calls():
-    c, _ = canonicalize(render(_vmap_region_program()))
+    c, _ = canonicalize(render(_vmap_region_program()), facts=op_facts)
     targets = [n.target.rpartition(".")[0].rpartition(".")[2] if n.target.startswith("torch.ops")
                else n.target.rpartition(".")[2] for n in nodes_of(c)]
     inc, dec = targets.index("_vmap_increment_nesting"), targets.index("_vmap_decrement_nesting")
@@ -182,13 +183,13 @@ def test_names_are_local_op_names_with_module_paths():
     mod_b = [("L__self__", ""), ("L__self__b", "b")]
     nodes = [NodeSpec(RELU, [("in", 0)], module=mod_a), NodeSpec(RELU, [("n", 0)], module=mod_b),
              NodeSpec(SIG, [("n", 1)], module=mod_b)]
-    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 2)])))
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 2)])), facts=op_facts)
     assert [n.name for n in nodes_of(c)] == ["a_relu", "b_relu", "sigmoid"]
 
 
 def test_builtin_and_keyword_names_are_avoided():
     nodes = [NodeSpec("torch.ops.aten.sum.default", [("in", 0)]), NodeSpec("torch.ops.aten.abs.default", [("n", 0)])]
-    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 1)])))
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 1)])), facts=op_facts)
     assert [n.name for n in nodes_of(c)] == ["sum_", "abs_"]
 
 
@@ -196,7 +197,7 @@ def test_multi_output_values_are_named_after_their_node():
     nodes = [NodeSpec("torch.ops.aten.split.Tensor", [("in", 0), ("i", 2)], out="list:2", shape=[2]),
              NodeSpec("torch.ops.aten.var_mean.correction", [("in", 0)], out="multi:2", shape=[]),
              NodeSpec(ADD, [("n", 0, 1), ("n", 1, 0)])]
-    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 2)])))
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 2)])), facts=op_facts)
     by_target = {n.target: n for n in nodes_of(c)}
     split = by_target["torch.ops.aten.split.Tensor"]
     assert split.name == "split"
@@ -212,7 +213,7 @@ def test_multi_output_values_are_named_after_their_node():
 def test_exact_local_ties_get_ordinals():
     nodes = [NodeSpec(FULL, [("ints", [4]), ("f", 0.0)]) for _ in range(3)]
     nodes.append(NodeSpec("torch.ops.aten.stack.default", [("ts", [("n", 0), ("n", 1), ("n", 2)])]))
-    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 3)])))
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 3)])), facts=op_facts)
     names = [n.name for n in nodes_of(c)][:3]
     stem = names[0]
     assert stem.startswith("full_") and names[1:] == [f"{stem}_1", f"{stem}_2"]
@@ -224,7 +225,7 @@ def test_signature_names_derive_from_fqns_and_user_names_stay():
              [NodeSpec(ADD, [("in", 0), ("in", 1)]), NodeSpec(MUL, [("n", 0), ("in", 2)]),
               NodeSpec(ADD, [("n", 1), ("in", 3)])], [("n", 2)])
     odd = {"p_enc_lin_weight": "w0", "b_enc_bn_running_mean": "weird_name", "c_lifted_tensor_0": "zz"}
-    c, _ = canonicalize(render(p, namer=lambda s: odd.get(s, s)))
+    c, _ = canonicalize(render(p, namer=lambda s: odd.get(s, s)), facts=op_facts)
     specs = c.graph_module.signature.input_specs
     assert specs[0].parameter.arg.name == "p_enc_lin_weight"
     assert specs[1].buffer.arg.name == "b_enc_bn_running_mean"
@@ -244,7 +245,7 @@ def test_module_call_graph_signatures_are_renamed():
         inputs=[A(as_tensor=S.TensorArgument(name="x"))], outputs=[A(as_tensor=S.TensorArgument(name="qn0"))],
         in_spec=S.TreeSpec(type="tuple"), out_spec=S.TreeSpec(type="tuple"), forward_arg_names=["inp"]))
     p = msgspec.structs.replace(p, graph_module=msgspec.structs.replace(gm, module_call_graph=[entry]))
-    c, _ = canonicalize(p)
+    c, _ = canonicalize(p, facts=op_facts)
     sig = c.graph_module.module_call_graph[0].signature
     assert sig.outputs[0].as_tensor.name == "relu" and sig.inputs[0].as_tensor.name == "x"
     assert sig.forward_arg_names == ["inp"]
@@ -274,7 +275,7 @@ def test_tokens_and_custom_objects_are_renamed_everywhere():
                       S.OutputSpec(user_output=S.UserOutputSpec(arg=tensor("res")))])
     base = render(chain(1, 0))
     p = msgspec.structs.replace(base, graph_module=S.GraphModule(graph=g, signature=sig, module_call_graph=[]))
-    c, _ = canonicalize(p)
+    c, _ = canonicalize(p, facts=op_facts)
     gc = c.graph_module.graph
     assert [a.value.name for a in gc.inputs] == ["token", "obj_attr", "x"]
     n = gc.nodes[0]
@@ -287,14 +288,14 @@ def test_tokens_and_custom_objects_are_renamed_everywhere():
     assert specs.input_specs[1].custom_obj.arg.name == "obj_attr"
     assert specs.output_specs[0].token.arg.name == "with_effects_0"
     assert set(gc.tensor_values) == {"token", "with_effects_0", "with_effects_1", "x"}
-    assert canonicalize(c)[0] == c
+    assert canonicalize(c, facts=op_facts)[0] == c
 
 
 # ---------------------------------------------------------------- subgraphs
 
 
 def test_subgraphs_are_renamed_recursively_and_consistently():
-    c, _ = canonicalize(render(rich(), namer=lambda s: "zz_" + s if s not in ("x", "y") else s))
+    c, _ = canonicalize(render(rich(), namer=lambda s: "zz_" + s if s not in ("x", "y") else s), facts=op_facts)
     cond = [n for n in nodes_of(c) if n.target == COND][0]
     graphs = [na.arg.as_graph for na in cond.inputs if na.arg.as_graph is not None]
     assert [ga.name for ga in graphs] == ["true_graph_0", "false_graph_0"]  # torch's attribute names
@@ -315,7 +316,7 @@ def test_shared_subgraph_keeps_one_name():
     shared = [node.inputs[0], node.inputs[1], S.NamedArgument(name="", arg=A(as_graph=ga)), node.inputs[3]]
     g = msgspec.structs.replace(p.graph_module.graph, nodes=[msgspec.structs.replace(node, inputs=shared)])
     p = msgspec.structs.replace(p, graph_module=msgspec.structs.replace(p.graph_module, graph=g))
-    c, _ = canonicalize(p)
+    c, _ = canonicalize(p, facts=op_facts)
     names = [na.arg.as_graph.name for na in nodes_of(c)[0].inputs if na.arg.as_graph is not None]
     assert names == ["true_graph_0", "true_graph_0"]
 
@@ -350,7 +351,7 @@ def test_symbols_renamed_by_first_appearance_in_expressions_and_ranges():
              NodeSpec("torch.ops.aten.view.default", [("n", 0), ("sym", ("n", 2))], shape=["2*{s1}", "FloorDiv({s0}, 2)"])]
     p = Prog([user("x", ["{s0}", 4]), user("y", ["{s1}", 4])], nodes, [("n", 3), ("n", 2)],
              ranges={"{s0}": (2, 10), "{s1}": (3, 20), "{u5}": (0, None), "{s7}": (1, 5)})
-    c, _ = canonicalize(render(p, syms={"s0": "s77", "s1": "s17", "u5": "u42", "s7": "s5"}))
+    c, _ = canonicalize(render(p, syms={"s0": "s77", "s1": "s17", "u5": "u42", "s7": "s5"}), facts=op_facts)
     tv = c.graph_module.graph.tensor_values
     assert expr_of(tv["x"].sizes[0]) == "s0"
     assert expr_of(tv["y"].sizes[0]) == "s1"
@@ -366,7 +367,7 @@ def test_symbols_renamed_by_first_appearance_in_expressions_and_ranges():
 def test_symbol_renaming_is_simultaneous():
     p = Prog([user("x", ["{s0}"]), user("y", ["{s1}"])], [NodeSpec(ADD, [("in", 0), ("in", 1)], shape=["{s0}"])],
              [("n", 0)], ranges={"{s0}": (2, 8), "{s1}": (3, 9)})
-    c, _ = canonicalize(render(p, syms={"s0": "s1", "s1": "s0"}))  # swapped names
+    c, _ = canonicalize(render(p, syms={"s0": "s1", "s1": "s0"}), facts=op_facts)  # swapped names
     tv = c.graph_module.graph.tensor_values
     assert expr_of(tv["x"].sizes[0]) == "s0" and expr_of(tv["y"].sizes[0]) == "s1"
     assert ranges_of(c)["s0"][0] == 2 and ranges_of(c)["s1"][0] == 3
@@ -393,8 +394,8 @@ def test_debug_metadata_is_removed_and_can_be_put_back():
                 custom='{"k":1}')
         return f
     a, b = _with_meta(base, meta("alice")), _with_meta(base, meta("bob"))
-    ca, da = canonicalize(a, keep_debug=True)
-    cb, _ = canonicalize(b)
+    ca, da = canonicalize(a, keep_debug=True, facts=op_facts)
+    cb, _ = canonicalize(b, facts=op_facts)
     assert wire.encode(ca) == wire.encode(cb)
     m = nodes_of(ca)[0].metadata
     assert m.stack_trace is None and m.from_node is None and m.nn_module_stack[0].type_name is None
@@ -420,7 +421,7 @@ def test_strict_module_ids_and_source_fn_counters_are_stabilised():
     base = render(chain(4, 2))
     a, b = _with_meta(base, f(140001, 1)), _with_meta(base, f(977, 9))
     assert canon(a) == canon(b)
-    c, _ = canonicalize(a)
+    c, _ = canonicalize(a, facts=op_facts)
     m = nodes_of(c)[1].metadata
     assert m.nn_module_stack[1].key == "L__self__blk@1"
     assert m.source_fn_stack[0].name == nodes_of(c)[1].name == m.torch_fn.name
@@ -434,7 +435,7 @@ def test_module_frames_stay_contiguous():
              NodeSpec(MUL, [("n", 1), ("f", 2.0)], module=fa),
              NodeSpec(RELU, [("n", 0)], module=fb), NodeSpec(ADD, [("n", 3), ("n", 2)], module=fa[:1])]
     for seed in range(6):
-        c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)]), rng=random.Random(seed)))
+        c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)]), rng=random.Random(seed)), facts=op_facts)
         frames = [tuple(e.key for e in n.metadata.nn_module_stack) for n in nodes_of(c)]
         seen_closed = set()
         for prev, cur in zip(frames, frames[1:], strict=False):
@@ -449,7 +450,7 @@ def test_frames_that_need_each_other_fall_back_to_node_order():
     nodes = [NodeSpec(RELU, [("in", 0)], module=fa), NodeSpec(SIG, [("n", 0)], module=fb),
              NodeSpec(MUL, [("n", 1), ("f", 2.0)], module=fa)]
     p = Prog([user("x")], nodes, [("n", 2)])
-    c, _ = canonicalize(render(p))
+    c, _ = canonicalize(render(p), facts=op_facts)
     assert [n.target for n in nodes_of(c)] == [RELU, SIG, MUL]
     assert canon(render(p)) == canon(render(p, namer=lambda s: "w" + s))
 
@@ -468,7 +469,7 @@ def test_undefined_reference_is_reported_with_its_location():
     nodes[1] = msgspec.structs.replace(nodes[1], inputs=[S.NamedArgument(
         name="self", arg=A(as_tensor=S.TensorArgument(name="ghost")), kind=S.ArgumentKind.POSITIONAL)])
     with pytest.raises(MalformedArtifactError, match=r"graph_module\.graph\.nodes\[1\]\.inputs\[0\]: refers to 'ghost'"):
-        canonicalize(_program_with_graph(p, nodes=nodes))
+        canonicalize(_program_with_graph(p, nodes=nodes), facts=op_facts)
 
 
 def test_duplicate_definition_and_cycle_are_reported():
@@ -476,11 +477,11 @@ def test_duplicate_definition_and_cycle_are_reported():
     nodes = list(nodes_of(p))
     dup = msgspec.structs.replace(nodes[2], outputs=nodes[1].outputs)
     with pytest.raises(MalformedArtifactError, match=r"nodes\[2\]\.outputs: value 'n1' is defined twice"):
-        canonicalize(_program_with_graph(p, nodes=nodes[:2] + [dup]))
+        canonicalize(_program_with_graph(p, nodes=nodes[:2] + [dup]), facts=op_facts)
     loop = msgspec.structs.replace(nodes[0], inputs=[S.NamedArgument(
         name="self", arg=A(as_tensor=S.TensorArgument(name="n2")), kind=S.ArgumentKind.POSITIONAL)])
     with pytest.raises(MalformedArtifactError, match="dependency cycle"):
-        canonicalize(_program_with_graph(p, nodes=[loop] + nodes[1:]))
+        canonicalize(_program_with_graph(p, nodes=[loop] + nodes[1:]), facts=op_facts)
 
 
 def test_stale_value_table_entry_and_bad_signature_are_reported():
@@ -488,11 +489,11 @@ def test_stale_value_table_entry_and_bad_signature_are_reported():
     tv = dict(p.graph_module.graph.tensor_values)
     tv["stale"] = tv["n0"]
     with pytest.raises(MalformedArtifactError, match=r"tensor_values\['stale'\]: no node or input"):
-        canonicalize(_program_with_graph(p, tensor_values=tv))
+        canonicalize(_program_with_graph(p, tensor_values=tv), facts=op_facts)
     sig = S.GraphSignature(input_specs=[], output_specs=p.graph_module.signature.output_specs)
     bad = msgspec.structs.replace(p, graph_module=msgspec.structs.replace(p.graph_module, signature=sig))
     with pytest.raises(MalformedArtifactError, match="0 specs for 1 graph inputs"):
-        canonicalize(bad)
+        canonicalize(bad, facts=op_facts)
 
 
 def test_random_topological_orders_of_chain_like_graphs_agree():
@@ -501,3 +502,38 @@ def test_random_topological_orders_of_chain_like_graphs_agree():
     orders = {tuple(topo_orders(p, rng)) for _ in range(20)}
     assert len(orders) > 1  # the property is not vacuous
     assert len({canon(render(p, order=list(o))) for o in orders}) == 1
+
+
+# ---------------------------------------------------------------- effects
+
+
+RAND = "torch.ops.aten.rand.default"
+
+
+def _draw(module=None) -> NodeSpec:
+    return NodeSpec(RAND, [("ints", [4])], names=["size"], module=module, effect=True)
+
+
+def test_a_subgraph_with_an_effect_makes_its_caller_an_effect():
+    """A cond whose branch draws from the RNG keeps its place among the other draws: stored
+    between two draws, it stays there, although no data edge says so."""
+    drawing = Prog([user("a")], [_draw(), NodeSpec(ADD, [("in", 0), ("n", 0)])], [("n", 1)])
+    pure = Prog([user("a")], [NodeSpec(RELU, [("in", 0)])], [("n", 0)])
+    nodes = [_draw(), NodeSpec(COND, [("b", True), ("g", drawing), ("g", pure), ("ts", [("in", 0)])]), _draw(),
+             NodeSpec(ADD, [("n", 2), ("n", 1)]), NodeSpec(ADD, [("n", 3), ("n", 0)])]
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)])), facts=op_facts)
+    # outputs are demanded as (second draw, cond, first draw): a data-only order would start with the second draw
+    assert [n.target for n in nodes_of(c)][:3] == [RAND, COND, RAND]
+    first, second = (n.name for n in nodes_of(c) if n.target == RAND)
+    assert nodes_of(c)[0].name == first
+    # with a pure branch instead, the cond is free to move: it is no effect
+    nodes[1] = NodeSpec(COND, [("b", True), ("g", pure), ("g", pure), ("ts", [("in", 0)])])
+    c, _ = canonicalize(render(Prog([user("x")], nodes, [("n", 4)])), facts=op_facts)
+    assert [n.target for n in nodes_of(c)].index(COND) != 1
+
+
+def test_an_unregistered_operator_is_reported_with_its_node():
+    """Without its schema, what an operator writes is unknown: canonicalizing it would be a guess."""
+    nodes = [NodeSpec("torch.ops.pt2serde_nowhere.mystery.default", [("in", 0)])]
+    with pytest.raises(UnknownOperatorError, match=r"graph_module\.graph\.nodes\[0\] \('n0'\).*not registered"):
+        canonicalize(render(Prog([user("x")], nodes, [("n", 0)])), facts=op_facts)

@@ -9,12 +9,13 @@ from _builders import chain, render
 from canonical.canonicalize import canonicalize
 from canonical.render import count_changed_lines
 from canonical.render import render as show
+from serde.effects import op_facts
 
 N = 1000
 
 
 def _show(p) -> str:
-    return show(canonicalize(render(p))[0])
+    return show(canonicalize(render(p), facts=op_facts)[0])
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -33,7 +34,7 @@ def test_the_measure_detects_cascading_names():
 
 
 def test_names_stay_readable_in_a_long_chain():
-    c, _ = canonicalize(render(chain(N, 0)))
+    c, _ = canonicalize(render(chain(N, 0)), facts=op_facts)
     names = [n.name for n in c.graph_module.graph.nodes]
     ops = {n.target.split(".")[3] for n in c.graph_module.graph.nodes}
     assert all(name.split("_")[0] in ops or name.startswith("clamp_min") for name in names), names[:20]

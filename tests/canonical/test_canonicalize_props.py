@@ -3,15 +3,17 @@ and symbols gives identical canonical bytes; canonicalizing is idempotent."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
-from _builders import InputSpecDesc, NodeSpec, Prog, render
+from _builders import InputSpecDesc, NodeSpec, Prog, effect_deps, render
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canonical.canonicalize import canonicalize
 from serde import wire
+from serde.effects import op_facts
 
 EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 60
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
@@ -42,6 +44,8 @@ def programs(draw) -> Prog:
     inputs = [InputSpecDesc("user", f"x{k}", [f"{{s{k}}}", 4]) for k in range(n_in)]
     if draw(st.booleans()):
         inputs.append(InputSpecDesc("param", "lin.weight", [4]))
+    if draw(st.booleans()):
+        inputs.append(InputSpecDesc("buffer", "cache", [4]))
     ranges = {f"{{s{k}}}": (draw(st.integers(0, 3)), draw(st.sampled_from([None, 64, 128]))) for k in range(n_in)}
     nodes: list[NodeSpec] = []
     tensors: list[tuple] = [("in", k) for k in range(len(inputs))]
@@ -49,9 +53,14 @@ def programs(draw) -> Prog:
     syms: list[tuple] = []
     sym_exprs: dict[tuple, str] = {}
     n_unbacked = 0
+    # Storage: every tensor's root (an input or a fresh node); views and in-place results share it.
+    root: dict[tuple, tuple] = {t: t for t in tensors}
+    written: set[tuple] = set()
+    effects: list[int] = []
     for _ in range(draw(st.integers(1, 24))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "const", "split", "symsize", "symmul",
-                                     "assert", "nonzero", "full", "cond"]))
+                                     "assert", "nonzero", "full", "cond", "write", "write", "view_write",
+                                     "foreach", "rand", "bernoulli"]))
         frame = draw(st.sampled_from(FRAMES))
         i = len(nodes)
         # Output metas follow from the arguments, as they do for every deterministic op.
@@ -69,9 +78,11 @@ def programs(draw) -> Prog:
             nodes.append(NodeSpec("torch.ops.aten.full.default",
                                   [("ints", [4]), ("f", draw(st.sampled_from([0.0, 1.0])))], module=frame))
         elif kind == "split":
-            nodes.append(NodeSpec("torch.ops.aten.split.Tensor", [draw(st.sampled_from(tensors)), ("i", 2)],
-                                  out="list:2", shape=[2, 4], module=frame))
+            a = draw(st.sampled_from(tensors))
+            nodes.append(NodeSpec("torch.ops.aten.split.Tensor", [a, ("i", 2)],
+                                  out="list:2", shape=[2, 4], module=frame, names=["self", "split_size"]))
             tensors += [("n", i, 0), ("n", i, 1)]
+            root[("n", i, 0)] = root[("n", i, 1)] = root[a]  # split returns views
             shapes[("n", i, 0)] = shapes[("n", i, 1)] = [2, 4]
             continue
         elif kind == "symsize":
@@ -104,6 +115,38 @@ def programs(draw) -> Prog:
             nodes.append(NodeSpec("torch.ops.higher_order.cond",
                                   [("b", draw(st.booleans())), ("g", branches[0]), ("g", branches[1]), ("ts", [a])],
                                   module=frame, shape=shapes[a]))
+        elif kind in ("write", "view_write"):
+            a, b = draw(st.sampled_from(tensors)), draw(st.sampled_from(tensors))
+            if kind == "view_write":
+                nodes.append(NodeSpec("torch.ops.aten.slice.Tensor", [a, ("i", 0), ("i", 0), ("i", 2)],
+                                      names=["self", "dim", "start", "end"], module=frame, shape=[2, 4]))
+                root[("n", i)] = root[a]
+                a, i = ("n", i), i + 1
+            if draw(st.booleans()):
+                nodes.append(NodeSpec("torch.ops.aten.add_.Tensor", [a, b], names=["self", "other"],
+                                      module=frame, shape=shapes.get(a, [2, 4])))
+            else:
+                nodes.append(NodeSpec("torch.ops.aten.mul_.Tensor", [a, ("f", 2.0)], names=["self", "other"],
+                                      module=frame, shape=shapes.get(a, [2, 4])))
+            root[("n", i)] = root[a]
+            written.add(root[a])
+            nodes[-1].writes = (root[a],)
+            effects.append(i)
+        elif kind == "foreach":
+            ts = draw(st.lists(st.sampled_from(tensors), min_size=1, max_size=3))
+            nodes.append(NodeSpec("torch.ops.aten._foreach_add_.Scalar", [("ts", ts), ("f", 1.0)],
+                                  names=["self", "scalar"], out="none", module=frame))
+            written.update(root[t] for t in ts)
+            nodes[-1].writes = tuple(sorted({root[t] for t in ts}))
+            effects.append(i)
+            continue
+        elif kind == "rand":
+            nodes.append(NodeSpec("torch.ops.aten.rand.default", [("ints", [4])], names=["size"], module=frame))
+            effects.append(i)
+        elif kind == "bernoulli":
+            nodes.append(NodeSpec("torch.ops.aten.bernoulli.default", [draw(st.sampled_from(tensors))],
+                                  names=["self"], module=frame))
+            effects.append(i)
         else:  # nonzero: introduces a fresh unbacked symbol
             nodes.append(NodeSpec("torch.ops.aten.nonzero.default", [draw(st.sampled_from(tensors))],
                                   shape=[f"{{u{n_unbacked}}}", 2], module=frame))
@@ -111,11 +154,26 @@ def programs(draw) -> Prog:
             n_unbacked += 1
         tensors.append(("n", i))
         shapes[("n", i)] = nodes[-1].shape
+        root.setdefault(("n", i), ("n", i))
+    _mark_effects(nodes, root, written, effects)
     produced = [t for t in tensors if t[0] == "n"] or tensors
     outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3))
     if syms and draw(st.booleans()):
         outputs.append(("sym", syms[0]))
     return Prog(inputs, nodes, outputs, ranges)
+
+
+def _mark_effects(nodes: list[NodeSpec], root: dict, written: set, effects: list[int]) -> None:
+    """Record what the generated order says about effects (see _builders.effect_deps)."""
+    for i, n in enumerate(nodes):
+        touched = {root[r] for a in n.args for r in _arg_refs(a)}
+        n.reads = tuple(sorted(touched & written))
+        n.effect = i in effects
+        n.check = n.target == "torch.ops.aten._assert_scalar.default"
+
+
+def _arg_refs(a: tuple) -> list[tuple]:
+    return [a] if a[0] in ("in", "n") else list(a[1]) if a[0] == "ts" else []
 
 
 def _perturb(p: Prog, rng: random.Random) -> bytes:
@@ -135,7 +193,7 @@ def _perturb(p: Prog, rng: random.Random) -> bytes:
         return names[s]
     news = rng.sample(range(100, 999), 8)
     syms = {f"s{k}": f"s{news[k]}" for k in range(4)} | {f"u{k}": f"u{news[4 + k]}" for k in range(4)}
-    return wire.encode(canonicalize(render(p, rng=rng, namer=namer, syms=syms))[0])
+    return wire.encode(canonicalize(render(p, rng=rng, namer=namer, syms=syms), facts=op_facts)[0])
 
 
 @SETTINGS
@@ -147,5 +205,18 @@ def test_reordering_and_renaming_never_change_the_bytes(p, rng1, rng2):
 @SETTINGS
 @given(programs(), st.randoms(use_true_random=False))
 def test_idempotent_on_random_programs(p, rng):
-    once, _ = canonicalize(render(p, rng=rng))
-    assert wire.encode(canonicalize(once)[0]) == wire.encode(once)
+    once, _ = canonicalize(render(p, rng=rng), facts=op_facts)
+    assert wire.encode(canonicalize(once, facts=op_facts)[0]) == wire.encode(once)
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False))
+def test_canonical_order_keeps_every_effect_where_the_program_has_it(p, rng):
+    """Byte stability alone would also hold for an order that ignores effects: check the order too."""
+    marked = Prog(p.inputs, [dataclasses.replace(n, stack_trace=f"#{i}") for i, n in enumerate(p.nodes)],
+                  p.outputs, p.ranges)
+    c, debug = canonicalize(render(marked, rng=rng), facts=op_facts, keep_debug=True)
+    position = {int(debug.nodes[n.name].stack_trace[1:]): k for k, n in enumerate(c.graph_module.graph.nodes)}
+    for i, deps in enumerate(effect_deps(p.nodes)):
+        for j in deps:
+            assert position[j] < position[i], (p.nodes[j].target, p.nodes[i].target)

@@ -11,6 +11,7 @@ from _procs import save_model_source
 
 import serde
 from canonical.canonicalize import canonicalize
+from serde.effects import op_facts
 from serde.program import serialize_program
 
 # A submodule returning two values used far apart: a demand-driven order alone would split its frame.
@@ -70,7 +71,7 @@ def test_module_call_frames_stay_contiguous_and_unflatten_works():
     x = torch.randn(3, 8)
     for strict in (False, True):
         ep = torch.export.export(model, (x,), strict=strict)
-        program, _ = canonicalize(serialize_program(ep))
+        program, _ = canonicalize(serialize_program(ep), facts=op_facts)
         frames = [tuple(e.key for e in n.metadata.nn_module_stack or ()) for n in program.graph_module.graph.nodes]
         closed: set = set()
         for prev, cur in zip(frames, frames[1:], strict=False):
@@ -91,7 +92,7 @@ def test_strict_and_non_strict_module_keys_agree():
     x = torch.randn(3, 8)
     keys = []
     for strict in (False, True):
-        program, _ = canonicalize(serialize_program(torch.export.export(model, (x,), strict=strict)))
+        program, _ = canonicalize(serialize_program(torch.export.export(model, (x,), strict=strict)), facts=op_facts)
         keys.append({e.key for n in program.graph_module.graph.nodes for e in n.metadata.nn_module_stack or ()})
     assert keys[0] == keys[1]
     assert {"L__self__", "L__self__pair", "L__self__pair.a", "L__self__mid"} <= keys[0]

@@ -88,16 +88,18 @@ def test_fixture_loads_runs_and_matches(fixture: Path):
 @functools.cache
 def _fresh_canonical(name: str) -> bytes:
     from canonical.canonicalize import canonicalize
+    from serde.effects import op_facts
 
-    program, _ = canonicalize(serialize_program(freeze.export(name)))
+    program, _ = canonicalize(serialize_program(freeze.export(name)), facts=op_facts)
     return wire.encode(program)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=_id)
 def test_upgraded_canonical_form_equals_fresh_save(fixture: Path):
     from canonical.canonicalize import canonicalize
+    from serde.effects import op_facts
 
-    upgraded, _ = canonicalize(read_artifact(fixture / "model.pt2s").program)
+    upgraded, _ = canonicalize(read_artifact(fixture / "model.pt2s").program, facts=op_facts)
     fresh = _fresh_canonical(fixture.name)
     old = wire.encode(upgraded)
     assert upgraded.schema_version.major == SCHEMA_VERSION[0]
