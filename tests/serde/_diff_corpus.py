@@ -97,8 +97,11 @@ def _fixture_case(d: Path) -> CorpusCase:
         for i, r in enumerate(runs()):
             args, kwargs = copy.deepcopy(r["inputs"])
             m = isolate(ep.module())
-            with torch.no_grad():
-                out = m(*args, **kwargs)
+            try:
+                with torch.no_grad():
+                    out = m(*args, **kwargs)
+            except Exception as e:  # the reference is our load: its failure is a difference
+                return f"run {i}: raises {type(e).__name__}: {str(e)[:200]}"
             for what, got, want in (("outputs", out, r["outputs"]),
                                     ("inputs_after", [list(args), kwargs], r["inputs_after"]),
                                     ("buffers_after", dict(m.named_buffers()), r["buffers_after"])):

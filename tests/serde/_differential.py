@@ -326,6 +326,9 @@ def _is_joint(ep: ExportedProgram) -> bool:
 
 
 def _compare_unflatten(res: Result, ep: ExportedProgram, ours: ExportedProgram, x: Inputs, seed: int) -> None:
+    # unflatten may change the program it is given (for the training IR's vmap calls it leaves
+    # ep.module() raising "tensor may have escaped from inside a function being vmapped"): copies.
+    ep, ours = _copy(ep), _copy(ours)
     try:
         ref_mod = torch.export.unflatten(ep)
     except Exception as e:  # torch cannot unflatten its own program: nothing to compare against
@@ -351,6 +354,13 @@ def _compare_unflatten(res: Result, ep: ExportedProgram, ours: ExportedProgram, 
         if d:
             res.note("unflatten", f"unflattened {what} {d}")
             return
+
+
+def _copy(ep: ExportedProgram) -> ExportedProgram:
+    try:
+        return copy.deepcopy(ep)
+    except Exception:  # e.g. custom objects that cannot be copied: unflatten the program itself
+        return ep
 
 
 # ---------------------------------------------------------------- dimension variants

@@ -63,11 +63,11 @@ EXPECTED: dict[str, frozenset[str]] = {
         "hints_wrapper", "unbacked_in_cond")},
     # -- frozen fixtures (the reference is our own load): subgraphs lose nn_module_stack
     **{f"fixture/v{v}/{n}": _HOP_UNFLATTEN for v in ("1.0", "2.0", "2.1", "2.2") for n in ("cond", "while_loop")},
-    **{f"fixture/v2.2/{n}": _HOP_UNFLATTEN for n in ("associative_scan", "scan", "flex_attention_aten")},
-    # -- ExportDB: subgraphs lose nn_module_stack
+    **{f"fixture/v2.2/{n}": _HOP_UNFLATTEN for n in ("scan", "flex_attention_aten")},
+    # -- ExportDB: subgraphs lose nn_module_stack (the other cond cases: torch cannot unflatten
+    # its own program either, so there is nothing to compare)
     **{f"exportdb/{n}/{mode}": _HOP_UNFLATTEN
-       for n in ("cond_branch_class_method", "cond_branch_nested_function", "cond_branch_nonlocal_variables",
-                 "cond_closed_over_variable", "cond_operands", "cond_predicate", "dynamic_shape_map")
+       for n in ("cond_closed_over_variable", "cond_operands", "dynamic_shape_map")
        for mode in ("strict", "strict-aten", "nonstrict", "nonstrict-aten")},
 }
 
@@ -124,26 +124,26 @@ def test_corpus(corpus_result, name):
 
 
 def summarize(results: list[Result]) -> str:
-    """A table: per source (zoo, breadth, fixture, exportdb, pattern) how many programs ran, match,
-    differ and torch-fail, then one line per difference."""
+    """A table per source (zoo, breadth, fixture, exportdb, pattern): programs run, how many match,
+    differ, or could not be exported by torch (``run = match + differ + torch-fails``), and how many
+    torch could not save, load or unflatten itself (compared against the exported program only).
+    Then one line per difference and per torch failure."""
+    cols = ("run", "match", "differ", "torch-fails", "torch-rt-fails")
     rows: dict[str, dict[str, int]] = {}
     for r in results:
-        row = rows.setdefault(r.name.split("/")[0], {"run": 0, "match": 0, "differ": 0, "torch-fails": 0})
+        row = rows.setdefault(r.name.split("/")[0], dict.fromkeys(cols, 0))
         row["run"] += 1
         row[r.status] += 1
-        if r.torch_fails and r.status != "torch-fails":
-            row["torch-fails"] += 1
-    total = {k: sum(row[k] for row in rows.values()) for k in ("run", "match", "differ", "torch-fails")}
-    lines = [f"{'source':10} {'run':>5} {'match':>6} {'differ':>7} {'torch-fails':>12}"]
-    for name, row in sorted(rows.items()) + [("total", total)]:
-        lines.append(f"{name:10} {row['run']:5} {row['match']:6} {row['differ']:7} {row['torch-fails']:12}")
-    lines.append("torch-fails counts programs torch could not export, or save/load/unflatten itself")
+        row["torch-rt-fails"] += bool(set(r.torch_fails) - {"export"})
+    rows["total"] = {k: sum(row[k] for row in rows.values()) for k in cols}
+    lines = [f"{'source':10}" + "".join(f"{c:>15}" for c in cols)]
+    for name, row in rows.items():
+        lines.append(f"{name:10}" + "".join(f"{row[c]:15}" for c in cols))
     for r in results:
-        for k, v in r.diffs.items():
-            lines.append(f"DIFF {r.name} [{k}] {v[:160]}")
+        lines += [f"DIFF {r.name} [{k}] {v[:160]}" for k, v in r.diffs.items()]
     for r in results:
-        for k, v in r.torch_fails.items():
-            lines.append(f"TORCH-FAILS {r.name} [{k}] {v[:160]}")
+        lines += [f"TORCH-FAILS {r.name} [{k}] {v[:160]}" for k, v in r.torch_fails.items()]
+        lines += [f"TORCH-DIFFERS {r.name} [{k}] {v[:160]}" for k, v in r.torch_diffs.items()]
     return "\n".join(lines)
 
 
@@ -151,7 +151,7 @@ def test_fast_slice_summary(corpus_result):
     results = [corpus_result(n) for n in FAST]
     table = summarize(results)
     print("\n" + table)
-    assert f"{'total':10} {len(FAST):5}" in table
+    assert f"{'total':10}{len(FAST):15}" in table
 
 
 @pytest.mark.slow
@@ -160,8 +160,7 @@ def test_corpus_summary(corpus_result):
     results = [corpus_result(n) for n in sorted(_CASES)]
     table = summarize(results)
     print(f"\n{table}\nwall time of the programs run by this test: {time.perf_counter() - t:.0f} s")
-    assert sum(r.status == "match" for r in results) + sum(r.status == "differ" for r in results) + sum(
-        r.status == "torch-fails" for r in results) == len(_CASES)
+    assert f"{'total':10}{len(_CASES):15}" in table
     # Only the listed differences: the per-case tests say which case broke the promise.
     assert {r.name: r.kinds() for r in results if r.kinds()} == EXPECTED
 
