@@ -22,7 +22,7 @@ import torch
 from _diff_corpus import all_cases, pattern_cases, run_case
 from _diff_programs import RNG, WRITES_STATE, WRITES_VALUE, StatefulSpec, export_stateful, stateful_specs
 from _differential import KINDS, Result, differential, dim_variants, same
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from torch.export import Dim
 
 import serde
@@ -313,5 +313,7 @@ _GENERATED = 500 if _PROFILE_EXAMPLES >= 200 else 5
 def test_generated_programs_behave_like_exported(spec):
     ep, runs = export_stateful(spec)
     res = differential(ep, runs, name=repr(spec), max_variants=8)
+    # --hypothesis-show-statistics then counts how many generated programs matched or differed how.
+    event(f"{res.status} {' '.join(sorted(res.kinds()))}".strip())
     unexpected = res.kinds() - _allowed(spec)
     assert not unexpected, "\n".join(f"{k}: {res.diffs[k]}" for k in sorted(unexpected))
