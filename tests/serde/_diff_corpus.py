@@ -322,6 +322,8 @@ class WrapperSubclassParameter(nn.Module):
         super().__init__()
         from torch.testing._internal.two_tensor import TwoTensor
 
+        # what a user of such a class does once: allow pt2serde to rebuild it at load
+        serde.register_tensor_subclass(TwoTensor)
         self.p = nn.Parameter(TwoTensor(torch.linspace(0, 1, 3), torch.linspace(1, 2, 3)))
 
     def forward(self, x):
