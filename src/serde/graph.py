@@ -19,6 +19,7 @@ from canonical.walk import argument_names  # the one walk over Argument members
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
+from .consistency import check_call
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .operators import deserialize_target, serialize_target
@@ -473,6 +474,7 @@ class GraphReader:
         is_op = isinstance(target, torch._ops.OpOverload)
         if not is_op:
             args = [tuple(a) if isinstance(a, list) else a for a in args]  # FX records HOP operands as tuples
+        check_call(target, sn, args, kwargs, f"{self.where}.nodes[{sn.name!r}]", self.root._modules)
         meta = deserialize_node_metadata(sn.metadata, where)
         fx_node = self.graph.create_node("call_function", target, tuple(args), kwargs, name=sn.name)
         fx_node.meta.update(meta)
