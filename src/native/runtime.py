@@ -34,7 +34,7 @@ from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORM
 from serde.weights import ITEMSIZE
 
 from . import program as P
-from .errors import InputMismatchError, NativeRuntimeError
+from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
 from .prim import NAMESPACE, PRIM_OPS
 
@@ -92,6 +92,9 @@ class Method:
         if not check:
             self._code = _fuse_frees(self, self._code)
         self._in_spec = self._out_spec = None
+        if (p.in_spec is None) != (p.out_spec is None):
+            raise NativeFormatError("native program: it has an in_spec or an out_spec but not both; the emitter "
+                                    "writes both or neither, so the file is damaged")
         if p.in_spec is not None:
             from serde.treespec import deserialize_treespec
 

@@ -26,7 +26,8 @@ import torch.fx
 from . import schema
 from .errors import MalformedArtifactError
 
-__all__ = ["InconsistentProgramError", "check_call", "check_signature", "check_module_call_graph"]
+__all__ = ["InconsistentProgramError", "check_call", "check_vmap_nesting", "check_signature",
+           "check_module_call_graph"]
 
 
 class InconsistentProgramError(MalformedArtifactError):
@@ -95,6 +96,16 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
     # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
     vals = [_as_argument(params[i], v) for i, v in enumerate(_values(args))]
     kwvals = {k: _as_argument(by_name[k], v) for k, v in _values(kwargs).items()}
+    bound = [(params[i], v) for i, v in enumerate(vals)] + [(by_name[k], v) for k, v in kwvals.items()]
+    if any(_is_class(p.type) for p, _ in bound):
+        # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
+        # check that they go where the schema takes one, and leave the other types unchecked.
+        for j, (p, v) in enumerate(bound):
+            if _is_class(p.type) != _is_custom_obj(v) and not (v is None and isinstance(p.type, torch.OptionalType)):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got "
+                    f"{type(v).__name__}; {_FIX}")
+        return
     try:
         torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
     except (RuntimeError, OverflowError) as e:  # OverflowError: an int argument beyond int64
@@ -114,6 +125,18 @@ def _as_argument(param: Any, v: Any) -> Any:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
     return _SCALAR_TENSOR if isinstance(t, torch.TensorType) and isinstance(v, _NUMBERS) else v
+
+
+def _is_class(t: Any) -> bool:
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.ClassType)
+
+
+def _is_custom_obj(v: Any) -> bool:
+    from torch.export.graph_signature import CustomObjArgument
+
+    return isinstance(v, (torch.ScriptObject, CustomObjArgument)) or hasattr(v, "__obj_flatten__")
 
 
 def _values(v: Any) -> Any:
@@ -289,6 +312,13 @@ def _subgraph_then_operands(graph_at: int, operands_at: int
     return check
 
 
+def _with_effects(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 2, "with_effects", where, at_least=True)
+    if not isinstance(args[1], (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: with_effects runs an operator, got {_kind(args[1])}; {_FIX}")
+
+
 _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None]] = {
     "cond": _cond,
     "while_loop": _while_loop,
@@ -298,8 +328,26 @@ _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], Non
     "associative_scan": _associative_scan,
     "invoke_subgraph": _subgraph_then_operands(0, 2),             # (subgraph, identifier, *operands)
     "wrap_with_set_grad_enabled": _subgraph_then_operands(1, 2),  # (enabled, subgraph, *operands)
-    "wrap_with_autocast": _subgraph_then_operands(4, 5),          # (device, dtype, enabled, cache, subgraph, *operands)
+    "wrap_with_autocast": _subgraph_then_operands(4, 5),
+    "with_effects": _with_effects,                                # (token, op, *args)          # (device, dtype, enabled, cache, subgraph, *operands)
 }
+
+
+_VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
+_VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
+
+
+def check_vmap_nesting(g: schema.Graph, where: str) -> None:
+    """vmap levels open and close in pairs within a graph, as tracing through torch.func leaves them;
+    an unbalanced graph would leave the interpreter inside a vmap level after it returns."""
+    depth = 0
+    for sn in g.nodes:
+        depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
+        if depth < 0:
+            raise InconsistentProgramError(
+                f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {_FIX}")
+    if depth:
+        raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {_FIX}")
 
 
 # ---------------------------------------------------------------- signature and module call graph
@@ -326,6 +374,9 @@ def _spec_name(s: Any) -> str | None:
 
 def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
     """The graph's inputs and outputs are exactly what the signature's specs describe, in order."""
+    if g.is_single_tensor_return:
+        raise InconsistentProgramError(
+            f"graph.is_single_tensor_return: the top-level graph of an exported program returns a tuple; {_FIX}")
     if len(g.inputs) != len(sig.input_specs):
         raise InconsistentProgramError(
             f"signature.input_specs: {len(sig.input_specs)} specs for {len(g.inputs)} graph inputs; {_FIX}")
@@ -365,8 +416,8 @@ def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> N
             spec = s.in_spec
             # torch.export calls the root module as forward(*args, **kwargs): its spec is (args, kwargs).
             if spec is not None and not (spec.type is tuple and spec.num_children == 2
-                                         and spec.children_specs[0].type is tuple
-                                         and spec.children_specs[1].type is dict):
+                                         and spec.child(0).type is tuple
+                                         and spec.child(1).type is dict):
                 raise InconsistentProgramError(
                     f"{where}.in_spec: the root module's inputs must be a tuple (args, kwargs), got {spec}; {_FIX}")
         for what, spec, n in (("in_spec", s.in_spec, ins), ("out_spec", s.out_spec, outs)):

@@ -19,7 +19,7 @@ from canonical.walk import argument_names  # the one walk over Argument members
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
-from .consistency import check_call
+from .consistency import check_call, check_vmap_nesting
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .operators import deserialize_target, serialize_target
@@ -354,6 +354,7 @@ class GraphReader:
             self._placeholder(i, inp, constant_input_names or {})
         for i, sn in enumerate(g.nodes):
             self._node(sn, f"{self.where}.nodes[{i}]", refs)
+        check_vmap_nesting(g, self.where)
         outs = [self.args.read(o, f"{self.where}.outputs[{i}]") for i, o in enumerate(g.outputs)]
         if g.is_single_tensor_return:
             if len(outs) != 1:

@@ -121,6 +121,11 @@ def main() -> None:
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 outcome, detail = _classify_run(e, SerializeError), _describe(e)
+        if torch._C._functorch.maybe_current_level() is not None:
+            # A run that leaves a vmap level open would fail every later case in this process.
+            outcome, detail = "run_inconsistent", f"left a functorch vmap level open; {outcome} {detail}"
+            while torch._C._functorch.maybe_current_level() is not None:
+                torch._C._functorch._vmap_decrement_nesting()
         out.write(json.dumps({"id": req["id"], "outcome": outcome, "detail": detail}) + "\n")
         out.flush()
 
