@@ -25,6 +25,7 @@ import torch.fx
 
 from . import schema
 from .errors import MalformedArtifactError
+from .operators import SYMBOLIC_TARGETS
 
 __all__ = ["InconsistentProgramError", "check_call", "check_vmap_nesting", "check_signature",
            "check_module_call_graph"]
@@ -48,7 +49,14 @@ def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict
     if isinstance(target, torch._ops.OpOverload):
         _check_op(target, node, args, kwargs, where)
     elif isinstance(target, torch._ops.HigherOrderOperator):
-        check = _HOPS.get(target.name())
+        name = target.name()
+        if name in ("auto_functionalized", "auto_functionalized_v2"):
+            if len(args) != 1 or not isinstance(args[0], torch._ops.OpOverload):
+                raise InconsistentProgramError(
+                    f"{where}: {node.target} takes one operator and keyword arguments, got {len(args)} "
+                    f"positional arguments; {_FIX}")
+            return
+        check = _HOPS.get(name)
         if check is not None:
             if kwargs:
                 raise InconsistentProgramError(
@@ -94,8 +102,9 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 f"{where}: {node.target} requires argument {a.name!r} ({fs}), which the node does not "
                 f"pass; {_FIX}")
     # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
-    vals = [_as_argument(params[i], v) for i, v in enumerate(_values(args))]
-    kwvals = {k: _as_argument(by_name[k], v) for k, v in _values(kwargs).items()}
+    wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+    vals = [_as_argument(params[i], v, wrap) for i, v in enumerate(_values(args))]
+    kwvals = {k: _as_argument(by_name[k], v, wrap) for k, v in _values(kwargs).items()}
     bound = [(params[i], v) for i, v in enumerate(vals)] + [(by_name[k], v) for k, v in kwvals.items()]
     if any(_is_class(p.type) for p, _ in bound):
         # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
@@ -119,8 +128,11 @@ _NUMBERS = (int, float, bool, complex, torch.SymInt, torch.SymFloat, torch.SymBo
 _SCALAR_TENSOR = torch.empty(())
 
 
-def _as_argument(param: Any, v: Any) -> Any:
-    """A number passed for a ``Tensor`` parameter: calling the OpOverload wraps it in a tensor."""
+def _as_argument(param: Any, v: Any, wrap: bool) -> Any:
+    """A number passed for a ``Tensor`` parameter of the few ops (add, mul, ...) whose Python binding
+    wraps numbers in tensors."""
+    if not wrap:
+        return v
     t = param.type
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
@@ -183,8 +195,8 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
         sig.bind(*args, **kwargs)
     except TypeError as e:
         raise InconsistentProgramError(f"{where}: the arguments do not fit {node.target}{sig}: {e}; {_FIX}") from None
-    if node.target.startswith(("_operator.", "math.", "builtins.")):
-        for j, a in enumerate(args):
+    if node.target in SYMBOLIC_TARGETS:
+        for j, a in enumerate(args[0] if node.target == "torch.sym_sum" and args else args):
             v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
             if not isinstance(v, _SCALAR_KINDS):
                 raise InconsistentProgramError(
@@ -263,6 +275,11 @@ def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[s
     for i, g in ((0, cond), (1, body)):
         _takes(g, len(carried) + len(extra), f"the subgraph in inputs[{i}]", f"{where}.inputs[{i}]")
     _returns(_outputs(cond), 1, "the loop condition", f"{where}.inputs[0]")
+    out = cond.output_node().args[0]
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(out, torch.fx.Node):
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: the loop condition must compute a boolean, it returns {out!r}; {_FIX}")
     _returns(_outputs(body), len(carried), "the loop body", f"{where}.inputs[1]")
     if not node.is_hop_single_tensor_return:
         _returns(_node_outputs(node), len(carried), node.target, f"{where}.outputs")
@@ -312,6 +329,16 @@ def _subgraph_then_operands(graph_at: int, operands_at: int
     return check
 
 
+def _flex_attention(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    # (query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_other_buffers,
+    #  mask_mod_other_buffers): score_mod takes (score, batch, head, q_idx, kv_idx, *its buffers)
+    _arity(args, 9, "flex_attention", where)
+    buffers = _operands(args[7], "score_mod's buffers (inputs[7])", f"{where}.inputs[7]")
+    g = _subgraph(args[3], "score_mod (inputs[3])", f"{where}.inputs[3]", subs)
+    _takes(g, 5 + len(buffers), "score_mod (inputs[3])", f"{where}.inputs[3]")
+    _operands(args[8], "mask_mod's buffers (inputs[8])", f"{where}.inputs[8]")
+
+
 def _with_effects(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
     _arity(args, 2, "with_effects", where, at_least=True)
     if not isinstance(args[1], (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
@@ -329,7 +356,8 @@ _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], Non
     "invoke_subgraph": _subgraph_then_operands(0, 2),             # (subgraph, identifier, *operands)
     "wrap_with_set_grad_enabled": _subgraph_then_operands(1, 2),  # (enabled, subgraph, *operands)
     "wrap_with_autocast": _subgraph_then_operands(4, 5),
-    "with_effects": _with_effects,                                # (token, op, *args)          # (device, dtype, enabled, cache, subgraph, *operands)
+    "with_effects": _with_effects,
+    "flex_attention": _flex_attention,                                # (token, op, *args)          # (device, dtype, enabled, cache, subgraph, *operands)
 }
 
 
@@ -412,7 +440,7 @@ def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> N
         where = f"module_call_graph[{i}] ({e.fqn!r})"
         ins, outs = len(s.inputs), len(s.outputs)
         if e.fqn == "":
-            ins, outs = user_in, sum(1 for o in sig.output_specs if o.kind == "user_output")
+            ins, outs = user_in, sum(1 for o in sig.output_specs if o.kind in ("user_output", "loss_output"))
             spec = s.in_spec
             # torch.export calls the root module as forward(*args, **kwargs): its spec is (args, kwargs).
             if spec is not None and not (spec.type is tuple and spec.num_children == 2

@@ -167,14 +167,25 @@ class SymbolicContext:
         if sym is not None:
             return sym
         m = symbolic.SYMBOL_CLASS_RE.match(name)
+        vr = self._ranges.get(name)
+        # torch's ShapeEnv asserts on a symbol it has no range for: refuse such symbols here, by name.
+        if m is None:
+            raise MalformedArtifactError(
+                f"symbol {name[:80]!r}: not a symbol torch.export creates (s<N>, u<N>, zf<N> or zuf<N>); "
+                "the artifact is damaged")
+        if vr is None and m.group(1) == "s":
+            raise MalformedArtifactError(
+                f"symbol {name!r} has no entry in range_constraints, which every input dimension symbol "
+                "of an exported program has; the artifact is damaged")
         sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
         self.symbols[name] = sym
-        vr = self._ranges.get(name)
         if vr is not None:
             self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
-        if m and m.group(1) in ("u", "zuf"):
+        if m.group(1) in ("u", "zuf"):
             self.shape_env.var_to_range.setdefault(sym, vr or ValueRanges(-int_oo, int_oo))
             self.unbacked_symbols.add(sym)
+        elif vr is None:  # a float symbol: unbounded, as torch creates it
+            self.shape_env.var_to_range.setdefault(sym, ValueRanges(-int_oo, int_oo))
         return sym
 
     def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
