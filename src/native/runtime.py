@@ -100,6 +100,10 @@ class Method:
 
             self._in_spec = deserialize_treespec(wire.decode(p.in_spec, schema.TreeSpec), "program.in_spec")
             self._out_spec = deserialize_treespec(wire.decode(p.out_spec, schema.TreeSpec), "program.out_spec")
+            if self._out_spec.num_leaves != len(p.outputs):
+                raise NativeFormatError(
+                    f"native program: out_spec holds {self._out_spec.num_leaves} outputs but the program "
+                    f"returns {len(p.outputs)}; the file is damaged")
 
     # ------------------------------------------------------------ public
 

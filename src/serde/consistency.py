@@ -102,7 +102,9 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 f"{where}: {node.target} requires argument {a.name!r} ({fs}), which the node does not "
                 f"pass; {_FIX}")
     # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
-    wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+    # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
+    wrap = (op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+            and any(isinstance(v, torch.Tensor) for v in (*_values(args), *_values(kwargs).values())))
     vals = [_as_argument(params[i], v, wrap) for i, v in enumerate(_values(args))]
     kwvals = {k: _as_argument(by_name[k], v, wrap) for k, v in _values(kwargs).items()}
     bound = [(params[i], v) for i, v in enumerate(vals)] + [(by_name[k], v) for k, v in kwvals.items()]
@@ -117,7 +119,7 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         return
     try:
         torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
-    except (RuntimeError, OverflowError) as e:  # OverflowError: an int argument beyond int64
+    except (RuntimeError, OverflowError, ValueError) as e:  # Overflow*: an int argument beyond int64
         msg = str(e).split("\n", 1)[0]
         bad = next((j for j, na in enumerate(node.inputs) if f"argument '{na.name}'" in str(e)), None)
         at = f"{where}.inputs[{bad}]" if bad is not None else where
@@ -317,6 +319,14 @@ def _associative_scan(args: Sequence[Any], node: schema.Node, where: str, subs: 
     _returns(_outputs(g), len(xs), "the combine function", f"{where}.inputs[0]")
 
 
+def _invoke_subgraph(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 2, "invoke_subgraph", where, at_least=True)
+    if not (args[1] is None or isinstance(args[1], str)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: invoke_subgraph's identifier is a string or None, got {_kind(args[1])}; {_FIX}")
+    _subgraph_then_operands(0, 2)(args, node, where, subs)
+
+
 def _subgraph_then_operands(graph_at: int, operands_at: int
                              ) -> Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None]:
     """HOPs called as ``hop(..., subgraph, ..., *operands)``, the subgraph taking the operands."""
@@ -336,7 +346,11 @@ def _flex_attention(args: Sequence[Any], node: schema.Node, where: str, subs: di
     buffers = _operands(args[7], "score_mod's buffers (inputs[7])", f"{where}.inputs[7]")
     g = _subgraph(args[3], "score_mod (inputs[3])", f"{where}.inputs[3]", subs)
     _takes(g, 5 + len(buffers), "score_mod (inputs[3])", f"{where}.inputs[3]")
-    _operands(args[8], "mask_mod's buffers (inputs[8])", f"{where}.inputs[8]")
+    mask_buffers = _operands(args[8], "mask_mod's buffers (inputs[8])", f"{where}.inputs[8]")
+    block_mask = _operands(args[4], "the block mask (inputs[4])", f"{where}.inputs[4]")
+    if block_mask:  # its last element is mask_mod, taking (batch, head, q_idx, kv_idx, *its buffers)
+        g = _subgraph(block_mask[-1], "mask_mod (the block mask's last element)", f"{where}.inputs[4]", subs)
+        _takes(g, 4 + len(mask_buffers), "mask_mod (the block mask's last element)", f"{where}.inputs[4]")
 
 
 def _with_effects(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
@@ -353,7 +367,7 @@ _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], Non
     "map_impl": _map_impl,
     "scan": _scan,
     "associative_scan": _associative_scan,
-    "invoke_subgraph": _subgraph_then_operands(0, 2),             # (subgraph, identifier, *operands)
+    "invoke_subgraph": _invoke_subgraph,                          # (subgraph, identifier, *operands)
     "wrap_with_set_grad_enabled": _subgraph_then_operands(1, 2),  # (enabled, subgraph, *operands)
     "wrap_with_autocast": _subgraph_then_operands(4, 5),
     "with_effects": _with_effects,
@@ -433,11 +447,18 @@ def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> N
     ``entries`` are torch ``ModuleCallEntry`` objects (their specs already deserialized).
     """
     user_in = sum(1 for s in sig.input_specs if s.kind in ("user_input", "constant_input"))
+    if not entries or entries[0].fqn != "" or entries[0].signature is None:
+        raise InconsistentProgramError(
+            "module_call_graph[0]: an exported program's module call graph starts with the root module "
+            f"(fqn '') and its signature; {_FIX}")
     for i, e in enumerate(entries):
         s = e.signature
         if s is None:
             continue
         where = f"module_call_graph[{i}] ({e.fqn!r})"
+        names = s.forward_arg_names
+        if names is not None and len(set(names)) != len(names):
+            raise InconsistentProgramError(f"{where}.forward_arg_names: {names} names an argument twice; {_FIX}")
         ins, outs = len(s.inputs), len(s.outputs)
         if e.fqn == "":
             ins, outs = user_in, sum(1 for o in sig.output_specs if o.kind in ("user_output", "loss_output"))

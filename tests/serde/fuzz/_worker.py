@@ -123,7 +123,10 @@ def main() -> None:
                 outcome, detail = _classify_run(e, SerializeError), _describe(e)
         if torch._C._functorch.maybe_current_level() is not None:
             # A run that leaves a vmap level open would fail every later case in this process.
-            outcome, detail = "run_inconsistent", f"left a functorch vmap level open; {outcome} {detail}"
+            # An exception inside a vmap level skips the graph's own decrement, as in torch.
+            if outcome == "ok":
+                outcome = "run_inconsistent"
+            detail = f"left a functorch vmap level open; {detail}"
             while torch._C._functorch.maybe_current_level() is not None:
                 torch._C._functorch._vmap_decrement_nesting()
         out.write(json.dumps({"id": req["id"], "outcome": outcome, "detail": detail}) + "\n")

@@ -11,6 +11,7 @@ by one strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
   behind them are reached.
 * ``member_bytes``: blind byte edits of a JSON member, checksums recomputed.
 * ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file.
+* ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header.
 
 Workers (``_worker.py``) run under a time limit and an address-space limit. Outcomes:
 
@@ -428,7 +429,7 @@ class Case:
 
 
 STRATEGIES = (("program", 50), ("weights", 8), ("manifest", 4), ("member_bytes", 10), ("pt2s_bytes", 8),
-              ("pt2n_bytes", 20))
+              ("pt2n_bytes", 12), ("pt2n_header", 10))
 
 
 def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
@@ -437,14 +438,33 @@ def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def _mutate_native_header(data: bytes, rng: random.Random) -> bytes:
+    """Structure-aware edit of a .pt2n file's msgpack header, re-packed with the native container writer."""
+    from native import container
+    from native.program import FORMAT_VERSION, MAGIC
+
+    _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
+    doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False)
+    try:
+        encoded = msgspec.msgpack.encode(doc)
+    except (TypeError, OverflowError):  # an int beyond msgpack's 64 bits: a blind edit instead
+        encoded = mutate_bytes(bytes(header), rng)
+    marker = _BAD_UTF8.encode()
+    if marker in encoded:  # same length as msgpack's length prefix says: keep the prefix intact
+        encoded = encoded.replace(marker, b"\xff" * len(marker))
+    return container.pack(MAGIC, FORMAT_VERSION, encoded, bytes(segment))
+
+
 def make_case(seeds: list[Seed], run_seed: int, i: int) -> Case:
     rng = random.Random(f"{run_seed}:{i}")
     names, weights = zip(*STRATEGIES, strict=True)
     strategy = rng.choices(names, weights)[0]
     native_seeds = [s for s in seeds if s.native is not None]
-    seed = rng.choice(native_seeds if strategy == "pt2n_bytes" else seeds)
+    seed = rng.choice(native_seeds if strategy.startswith("pt2n") else seeds)
     if strategy == "pt2n_bytes":
         return Case(i, strategy, seed, "pt2n", mutate_bytes(seed.native, rng))
+    if strategy == "pt2n_header":
+        return Case(i, strategy, seed, "pt2n", _mutate_native_header(seed.native, rng))
     if strategy == "pt2s_bytes":
         return Case(i, strategy, seed, "pt2s", mutate_bytes(_archive(seed, seed.members), rng))
     members = dict(seed.members)

@@ -40,7 +40,7 @@ def test_cases_are_deterministic(seeds) -> None:
 def test_every_strategy_and_seed_is_used(seeds) -> None:
     cases = [make_case(seeds, 0, i) for i in range(400)]
     assert {c.strategy for c in cases} == {"program", "weights", "manifest", "member_bytes", "pt2s_bytes",
-                                           "pt2n_bytes"}
+                                           "pt2n_bytes", "pt2n_header"}
     assert {c.seed.name for c in cases} == {s.name for s in seeds}
     assert any(s.native is not None for s in seeds)
 
