@@ -279,7 +279,8 @@ def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[s
     _returns(_outputs(cond), 1, "the loop condition", f"{where}.inputs[0]")
     out = cond.output_node().args[0]
     out = out[0] if isinstance(out, (tuple, list)) and out else out
-    if not isinstance(out, torch.fx.Node):
+    val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+    if not (isinstance(val, (torch.SymBool, bool)) or (isinstance(val, torch.Tensor) and val.dtype == torch.bool)):
         raise InconsistentProgramError(
             f"{where}.inputs[0]: the loop condition must compute a boolean, it returns {out!r}; {_FIX}")
     _returns(_outputs(body), len(carried), "the loop body", f"{where}.inputs[1]")
@@ -424,9 +425,14 @@ def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
             f"signature.input_specs: {len(sig.input_specs)} specs for {len(g.inputs)} graph inputs; {_FIX}")
     for i, (a, s) in enumerate(zip(g.inputs, sig.input_specs, strict=True)):
         name, spec = _arg_name(a), _spec_name(s)
-        if s.kind == "constant_input" and name is None:
+        if (s.kind == "constant_input") != (name is None):
+            # The writer stores a constant input as its value in the graph, and only it.
+            raise InconsistentProgramError(
+                f"signature.input_specs[{i}]: a {s.kind} spec for graph.inputs[{i}] ({a.kind}); constant "
+                f"inputs, and only they, are stored as values; {_FIX}")
+        if s.kind == "constant_input":
             continue
-        if name is None or name != spec:
+        if name != spec:
             raise InconsistentProgramError(
                 f"signature.input_specs[{i}]: describes {spec!r} but graph.inputs[{i}] is "
                 f"{name if name is not None else a.kind!r}; {_FIX}")

@@ -12,7 +12,7 @@ import os
 import pytest
 from fuzzer import BUGS, campaign, load_seeds, make_case, summarize_bugs
 
-FAST_CASES = 240
+FAST_CASES = 400
 SLOW_CASES = 20_000
 
 
