@@ -298,6 +298,14 @@ class Method:
 # ---------------------------------------------------------------- preparation
 
 
+def _device(v: P.Device) -> torch.device:
+    try:
+        return torch.device(v.kind, v.index) if v.index is not None else torch.device(v.kind)
+    except RuntimeError as e:
+        raise NativeFormatError(f"native program: device {v.kind!r}:{v.index!r} is not a torch device "
+                                f"({str(e).splitlines()[0][:120]}); the file is damaged") from None
+
+
 def _aligned_copy(segment: bytes | memoryview) -> torch.Tensor:
     """One 64-byte aligned, writable copy of the segment (torch allocations are aligned)."""
     buf = torch.empty(len(segment), dtype=torch.uint8)
@@ -585,7 +593,7 @@ _CONSTANTS: dict[type, Callable[[Method, Any], Any]] = {
     P.ScalarType: lambda m, v: SCALAR_TO_DTYPE[schema.ScalarType(v.v)],
     P.Layout: lambda m, v: SCHEMA_TO_LAYOUT[schema.Layout(v.v)],
     P.MemoryFormat: lambda m, v: SCHEMA_TO_MEMORY_FORMAT[schema.MemoryFormat(v.v)],
-    P.Device: lambda m, v: torch.device(v.kind, v.index) if v.index is not None else torch.device(v.kind),
+    P.Device: lambda m, v: _device(v),
     P.Tensor: _weight,
     P.List: lambda m, v: None,
     P.SymInt: lambda m, v: None,

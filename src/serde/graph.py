@@ -410,7 +410,7 @@ class GraphReader:
         return n
 
     def _define(self, name: str, fx_node: torch.fx.Node, where: str) -> None:
-        if name in self.values:
+        if name in self.values or name in self._subgraphs:
             raise MalformedArtifactError(f"{where}: value {name!r} is defined twice in {self.where}")
         if fx_node.name != name:
             fx_node.name = name  # fx sanitizes some names (keywords, builtins); the artifact's name wins
@@ -443,6 +443,9 @@ class GraphReader:
         it becomes one submodule, and every stored copy must be the same graph.
         """
         first = self._subgraphs.get(ga.name)
+        if first is None and ga.name in self.values:
+            raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is also a value of {self.where}; "
+                                         "the artifact is damaged or was written by an incompatible tool")
         if first is None:
             if not ga.name.isidentifier() or ga.name.startswith("_"):
                 raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is not a valid attribute name")
