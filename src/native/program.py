@@ -302,6 +302,9 @@ def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program",
         program = _decoder.decode(header)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
+    except UnicodeDecodeError as e:
+        raise NativeFormatError(f"{what}: the header holds a string that is not UTF-8 ({e.reason}); "
+                                "the file is damaged") from None
     validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
     return NativeProgram(program, segment)
 

@@ -34,7 +34,7 @@ from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORM
 from serde.weights import ITEMSIZE
 
 from . import program as P
-from .errors import InputMismatchError, NativeRuntimeError
+from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
 from .prim import NAMESPACE, PRIM_OPS
 
@@ -92,11 +92,18 @@ class Method:
         if not check:
             self._code = _fuse_frees(self, self._code)
         self._in_spec = self._out_spec = None
+        if (p.in_spec is None) != (p.out_spec is None):
+            raise NativeFormatError("native program: it has an in_spec or an out_spec but not both; the emitter "
+                                    "writes both or neither, so the file is damaged")
         if p.in_spec is not None:
             from serde.treespec import deserialize_treespec
 
             self._in_spec = deserialize_treespec(wire.decode(p.in_spec, schema.TreeSpec), "program.in_spec")
             self._out_spec = deserialize_treespec(wire.decode(p.out_spec, schema.TreeSpec), "program.out_spec")
+            if self._out_spec.num_leaves != len(p.outputs):
+                raise NativeFormatError(
+                    f"native program: out_spec holds {self._out_spec.num_leaves} outputs but the program "
+                    f"returns {len(p.outputs)}; the file is damaged")
 
     # ------------------------------------------------------------ public
 
@@ -289,6 +296,14 @@ class Method:
 
 
 # ---------------------------------------------------------------- preparation
+
+
+def _device(v: P.Device) -> torch.device:
+    try:
+        return torch.device(v.kind, v.index) if v.index is not None else torch.device(v.kind)
+    except RuntimeError as e:
+        raise NativeFormatError(f"native program: device {v.kind!r}:{v.index!r} is not a torch device "
+                                f"({str(e).splitlines()[0][:120]}); the file is damaged") from None
 
 
 def _aligned_copy(segment: bytes | memoryview) -> torch.Tensor:
@@ -578,7 +593,7 @@ _CONSTANTS: dict[type, Callable[[Method, Any], Any]] = {
     P.ScalarType: lambda m, v: SCALAR_TO_DTYPE[schema.ScalarType(v.v)],
     P.Layout: lambda m, v: SCHEMA_TO_LAYOUT[schema.Layout(v.v)],
     P.MemoryFormat: lambda m, v: SCHEMA_TO_MEMORY_FORMAT[schema.MemoryFormat(v.v)],
-    P.Device: lambda m, v: torch.device(v.kind, v.index) if v.index is not None else torch.device(v.kind),
+    P.Device: lambda m, v: _device(v),
     P.Tensor: _weight,
     P.List: lambda m, v: None,
     P.SymInt: lambda m, v: None,

@@ -21,6 +21,7 @@ from canonical.walk import argument_names, is_bare_return  # the one walk over A
 
 from . import schema
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
+from .consistency import check_call, check_vmap_nesting
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .names import check_attr_name
@@ -356,6 +357,7 @@ class GraphReader:
             self._placeholder(i, inp, constant_input_names or {})
         for i, sn in enumerate(g.nodes):
             self._node(sn, f"{self.where}.nodes[{i}]", refs)
+        check_vmap_nesting(g, self.where)
         outs = [self.args.read(o, f"{self.where}.outputs[{i}]") for i, o in enumerate(g.outputs)]
         if g.is_single_tensor_return:
             if len(outs) != 1:
@@ -411,7 +413,7 @@ class GraphReader:
         return n
 
     def _define(self, name: str, fx_node: torch.fx.Node, where: str) -> None:
-        if name in self.values:
+        if name in self.values or name in self._subgraphs:
             raise MalformedArtifactError(f"{where}: value {name!r} is defined twice in {self.where}")
         if fx_node.name != name:
             fx_node.name = name  # fx sanitizes some names (keywords, builtins); the artifact's name wins
@@ -444,6 +446,9 @@ class GraphReader:
         it becomes one submodule, and every stored copy must be the same graph.
         """
         first = self._subgraphs.get(ga.name)
+        if first is None and ga.name in self.values:
+            raise MalformedArtifactError(f"{where}: subgraph name {ga.name!r} is also a value of {self.where}; "
+                                         "the artifact is damaged or was written by an incompatible tool")
         if first is None:
             check_attr_name(ga.name, f"{where}.name")  # also done by names.check_program; kept for direct readers
             reader = GraphReader(self.ctx, f"{where}.graph")
@@ -475,6 +480,7 @@ class GraphReader:
         is_op = isinstance(target, torch._ops.OpOverload)
         if not is_op:
             args = [tuple(a) if isinstance(a, list) else a for a in args]  # FX records HOP operands as tuples
+        check_call(target, sn, args, kwargs, f"{self.where}.nodes[{sn.name!r}]", self.root._modules)
         meta = deserialize_node_metadata(sn.metadata, where)
         fx_node = self.graph.create_node("call_function", target, tuple(args), kwargs, name=sn.name)
         fx_node.meta.update(meta)

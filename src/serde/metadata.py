@@ -41,6 +41,9 @@ def deserialize_custom(text: str, where: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise MalformedArtifactError(f"{where}.custom: invalid JSON ({e})") from None
+    except RecursionError:
+        raise MalformedArtifactError(f"{where}.custom: JSON nested too deeply to decode; the file is damaged "
+                                     "or hostile") from None
 
 
 def _serialize_from_node(value: Any) -> str | None:

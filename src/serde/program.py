@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._export.verifier import TrainingIRVerifier, Verifier
+from torch._export.verifier import SpecViolationError, TrainingIRVerifier, Verifier
 from torch.export.exported_program import ExportedProgram
 
 from . import schema
+from .consistency import InconsistentProgramError, check_module_call_graph, check_signature
 from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
@@ -70,6 +71,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     check_program(p, limits)
     gm_s = p.graph_module
     ctx = SymbolicContext(p.range_constraints)
+    check_signature(gm_s.graph, gm_s.signature)
     reader = GraphReader(ctx)
     graph = reader.read(
         gm_s.graph,
@@ -88,18 +90,26 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     if custom_objs:
         constants = decode_constants(constants, custom_objs)
         _fake_custom_objects(graph, signature, constants, ctx)
+    module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
+    check_module_call_graph(module_call_graph, gm_s.signature)
     # ExportedProgram builds (and compiles) the GraphModule itself: hand it the plain root.
-    ep = ExportedProgram(
-        root=reader.root,
-        graph=graph,
-        graph_signature=signature,
-        state_dict=_as_parameters(state_dict, params),
-        range_constraints=ctx.range_constraints(),
-        module_call_graph=deserialize_module_call_graph(gm_s.module_call_graph),
-        example_inputs=example_inputs,
-        constants=constants,
-        verifiers=verifiers or None,
-    )
+    try:
+        ep = ExportedProgram(
+            root=reader.root,
+            graph=graph,
+            graph_signature=signature,
+            state_dict=_as_parameters(state_dict, params),
+            range_constraints=ctx.range_constraints(),
+            module_call_graph=module_call_graph,
+            example_inputs=example_inputs,
+            constants=constants,
+            verifiers=verifiers or None,
+        )
+    except SpecViolationError as e:
+        # torch's verifier found a contradiction the checks above do not cover (e.g. a parameter
+        # the state dict lacks): the same verdict, in our terms.
+        raise InconsistentProgramError(f"program: torch's verifier rejects it: {str(e).splitlines()[0]}; "
+                                       "the artifact is damaged or was edited after saving") from None
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     return ep

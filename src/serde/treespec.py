@@ -25,6 +25,9 @@ from .errors import MalformedArtifactError, UnsupportedConstructError
 __all__ = ["serialize_treespec", "deserialize_treespec", "LEAF"]
 
 LEAF = "*"
+# Deeper specs would exhaust the interpreter's stack in pytree's own recursive code; real inputs and
+# outputs nest a handful of levels.
+MAX_DEPTH = 100
 
 _BUILTIN_NAMES: dict[type, str] = {
     tuple: "tuple",
@@ -111,13 +114,16 @@ def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema
     return schema.TreeSpec(type=f"registered:{serialized}", context=context, children=children)
 
 
-def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec") -> pytree.TreeSpec:
+def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec", _depth: int = 0) -> pytree.TreeSpec:
     """Inverse of :func:`serialize_treespec`."""
+    if _depth > MAX_DEPTH:
+        raise MalformedArtifactError(f"{where}: the pytree spec nests deeper than {MAX_DEPTH} levels; the "
+                                     "artifact is damaged or hostile")
     if s.type == LEAF:
         if s.children or s.context is not None:
             raise MalformedArtifactError(f"{where}: a leaf must have no children and no context")
         return pytree.treespec_leaf()
-    children = [deserialize_treespec(c, f"{where}.children[{i}]") for i, c in enumerate(s.children)]
+    children = [deserialize_treespec(c, f"{where}.children[{i}]", _depth + 1) for i, c in enumerate(s.children)]
     typ = _BUILTIN_TYPES.get(s.type)
     if s.type in ("tuple", "list", "None"):
         return pytree.TreeSpec(typ, None, children)
@@ -160,6 +166,8 @@ def _load(s: schema.TreeSpec, where: str) -> Any:
         return json.loads(s.context)
     except ValueError as e:
         raise MalformedArtifactError(f"{where}.context: invalid JSON ({e})") from None
+    except RecursionError:
+        raise MalformedArtifactError(f"{where}.context: JSON nested too deeply to decode") from None
 
 
 def _expect(ok: bool, where: str, what: str) -> None:

@@ -145,6 +145,11 @@ class SymbolicContext:
             key = expr_text(rc.expr, where="range_constraints")
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
             hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
+            if lo > hi or key in self._ranges:
+                why = "its minimum exceeds its maximum" if lo > hi else "the symbol has two ranges"
+                raise MalformedArtifactError(
+                    f"range_constraints[{key!r}]: [{rc.min_val}, {rc.max_val}] is not a valid range: {why}; "
+                    "the artifact is damaged or was edited after saving")
             self._ranges[key] = ValueRanges(lo, hi)
             m = symbolic.SYMBOL_CLASS_RE.match(key)
             if m and m.group(1) in max_unbacked:
@@ -162,14 +167,25 @@ class SymbolicContext:
         if sym is not None:
             return sym
         m = symbolic.SYMBOL_CLASS_RE.match(name)
+        vr = self._ranges.get(name)
+        # torch's ShapeEnv asserts on a symbol it has no range for: refuse such symbols here, by name.
+        if m is None:
+            raise MalformedArtifactError(
+                f"symbol {name[:80]!r}: not a symbol torch.export creates (s<N>, u<N>, zf<N> or zuf<N>); "
+                "the artifact is damaged")
+        if vr is None and m.group(1) == "s":
+            raise MalformedArtifactError(
+                f"symbol {name!r} has no entry in range_constraints, which every input dimension symbol "
+                "of an exported program has; the artifact is damaged")
         sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
         self.symbols[name] = sym
-        vr = self._ranges.get(name)
         if vr is not None:
             self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
-        if m and m.group(1) in ("u", "zuf"):
+        if m.group(1) in ("u", "zuf"):
             self.shape_env.var_to_range.setdefault(sym, vr or ValueRanges(-int_oo, int_oo))
             self.unbacked_symbols.add(sym)
+        elif vr is None:  # a float symbol: unbounded, as torch creates it
+            self.shape_env.var_to_range.setdefault(sym, ValueRanges(-int_oo, int_oo))
         return sym
 
     def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
@@ -240,16 +256,23 @@ class SymbolicContext:
             raise MalformedArtifactError(f"{where}: only strided tensors are supported, got {layout}")
         offset = self.sym_int(m.storage_offset, f"{where}.storage_offset")
         dtype, device = deserialize_dtype(m.dtype, where), deserialize_device(m.device)
+        try:
+            return self._fake_tensor(sizes, strides, offset, dtype, device, m.requires_grad)
+        except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # negative or out-of-range sizes, bad offsets
+            raise MalformedArtifactError(
+                f"{where}: sizes {sizes}, strides {strides}, storage offset {offset} do not describe a "
+                f"tensor ({str(e).splitlines()[0]}); the artifact is damaged") from None
+
+    def _fake_tensor(self, sizes: list, strides: list, offset: Any, dtype: torch.dtype, device: torch.device,
+                     requires_grad: bool) -> torch.Tensor:
         with self.fake_mode:
             if isinstance(offset, int) and offset == 0:
-                return torch.empty_strided(
-                    sizes, strides, dtype=dtype, device=device, requires_grad=m.requires_grad
-                )
+                return torch.empty_strided(sizes, strides, dtype=dtype, device=device, requires_grad=requires_grad)
             # A view into a larger storage (e.g. an output of split): keep its offset exactly.
             extent = offset + 1
             for size, stride in zip(sizes, strides, strict=True):
                 extent = extent + (size - 1) * stride
-            base = torch.empty(extent, dtype=dtype, device=device, requires_grad=m.requires_grad)
+            base = torch.empty(extent, dtype=dtype, device=device, requires_grad=requires_grad)
             return base.as_strided(sizes, strides, offset)
 
     def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:

@@ -42,6 +42,9 @@ def decode(data: bytes | str, type_: type[T], *, where: str = "artifact") -> T:
         ) from None
     except msgspec.DecodeError as e:
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
+                                     "damaged (pt2serde writes UTF-8 only)") from None
     except RecursionError:
         raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
 
@@ -52,6 +55,9 @@ def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
         return _raw_decoder.decode(data)
     except msgspec.DecodeError as e:
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
+                                     "damaged (pt2serde writes UTF-8 only)") from None
     except RecursionError:
         raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
 

@@ -14,17 +14,18 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import torch
 
 from serde import schema, wire
-from serde.archive import write_archive
+from serde.archive import read_archive, write_archive
 from serde.weights import serialize_weights
 
 __all__ = ["Base", "Entry", "make_base", "minimal_program", "rewrite_weights", "rewrite_members",
-           "entries", "entry", "patch", "fix_crc", "raw_zip", "manifest_json"]
+           "entries", "entry", "patch", "fix_crc", "raw_zip", "manifest_json", "rewrite_program", "nodes"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,29 @@ def rewrite_weights(base: Base, change: Callable[[dict[str, Any]], None]) -> byt
         members["weights.json"] = json.dumps(w, sort_keys=True).encode()
 
     return rewrite_members(base, put)
+
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "v2.2"
+
+
+def rewrite_program(case: str, change: Callable[[dict[str, Any]], None],
+                    encode: Callable[[dict[str, Any]], bytes] | None = None) -> bytes:
+    """A real saved program (the frozen 2.2 fixture ``case``) whose program.json ``change`` edited,
+    re-written with a fresh manifest so that the checks behind the checksums are reached.
+    ``encode`` replaces the JSON encoder (to plant bytes JSON cannot express)."""
+    contents = read_archive(FIXTURES / case / "model.pt2s")
+    members = {n: bytes(contents.member(n)) for n in contents.names if n != "manifest.json"}
+    program = json.loads(members["program.json"])
+    change(program)
+    members["program.json"] = (encode or (lambda p: json.dumps(p, sort_keys=True).encode()))(program)
+    buf = io.BytesIO()
+    write_archive(buf, members, schema_version=contents.schema_version, torch_version=str(torch.__version__))
+    return buf.getvalue()
+
+
+def nodes(program: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The top-level graph's nodes of a program.json, by name."""
+    return {n["name"]: n for n in program["graph_module"]["graph"]["nodes"]}
 
 
 # ---------------------------------------------------------------- reading a zip directory

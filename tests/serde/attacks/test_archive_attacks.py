@@ -1,7 +1,8 @@
 """Runs every attack file in this folder against the real loader and against `pt2serde check`.
 
 Each attack module defines ``ERROR`` (the exact error class expected), ``MATCH`` (a regex the message
-must contain), ``build(base) -> bytes`` and optionally ``LOAD_ONLY = True``.
+must contain), ``build(base) -> bytes`` and optionally ``LOAD_ONLY = True`` (``pt2serde check`` does not
+see it) and ``FULL_LOAD = True`` (the attack targets the program: it goes through ``serde.load``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from _attack_kit import Base, make_base
 
+import serde
 from serde import schema, wire
 from serde.archive import read_archive
 from serde.cmd_check import verify
@@ -30,8 +32,11 @@ def _module(name: str):
     return mod
 
 
-def _load(path: Path) -> None:
-    """What serde.load does with the archive and weights (program decoding is not under attack here)."""
+def _load(path: Path, full: bool = False) -> None:
+    """What serde.load does with the archive and weights (all of serde.load for program attacks)."""
+    if full:
+        serde.load(path)
+        return
     contents = read_archive(path)
     weights = wire.decode(contents.member("weights.json"), schema.Weights, where="weights.json")
     deserialize_weights(weights, contents.member)
@@ -58,10 +63,11 @@ def test_attack_is_rejected(name: str, base: Base, tmp_path: Path) -> None:
     path = tmp_path / f"{name}.pt2s"
     path.write_bytes(data)
     with pytest.raises(SerializeError) as info:
-        _load(path)
+        _load(path, getattr(attack, "FULL_LOAD", False))
     assert type(info.value) is attack.ERROR, f"{name}: got {type(info.value).__name__}: {info.value}"
     assert re.search(attack.MATCH, str(info.value)), str(info.value)
-    assert repr(str(path)) in str(info.value) or "weights." in str(info.value), "message must say where"
+    assert re.search(r"weights\.|program\.json|graph\.|signature\.|module_call_graph\[|range_constraints\[",
+                     str(info.value)) or repr(str(path)) in str(info.value), "message must say where"
     if not getattr(attack, "LOAD_ONLY", False):
         with pytest.raises(attack.ERROR, match=attack.MATCH):
             verify(path)

@@ -1,0 +1,137 @@
+"""Fuzz worker: loads (and, if that works, runs) one mutated artifact per request, in its own process.
+
+Started by ``fuzzer.Pool`` as ``python _worker.py SCRATCH_DIR MEM_MB``. Reads one JSON request per
+line on stdin, ``{"id", "kind": "pt2s" | "pt2n", "path", "seed_path"}``, and answers with JSON lines:
+``{"phase": "run"}`` once the load succeeded (so the parent can tell a hang at load from one at run
+time), then ``{"id", "outcome", "detail"}``. The working directory is SCRATCH_DIR, where the canary
+strings the mutator plants would create their file if a loader ever executed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import sys
+import traceback
+
+# Kernels may reject the arguments a mutated program passes them, exactly as they would in eager
+# mode; but a failure to *bind* arguments to the operator's schema means the loader accepted a call
+# that our writer could never have written.
+_BINDING = re.compile(
+    r"expected at most \d+ argument|missing value for argument|argument '\w+' must be|unexpected keyword"
+    r"|takes \d+ positional argument|positional arguments? but|got multiple values|Expected a value of type"
+    r"|not enough values to unpack|too many values to unpack|object is not iterable|object is not subscriptable"
+    r"|tuple index out of range|list index out of range|Expected \w+ for argument|must be a tuple|received an invalid combination of arguments"
+)
+_GUARD = re.compile(r"^(Expected input|Guard failed|Dynamic guard|Runtime assertion failed|.*to be equal to)")
+_OOM = re.compile(r"can't allocate memory|DefaultCPUAllocator|std::bad_alloc|out of memory")
+
+
+def _where(tb: traceback.StackSummary) -> str:
+    """The innermost frame in our code or torch's, for grouping findings by source line."""
+    tb = [fr for fr in tb if "/tests/" not in fr.filename]
+    for fr in reversed(tb):
+        if "/serde/" in fr.filename or "/native/" in fr.filename or "/canonical/" in fr.filename:
+            return f"{fr.filename.rsplit('/src/', 1)[-1]}:{fr.lineno}"
+    fr = tb[-1] if tb else None
+    return f"{fr.filename.rsplit('site-packages/', 1)[-1]}:{fr.lineno}" if fr else "?"
+
+
+def _describe(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{type(e).__name__} at {_where(tb)}: {str(e)[:300]}"
+
+
+def _classify_load(e: BaseException, serde_error: type) -> str:
+    if isinstance(e, serde_error):
+        return f"rejected:{type(e).__name__}"
+    if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and _OOM.search(str(e))):
+        return "oom"
+    return "foreign"
+
+
+def _in_kernel(e: BaseException) -> bool:
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and tb[-1].filename.endswith(("torch/_ops.py", "torch/_tensor.py", "torch/functional.py"))
+
+
+def _classify_run(e: BaseException, serde_error: type) -> str:
+    msg = str(e)
+    if isinstance(e, serde_error):
+        return f"run_refused:{type(e).__name__}"  # the native runtime's own input and kernel checks
+    if isinstance(e, MemoryError) or _OOM.search(msg):
+        return "run_oom"
+    if _GUARD.search(msg):
+        return "run_guard"
+    if _BINDING.search(msg):
+        return "run_inconsistent"
+    if isinstance(e, (RuntimeError, ValueError, IndexError)) and _in_kernel(e):
+        return "run_torch"
+    return "run_inconsistent"
+
+
+def main() -> None:
+    scratch, mem_mb = sys.argv[1], int(sys.argv[2])
+    os.chdir(scratch)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    import torch  # imported before the memory limit: its own mappings are large
+    import torch.utils._pytree as pytree
+
+    import native
+    import serde
+    from serde.errors import SerializeError
+
+    with open("/proc/self/statm") as f:
+        vm = int(f.read().split()[0]) * resource.getpagesize()
+    limit = vm + mem_mb * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    inputs: dict[str, tuple] = {}
+    out = sys.stdout
+    for line in sys.stdin:
+        req = json.loads(line)
+        seed = req["seed_path"]
+        if seed not in inputs:
+            inputs[seed] = serde.load(seed).example_inputs
+        # A mutated program may write to its inputs: every case gets fresh copies.
+        args, kwargs = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, inputs[seed])
+        outcome, detail = "ok", ""
+        try:
+            if req["kind"] == "pt2s":
+                with open(req["path"], "rb") as f:
+                    data = f.read()
+                loaded = serde.load(data)
+            else:
+                with open(req["path"], "rb") as f:
+                    loaded = native.load(f.read())
+        except BaseException as e:  # noqa: BLE001 -- the point is to see every exception
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            outcome, detail = _classify_load(e, SerializeError), _describe(e)
+        else:
+            out.write('{"phase": "run"}\n')
+            out.flush()
+            try:
+                if req["kind"] == "pt2s":
+                    loaded.module()(*args, **kwargs)
+                else:
+                    loaded.run(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                outcome, detail = _classify_run(e, SerializeError), _describe(e)
+        if torch._C._functorch.maybe_current_level() is not None:
+            # A run that leaves a vmap level open would fail every later case in this process.
+            # An exception inside a vmap level skips the graph's own decrement, as in torch.
+            if outcome == "ok":
+                outcome = "run_inconsistent"
+            detail = f"left a functorch vmap level open; {detail}"
+            while torch._C._functorch.maybe_current_level() is not None:
+                torch._C._functorch._vmap_decrement_nesting()
+        out.write(json.dumps({"id": req["id"], "outcome": outcome, "detail": detail}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
