@@ -26,6 +26,7 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_from_text, ranges_by_text
 from serde.gcpause import paused_gc
+from serde.guards import canonical_guards
 
 from .debuginfo import (
     DebugInfo,
@@ -117,6 +118,9 @@ def _canonicalize(program: schema.ExportedProgram, *, keep_debug: bool = False
         schema_version=program.schema_version,
         verifiers=program.verifiers,
         torch_version=program.torch_version,
+        # Guards name inputs by forward parameter name and pytree key, which canonicalization
+        # never renames, and their own g<N> symbols are separate from the graph's s<N>.
+        guards=canonical_guards(program.guards),
     )
     return out, (DebugInfo(nodes=dict(sorted(debug.items()))) if debug is not None else None)
 
@@ -135,7 +139,7 @@ def attach_debug(program: schema.ExportedProgram, debug: DebugInfo) -> schema.Ex
                                         module_call_graph=gm.module_call_graph),
         opset_version=program.opset_version, range_constraints=program.range_constraints,
         schema_version=program.schema_version, verifiers=program.verifiers,
-        torch_version=program.torch_version,
+        torch_version=program.torch_version, guards=program.guards,
     )
 
 

@@ -7,13 +7,16 @@ Version history (date, what changed, compatibility):
                    upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1.0/).
   2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
   2.2  2026-11-22  Argument.as_tuple, a tuple of mixed kinds (flex_attention). Compatible.
+  2.3  2026-11-23  ExportedProgram.guards (InputGuards, GuardSource, GuardKey, GuardProperty):
+                   torch.export's input guards as Expr trees over input sources, never as
+                   Python text. Compatible.
 """
 
 from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION"]
 
-SCHEMA_VERSION: tuple[int, int] = (2, 2)
+SCHEMA_VERSION: tuple[int, int] = (2, 3)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.
