@@ -37,6 +37,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from serde.errors import UnsupportedConstructError
+from serde.guards import guards_from_code
 from serde.symbolic import as_sympy
 
 # Hypothesis strategies live in serde.strategies (hypothesis is a test dependency): loaded on use.
@@ -90,6 +92,7 @@ def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names
     c.graphs(a.graph_module, b.graph_module, "graph")
     c.signature(a, b)
     c.range_constraints(a, b)
+    c.guards(a, b)
     c.module_call_graph(a, b)
     c.tensors(a.state_dict, b.state_dict, "state_dict")
     c.tensors({k: v for k, v in a.constants.items() if isinstance(v, torch.Tensor)},
@@ -395,6 +398,17 @@ class _Comparer:
         ob = sorted(orphan_key(k, v) for k, v in b.range_constraints.items() if str(k) not in matched)
         if oa != ob:
             self.fail("range_constraints", f"constraints on symbols not in the graph differ: {oa} != {ob}")
+
+    def guards(self, a: ExportedProgram, b: ExportedProgram) -> None:
+        # Compared as trees: a loaded program's text is printed by us, not torch, so it may differ
+        # in spacing and parentheses while meaning the same checks.
+        ga, gb = (list(getattr(p, "_guards_code", None) or []) for p in (a, b))
+        try:
+            ta, tb = guards_from_code(ga), guards_from_code(gb)
+        except UnsupportedConstructError:
+            ta, tb = sorted(set(ga)), sorted(set(gb))
+        if ta != tb:
+            self.fail("guards", f"{sorted(ga)} != {sorted(gb)}")
 
     def module_call_graph(self, a: ExportedProgram, b: ExportedProgram) -> None:
         from serde.treespec import serialize_treespec

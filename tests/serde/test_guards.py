@@ -20,6 +20,7 @@ from serde import schema
 from serde.artifact import read_artifact
 from serde.errors import UnsupportedConstructError
 from serde.guards import canonical_guards, guards_from_code, guards_to_code
+from serde.testing import ProgramMismatch, assert_programs_equal
 
 # ---------------------------------------------------------------- programs under test
 
@@ -293,3 +294,14 @@ def test_schema_source_table_shape() -> None:
         schema.GuardSource(symbol="g2", path=[schema.GuardKey(name="x")],
                            property=schema.GuardProperty.STORAGE_OFFSET),
     ]
+
+
+def test_program_comparer_catches_a_lost_guard(tmp_path: Path) -> None:
+    # assert_roundtrip (used across the zoo) compares guards; prove it notices a missing one.
+    ep = _derived()
+    serde.save(ep, tmp_path / "a.pt2s")
+    loaded = serde.load(tmp_path / "a.pt2s")
+    assert_programs_equal(ep, loaded, run=False)
+    loaded._guards_code = loaded._guards_code[:1]
+    with pytest.raises(ProgramMismatch, match="guards"):
+        assert_programs_equal(ep, loaded, run=False)
