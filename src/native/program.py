@@ -24,6 +24,9 @@ File format: :mod:`native.container` with magic ``b"PT2SNATV"``, header = msgpac
 
 Format version history:
   1  2026-11-22  First version.
+  2  2026-11-23  Program.guards / guard_texts: export's input guards, checked before running.
+                 A version-1 reader would ignore them and accept inputs the program rejects,
+                 hence the bump; version-1 files (no guards) still load.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ __all__ = [
 ]
 
 MAGIC = b"PT2SNATV"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MIN_FORMAT_VERSION = 1
 
 
@@ -251,6 +254,8 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     state: list[State]
     memory_plan: MemoryPlan = MemoryPlan()
     in_spec: str | None = None  # JSON of serde.schema.TreeSpec (args, kwargs)
+    guards: list[int] = []  # expressions (indices into exprs) every input set must make nonzero
+    guard_texts: list[str] = []  # each guard as torch prints it, for error messages only
     out_spec: str | None = None
     torch_version: str = ""
 

@@ -14,6 +14,7 @@ loaded program accept inputs the exported one rejects, silently, which is the bu
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
     "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
-    "canonical_guards", "source_key", "source_text", "guard_texts",
+    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths",
 ]
 
 E = schema.Expr
@@ -145,6 +146,52 @@ def source_text(s: schema.GuardSource | SourceKey) -> str:
     text = "L" + "".join(f"['{k}']" if isinstance(k, str) else f"[{k}]" for k in path)
     fmt = _PROPERTY_TEXT.get(P(prop))
     return text if fmt is None else text + fmt.format(dim)
+
+
+def input_paths(in_spec: schema.TreeSpec, arg_names: list[str], *, where: str = "in_spec") -> list[tuple | None]:
+    """Key path of each flat user input, as guards name it: forward parameter name, then keys.
+
+    ``in_spec`` is the (args, kwargs) spec of the root call; ``None`` marks a leaf a guard
+    cannot name (inside a namedtuple or registered class, or a positional without a name).
+    Torch-free, for readers of the schema (the native emitter).
+    """
+    out: list[tuple | None] = []
+    if in_spec.type != "tuple" or len(in_spec.children) != 2:
+        raise MalformedArtifactError(f"{where}: the root input spec must be (args, kwargs)")
+    args, kwargs = in_spec.children
+    for i, c in enumerate(args.children):
+        _walk_paths(c, (arg_names[i],) if i < len(arg_names) else None, out, where, 0)
+    for k, c in zip(_dict_keys(kwargs, where), kwargs.children, strict=True):
+        _walk_paths(c, (k,) if isinstance(k, str) else None, out, where, 0)
+    return out
+
+
+def _walk_paths(s: schema.TreeSpec, path: tuple | None, out: list, where: str, depth: int) -> None:
+    if depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: input spec nested deeper than {MAX_EXPR_DEPTH}")
+    if s.type == "*":
+        out.append(path)
+        return
+    if s.type in ("tuple", "list", "deque"):
+        keys: list[Any] = list(range(len(s.children)))
+    elif s.type in ("dict", "OrderedDict", "defaultdict"):
+        keys = _dict_keys(s, where)
+    else:  # namedtuple fields and registered classes are attributes, which guards never name
+        keys = [None] * len(s.children)
+    for k, c in zip(keys, s.children, strict=True):
+        ok = path is not None and (type(k) is int or isinstance(k, str))
+        _walk_paths(c, (*path, k) if ok else None, out, where, depth + 1)
+
+
+def _dict_keys(s: schema.TreeSpec, where: str) -> list:
+    try:
+        ctx = json.loads(s.context or "null")
+    except ValueError:
+        raise MalformedArtifactError(f"{where}: dict context is not JSON") from None
+    keys = ctx.get("keys") if isinstance(ctx, dict) else ctx
+    if not isinstance(keys, list) or len(keys) != len(s.children):
+        raise MalformedArtifactError(f"{where}: dict context must list one key per child")
+    return keys
 
 
 # ---------------------------------------------------------------- parsing (save side)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import io
 import operator
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -402,7 +403,7 @@ class _Comparer:
     def guards(self, a: ExportedProgram, b: ExportedProgram) -> None:
         # Compared as trees: a loaded program's text is printed by us, not torch, so it may differ
         # in spacing and parentheses while meaning the same checks.
-        ga, gb = (list(getattr(p, "_guards_code", None) or []) for p in (a, b))
+        ga, gb = (_varargs_named(p, list(getattr(p, "_guards_code", None) or [])) for p in (a, b))
         try:
             ta, tb = guards_from_code(ga), guards_from_code(gb)
         except UnsupportedConstructError:
@@ -646,3 +647,16 @@ def _assert_close(x: Any, y: Any, where: str, rtol: float | None, atol: float | 
                 raise ProgramMismatch(f"{where}[{i}]: {e}") from None
         elif p != q and not (isinstance(p, float) and p != p and q != q):
             raise ProgramMismatch(f"{where}[{i}]: {p!r} != {q!r}")
+
+
+def _varargs_named(ep: ExportedProgram, codes: list[str]) -> list[str]:
+    """``L['xs'][1]`` as ``L['xs_1']`` where forward's *xs are named so: the form ep.module() uses
+    (and the form save stores)."""
+    sig = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    names = set(getattr(sig, "forward_arg_names", None) or [])
+
+    def sub(m: re.Match) -> str:
+        merged = f"{m.group(1)}_{m.group(2)}"
+        return f"L['{merged}']" if merged in names else m.group(0)
+
+    return [re.sub(r"L\['([A-Za-z_][A-Za-z0-9_]*)'\]\[([0-9]+)\]", sub, c) for c in codes]
