@@ -26,7 +26,8 @@ from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
     "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
-    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths",
+    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_leaves",
+    "source_problem",
 ]
 
 E = schema.Expr
@@ -164,6 +165,44 @@ def input_paths(in_spec: schema.TreeSpec, arg_names: list[str], *, where: str = 
     for k, c in zip(_dict_keys(kwargs, where), kwargs.children, strict=True):
         _walk_paths(c, (k,) if isinstance(k, str) else None, out, where, 0)
     return out
+
+
+def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
+    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...)."""
+    root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
+    if root is None:
+        return {}
+    paths = input_paths(root.in_spec, list(root.forward_arg_names or []),
+                        where="graph_module.module_call_graph[<root>].signature.in_spec")
+    user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=False)
+            if spec.kind in ("user_input", "constant_input")]
+    if len(paths) != len(user):
+        raise MalformedArtifactError(f"guards: the input spec has {len(paths)} leaves for {len(user)} user inputs")
+    out: dict[tuple, int | None] = {}
+    for path, arg in zip(paths, user, strict=True):
+        if path is not None:
+            meta = gm.graph.tensor_values.get(arg.as_tensor.name) if arg.kind == "as_tensor" else None
+            out[path] = len(meta.sizes) if meta is not None else None
+    return out
+
+
+def source_problem(path: tuple, prop: int, dim: int, leaves: Mapping[tuple, int | None]) -> str | None:
+    """Why a source cannot be read from the inputs ``leaves`` (see input_leaves), or None."""
+    if path not in leaves:
+        known = ", ".join(source_text((p, int(P.VALUE), -1)) for p in sorted(leaves, key=_sort_key_path))
+        return f"is not an input of the program (inputs: {known or 'none'})"
+    rank = leaves[path]
+    if prop == P.VALUE:
+        return None if rank is None else "reads a tensor input as a number"
+    if rank is None:
+        return "reads a size, stride or offset of an input that is not a tensor"
+    if prop != P.STORAGE_OFFSET and not 0 <= dim < rank:
+        return f"names dim {dim} of a rank-{rank} tensor"
+    return None
+
+
+def _sort_key_path(path: tuple) -> tuple:
+    return _sort_key((path, 0, 0))
 
 
 def _walk_paths(s: schema.TreeSpec, path: tuple | None, out: list, where: str, depth: int) -> None:

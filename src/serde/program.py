@@ -12,7 +12,15 @@ from . import schema
 from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
-from .guards import SourceKey, guards_from_code, guards_to_code, source_key, source_text
+from .guards import (
+    SourceKey,
+    guards_from_code,
+    guards_to_code,
+    input_leaves,
+    source_key,
+    source_problem,
+    source_text,
+)
 from .metadata import deserialize_custom, serialize_custom
 from .signature import (
     constant_input_names,
@@ -42,19 +50,20 @@ def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
                 f"verifiers: dialect {v.dialect!r} is unknown; supported dialects: {sorted(_VERIFIERS)}"
             )
         dialects.append(v.dialect)
+    gm_s = schema.GraphModule(
+        graph=GraphWriter(gm).write(),
+        custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
+        signature=serialize_signature(ep.graph_signature),
+        module_call_graph=serialize_module_call_graph(ep.module_call_graph),
+    )
     return schema.ExportedProgram(
-        graph_module=schema.GraphModule(
-            graph=GraphWriter(gm).write(),
-            custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
-            signature=serialize_signature(ep.graph_signature),
-            module_call_graph=serialize_module_call_graph(ep.module_call_graph),
-        ),
+        graph_module=gm_s,
         opset_version={"aten": torch._C._get_max_operator_version()},
         range_constraints=serialize_range_constraints(ep.range_constraints),
         schema_version=schema.SchemaVersion(major=SCHEMA_VERSION[0], minor=SCHEMA_VERSION[1]),
         verifiers=dialects,
         torch_version=str(torch.__version__),
-        guards=serialize_guards(ep),
+        guards=serialize_guards(ep, gm_s),
     )
 
 
@@ -95,12 +104,15 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     )
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
-    ep._guards_code = deserialize_guards(p.guards, ep)
+    ep._guards_code = deserialize_guards(p.guards, gm_s)
     return ep
 
 
-def serialize_guards(ep: ExportedProgram) -> schema.InputGuards | None:
+def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.InputGuards | None:
     """``ep._guards_code`` as trees; every source must name one of the program's inputs.
+
+    ``gm`` is ``ep``'s graph module already serialized: sources are checked against the stored
+    signature, exactly as loading will check them.
 
     Raises:
         UnsupportedConstructError: a guard outside the allow-list of serde.guards, or one that
@@ -109,7 +121,7 @@ def serialize_guards(ep: ExportedProgram) -> schema.InputGuards | None:
     codes = list(getattr(ep, "_guards_code", None) or [])
     if not codes:
         return None
-    leaves = _input_leaves(ep)
+    leaves = input_leaves(gm)
 
     def resolve(k: SourceKey) -> SourceKey:
         path = k[0]
@@ -119,7 +131,7 @@ def serialize_guards(ep: ExportedProgram) -> schema.InputGuards | None:
             merged = (f"{path[0]}_{path[1]}", *path[2:])
             if merged in leaves:
                 path = merged
-        why = _source_problem(path, k[1], k[2], leaves)
+        why = source_problem(path, k[1], k[2], leaves)
         if why:
             raise UnsupportedConstructError(
                 f"guards: a guard reads {source_text(k)}, which {why}; pt2serde cannot tie it to an input")
@@ -128,7 +140,7 @@ def serialize_guards(ep: ExportedProgram) -> schema.InputGuards | None:
     return guards_from_code(codes, where="guards", resolve=resolve)
 
 
-def deserialize_guards(g: schema.InputGuards | None, ep: ExportedProgram) -> list[str]:
+def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> list[str]:
     """Validated guard text for ``ep._guards_code`` (printed by us, never taken from the file).
 
     Raises:
@@ -139,65 +151,13 @@ def deserialize_guards(g: schema.InputGuards | None, ep: ExportedProgram) -> lis
     if g is None:
         return []
     codes = guards_to_code(g, where="guards")  # validates keys before anything else reads them
-    leaves = _input_leaves(ep)
+    leaves = input_leaves(gm)
     for i, s in enumerate(g.sources):
         path, prop, dim = source_key(s)
-        why = _source_problem(path, prop, dim, leaves)
+        why = source_problem(path, prop, dim, leaves)
         if why:
             raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
     return codes
-
-
-# An input leaf: the tensor's rank, or None for an int/float/bool value.
-_Leaf = int | None
-
-
-def _input_leaves(ep: ExportedProgram) -> dict[tuple, _Leaf]:
-    """User inputs by the key path ep.module() gives them: forward parameter name, then pytree keys."""
-    from torch.utils import _pytree as pytree
-
-    user = [s.arg for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    in_spec = ep.call_spec.in_spec
-    entry = ep.module_call_graph[0].signature if ep.module_call_graph else None
-    names = list(getattr(entry, "forward_arg_names", None) or [])
-    if in_spec is None or in_spec.num_leaves != len(user):
-        return {}
-    args, kwargs = pytree.tree_unflatten(list(range(len(user))), in_spec)
-    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
-    roots = [*zip(names, args), *kwargs.items()]
-    out: dict[tuple, _Leaf] = {}
-    for root, sub in roots:
-        for kp, idx in pytree.tree_flatten_with_path(sub)[0]:
-            keys = [_key_value(k) for k in kp]
-            if any(k is None for k in keys):
-                continue  # e.g. dataclass fields: guards cannot name them, so neither do we
-            v = vals.get(getattr(user[idx], "name", None), getattr(user[idx], "value", None))
-            out[(root, *keys)] = v.dim() if isinstance(v, torch.Tensor) else None
-    return out
-
-
-def _key_value(k: Any) -> str | int | None:
-    from torch.utils import _pytree as pytree
-
-    if isinstance(k, pytree.SequenceKey):
-        return k.idx
-    if isinstance(k, pytree.MappingKey) and isinstance(k.key, (str, int)):
-        return k.key
-    return None
-
-
-def _source_problem(path: tuple, prop: int, dim: int, leaves: dict[tuple, _Leaf]) -> str | None:
-    if path not in leaves:
-        known = ", ".join(source_text((p, int(schema.GuardProperty.VALUE), -1)) for p in sorted(leaves, key=repr))
-        return f"is not an input of the program (inputs: {known or 'none'})"
-    rank = leaves[path]
-    if prop == schema.GuardProperty.VALUE:
-        return None if rank is None else "reads a tensor input as a number"
-    if rank is None:
-        return "reads a size, stride or offset of an input that is not a tensor"
-    if prop != schema.GuardProperty.STORAGE_OFFSET and not 0 <= dim < rank:
-        return f"names dim {dim} of a rank-{rank} tensor"
-    return None
 
 
 def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],
