@@ -11,12 +11,14 @@
 //   2.1  2026-11-22  debug.json is described here (DebugInfo, NodeDebug). Compatible.
 //   2.2  2026-11-22  Argument.as_tuple: a tuple of mixed kinds (flex_attention's block mask).
 //                    Compatible.
-//   2.3  2026-11-23  Weights: tensor subclasses (StoredTensor.subclass: inner tensors plus the
-//                    flatten context as ContextValue data), tensors saved without data
-//                    (FakeTensors, meta tensors: empty Storage.sha256) and the device of every
+//   2.3  2026-11-23  ExportedProgram.guards: the input checks torch.export recorded while tracing
+//                    (ep._guards_code), stored as Expr trees over a table of input sources instead
+//                    of Python text. Weights: tensor subclasses (StoredTensor.subclass: inner
+//                    tensors plus the flatten context as ContextValue data), tensors saved without
+//                    data (FakeTensors, meta tensors: empty Storage.sha256) and the device of every
 //                    storage (Storage.device). Compatible; a 2.2 reader refuses data-less and
-//                    subclass tensors (storage index -1, empty sha256) instead of misreading,
-//                    and loads other storages on the CPU.
+//                    subclass tensors (storage index -1, empty sha256) instead of misreading them,
+//                    loads other storages on the CPU, and ignores guards.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -488,6 +490,42 @@ struct RangeConstraint {
 }
 
 // program.json
+// ---- guards (added 2.3): checks on the call's inputs that tracing relied on ----
+// torch keeps them as Python source text and compiles it; we keep a tree and print the text
+// ourselves on load, so nothing from the file is ever executed.
+
+// What a guard reads at the end of a GuardSource path.
+enum GuardProperty {
+  VALUE = 1,                    // the input itself: an int, SymInt or float input
+  SIZE = 2,                     // .size()[dim]
+  STRIDE = 3,                   // .stride()[dim]
+  STORAGE_OFFSET = 4,           // .storage_offset()
+  // last used: 4
+}
+
+// One step into the call's inputs: ['x'] or [0].
+union GuardKey {
+  10: string name;              // an identifier
+  20: i64 index;                // >= 0
+}
+
+// A value a guard reads, e.g. L['y'].size()[0] is path [name "y"], SIZE, dim 0.
+struct GuardSource {
+  10: string symbol;            // how the guard trees name it: g0, g1, ... in table order
+  20: list<GuardKey> path;      // path[0] is a name: a parameter of the exported forward
+  30: GuardProperty property;
+  40: optional i64 dim;         // set exactly for SIZE and STRIDE
+  // last used: 40
+}
+
+// Sources are sorted by (path, property, dim) and numbered in that order; checks are sorted by
+// their printed text, so equal guards give equal bytes.
+struct InputGuards {
+  10: list<GuardSource> sources;
+  20: list<Expr> checks;         // boolean Expr trees whose symbols are sources[*].symbol
+  // last used: 20
+}
+
 struct ExportedProgram {
   10: GraphModule graph_module;
   20: map<string, i64> opset_version;
@@ -495,6 +533,8 @@ struct ExportedProgram {
   60: SchemaVersion schema_version;
   70: list<string> verifiers;
   80: string torch_version;
+  90: optional InputGuards guards;               // added 2.3; omitted when there are none
+  // last used: 90
 }
 
 // ---- weights.json: tensors stored as raw bytes in content-addressed archive members ----

@@ -28,6 +28,7 @@ from serde.errors import MalformedArtifactError
 from serde.exprs import expr_from_text, ranges_by_text
 from serde.gcpause import paused_gc
 from serde.opfacts import OPAQUE, FactsFn, OpFacts
+from serde.guards import canonical_guards
 
 from .debuginfo import (
     DebugInfo,
@@ -121,6 +122,9 @@ def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug
         schema_version=program.schema_version,
         verifiers=program.verifiers,
         torch_version=program.torch_version,
+        # Guards name inputs by forward parameter name and pytree key, which canonicalization
+        # never renames, and their own g<N> symbols are separate from the graph's s<N>.
+        guards=canonical_guards(program.guards),
     )
     return out, (DebugInfo(nodes=dict(sorted(debug.items()))) if debug is not None else None)
 
@@ -139,7 +143,7 @@ def attach_debug(program: schema.ExportedProgram, debug: DebugInfo) -> schema.Ex
                                         module_call_graph=gm.module_call_graph),
         opset_version=program.opset_version, range_constraints=program.range_constraints,
         schema_version=program.schema_version, verifiers=program.verifiers,
-        torch_version=program.torch_version,
+        torch_version=program.torch_version, guards=program.guards,
     )
 
 

@@ -28,7 +28,7 @@ JSON report (``DiffReport.to_json()``; ``pt2serde diff --json`` adds ``"a"`` and
       "identical": bool,                 # true when "changes" is empty
       "changes": [                       # in section order, then program order
         {
-          "section": "program" | "signature" | "graph" | "range_constraints"
+          "section": "program" | "signature" | "graph" | "range_constraints" | "guards"
                      | "module_call_graph" | "weights" | "example_inputs" | "extra_files",
           "kind": "added" | "removed" | "changed",
           "where": str,                  # e.g. "graph.nodes[relu]", "inputs[parameter fc.weight]",
@@ -67,7 +67,7 @@ __all__ = ["Change", "DiffReport", "Payload", "diff", "diff_programs", "max_abs_
 Payload = Callable[[str], bytes]
 
 _SECTIONS = (
-    "program", "signature", "graph", "range_constraints", "module_call_graph", "weights",
+    "program", "signature", "graph", "range_constraints", "guards", "module_call_graph", "weights",
     "example_inputs", "extra_files",
 )
 
@@ -281,6 +281,7 @@ class _Differ:
         vmap = self.graph(ga, gb, in_map, "graph")
         self.outputs(a.graph_module.signature, b.graph_module.signature, ga, gb, vmap)
         self.ranges(ranges_by_text(a.range_constraints), ranges_by_text(b.range_constraints))
+        self.guards(a.guards, b.guards)
         self.call_graph(a.graph_module.module_call_graph, b.graph_module.module_call_graph, vmap)
 
     def _field(self, where: str, a: str, b: str) -> None:
@@ -377,6 +378,13 @@ class _Differ:
             self._pair_change(
                 "range_constraints", f"range_constraints[{key}]",
                 None if x is None else R.range_line(key, x), None if y is None else R.range_line(key, y))
+
+    def guards(self, a: schema.InputGuards | None, b: schema.InputGuards | None) -> None:
+        # A guard is its own key: a changed guard shows as one removed and one added.
+        ta = [(t, t) for t in R.guard_lines(a, "a.guards")]
+        tb = [(t, t) for t in R.guard_lines(b, "b.guards")]
+        for key, x, y in _pair(ta, tb):
+            self._pair_change("guards", f"guards[{key}]", x, y)
 
     def call_graph(self, a: list[schema.ModuleCallEntry], b: list[schema.ModuleCallEntry],
                    vmap: dict[str, str]) -> None:

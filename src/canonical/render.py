@@ -13,6 +13,7 @@ Layout of the text (each section is omitted when empty)::
     outputs:         one line per output spec
     graph:           one line per node, then `return ...`; subgraphs indented under their node
     range_constraints:
+    guards:          input checks ep.module() runs, as torch writes them (L['x'].size()[0] ...)
     module_call_graph:
     state_dict: / constants:   name: type sha256:<12 hex>
     example_inputs:
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_text, ranges_by_text
+from serde.guards import guard_texts
 
 from .walk import EMPTY_STACK_KEY, argument_subgraphs
 
@@ -45,6 +47,7 @@ __all__ = [
     "input_spec_line",
     "output_spec_line",
     "range_line",
+    "guard_lines",
     "module_call_line",
     "count_changed_lines",
     "defined_names",
@@ -146,6 +149,9 @@ def render_program(program: schema.ExportedProgram) -> list[str]:
     if program.range_constraints:
         out.append("range_constraints:")
         out += [INDENT + range_line(k, r) for k, r in sorted_items(ranges_by_text(program.range_constraints))]
+    if program.guards is not None:
+        out.append("guards:")
+        out += [INDENT + line for line in guard_lines(program.guards)]
     if gm.module_call_graph:
         out.append("module_call_graph:  # fqn: (inputs) -> (outputs), pytree specs of (args, kwargs) "
                    "and of the result, * = one value")
@@ -153,6 +159,21 @@ def render_program(program: schema.ExportedProgram) -> list[str]:
     if gm.custom is not None:
         out.append(f"custom: {_quote(gm.custom)}")
     return out
+
+
+def guard_lines(guards: schema.InputGuards | None, where: str = "guards") -> list[str]:
+    """One line per stored guard, outer parentheses dropped."""
+    return [t[1:-1] if t.startswith("(") and t.endswith(")") and _balanced(t[1:-1]) else t
+            for t in guard_texts(guards, where=where)]
+
+
+def _balanced(t: str) -> bool:
+    depth = 0
+    for c in t:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def render_weights(weights: schema.Weights) -> list[str]:

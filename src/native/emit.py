@@ -17,7 +17,8 @@ import msgspec
 from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
-from serde.exprs import expr_text, ranges_by_text
+from serde.exprs import expr_text, expr_to_tree, ranges_by_text
+from serde.guards import guards_to_code, input_paths, source_key
 from serde.limits import DEFAULT_LIMITS, Limits
 from serde.operators import PREDISPATCH_TARGETS
 
@@ -124,13 +125,68 @@ class _Emitter:
                  for s in self.b.state]
         self.b.state = state
         root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
+        guards, guard_texts = self.guards(root)
         from serde import wire
 
         return self.b.build(
+            guards=guards, guard_texts=guard_texts,
             in_spec=wire.encode(root.in_spec).decode() if root else None,
             out_spec=wire.encode(root.out_spec).decode() if root else None,
             torch_version=self.ep.torch_version,
         )
+
+    # ------------------------------------------------------------ guards
+
+    def guards(self, root: schema.ModuleCallSignature | None) -> tuple[list[int], list[str]]:
+        """Export's input guards as expressions over the input sizes the runtime already checks.
+
+        A source ``L['x'].size()[d]`` becomes the stored size expression of that input dimension:
+        the runtime binds symbols from input dimensions and then checks every dimension equals
+        its expression, so the substitution is exact. Strides and storage offsets are not bound
+        by the runtime: such a guard makes the emitter refuse rather than drop it.
+        """
+        gs = self.ep.guards
+        if gs is None:
+            return [], []
+        texts = guards_to_code(gs)  # validates the sources' keys and the checks' shape
+        if root is None:
+            raise MalformedArtifactError("guards: the program has guards but no root module call signature")
+        paths = input_paths(root.in_spec, list(root.forward_arg_names or []),
+                            where="graph_module.module_call_graph[<root>].signature.in_spec")
+        gm = self.ep.graph_module
+        user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=True)
+                if spec.kind in ("user_input", "constant_input")]
+        if len(paths) != len(user):
+            raise MalformedArtifactError(f"guards: the input spec has {len(paths)} leaves for {len(user)} user inputs")
+        by_path = {p: a for p, a in zip(paths, user, strict=True) if p is not None}
+        subst = {s.symbol: self.guard_source(by_path, s, f"guards.sources[{i}]") for i, s in enumerate(gs.sources)}
+        exprs = []
+        for i, e in enumerate(gs.checks):
+            where = f"guards.checks[{i}] ({texts[i]})"
+            exprs.append(self.b.expr(_substitute(expr_to_tree(e, where=where), subst), where))
+        return exprs, texts
+
+    def guard_source(self, by_path: dict[tuple, schema.Argument], s: schema.GuardSource, where: str) -> tuple:
+        path, prop, dim = source_key(s)
+        arg = by_path.get(path)
+        if arg is None:
+            raise MalformedArtifactError(f"{where}: {path!r} is not a user input of the program")
+        g = self.ep.graph_module.graph
+        if prop == schema.GuardProperty.SIZE and arg.kind == "as_tensor":
+            meta = g.tensor_values.get(arg.as_tensor.name)
+            if meta is None or not 0 <= dim < len(meta.sizes):
+                raise MalformedArtifactError(f"{where}: dim {dim} is not a dimension of input {path!r}")
+            size = meta.sizes[dim]
+            return ("Integer", size.as_int) if size.as_int is not None else tree_of(size.as_expr, where=where)
+        if prop == schema.GuardProperty.VALUE and arg.kind == "as_sym_int" and arg.as_sym_int.as_name is not None:
+            v = g.sym_int_values.get(arg.as_sym_int.as_name)
+            if v is not None and v.as_expr is not None:
+                return tree_of(v.as_expr, where=where)
+        if prop == schema.GuardProperty.VALUE and arg.kind == "as_int":
+            return ("Integer", arg.as_int)
+        raise UnsupportedConstructError(
+            f"{where}: a guard reads {schema.GuardProperty(prop).name.lower()} of input {path!r} ({arg.kind}); "
+            "the native runtime checks only input sizes and integer inputs, so it cannot enforce this guard")
 
     # ------------------------------------------------------------ graphs
 
@@ -367,6 +423,12 @@ class _Emitter:
         v = self.b.new(P.Tensor(int(st.dtype), list(st.sizes), list(st.strides), st.storage_offset, blob))
         self.b.state.append(P.State(name, kind, v))
         return v
+
+
+def _substitute(t: tuple, subst: dict[str, tuple]) -> tuple:
+    if t[0] == "Symbol":
+        return subst[t[1]]  # guards_to_code checked every symbol names a source
+    return (t[0], *(_substitute(c, subst) if isinstance(c, tuple) else c for c in t[1:]))
 
 
 # ---------------------------------------------------------------- symbol binding

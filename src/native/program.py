@@ -26,6 +26,8 @@ Format version history:
   1  2026-11-22  First version.
   2  2026-11-23  A sha256 of the prefix and header follows the header, and the padding before the
                  segment must be zero: a flipped header byte used to change results silently.
+                 Program.guards / guard_texts: export's input guards, checked before running (a
+                 version-1 reader would ignore them and accept inputs the program rejects).
                  Version 1 files are refused (NativeVersionError naming both versions): re-emit
                  them from their .pt2s artifact, which is the source of truth.
 """
@@ -258,6 +260,8 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     state: list[State]
     memory_plan: MemoryPlan = MemoryPlan()
     in_spec: str | None = None  # JSON of serde.schema.TreeSpec (args, kwargs)
+    guards: list[int] = []  # expressions (indices into exprs) every input set must make nonzero
+    guard_texts: list[str] = []  # each guard as torch prints it, for error messages only
     out_spec: str | None = None
     torch_version: str = ""
 

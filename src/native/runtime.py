@@ -210,6 +210,15 @@ class Method:
                 if got != want:
                     raise InputMismatchError(f"input {inp.name!r}: dimension {d} is {got} but the program "
                                              f"requires {want} (sizes {list(leaf.shape)})")
+        for k, text in zip(p.guards, p.guard_texts, strict=True):
+            try:
+                ok = self._eval(k)
+            except UnboundSymbolError:
+                raise NativeRuntimeError(f"guard {text} depends on a symbol no input binds; the program is "
+                                         "malformed") from None
+            if not ok:
+                raise InputMismatchError(f"the inputs fail the export guard {text} (sizes "
+                                         f"{[list(x.shape) if hasattr(x, 'shape') else x for x in leaves]})")
 
     def _eval(self, k: int) -> int:
         v = self._exprs[k]

@@ -165,6 +165,11 @@ class _Validator:
             self.fail(where, "only tensors can be allocated")
 
     def signature(self) -> None:
+        if len(self.p.guards) != len(self.p.guard_texts):
+            self.fail("guards", f"{len(self.p.guards)} guards but {len(self.p.guard_texts)} guard texts")
+        for i, k in enumerate(self.p.guards):
+            if not 0 <= k < len(self.p.exprs):
+                self.fail(f"guards[{i}]", f"expression {k} is out of range (there are {len(self.p.exprs)})")
         for i, inp in enumerate(self.p.inputs):
             self.value(inp.value, f"inputs[{i}].value")
         for i, o in enumerate(self.p.outputs):

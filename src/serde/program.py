@@ -14,6 +14,15 @@ from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
 from .limits import DEFAULT_LIMITS, Limits
+from .guards import (
+    SourceKey,
+    guards_from_code,
+    guards_to_code,
+    input_leaves,
+    source_key,
+    source_problem,
+    source_text,
+)
 from .metadata import deserialize_custom, serialize_custom
 from .names import check_program
 from .signature import (
@@ -45,18 +54,20 @@ def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
                 f"verifiers: dialect {v.dialect!r} is unknown; supported dialects: {sorted(_VERIFIERS)}"
             )
         dialects.append(v.dialect)
+    gm_s = schema.GraphModule(
+        graph=GraphWriter(gm).write(),
+        custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
+        signature=serialize_signature(ep.graph_signature),
+        module_call_graph=serialize_module_call_graph(ep.module_call_graph),
+    )
     return schema.ExportedProgram(
-        graph_module=schema.GraphModule(
-            graph=GraphWriter(gm).write(),
-            custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
-            signature=serialize_signature(ep.graph_signature),
-            module_call_graph=serialize_module_call_graph(ep.module_call_graph),
-        ),
+        graph_module=gm_s,
         opset_version={"aten": torch._C._get_max_operator_version()},
         range_constraints=serialize_range_constraints(ep.range_constraints),
         schema_version=schema.SchemaVersion(major=SCHEMA_VERSION[0], minor=SCHEMA_VERSION[1]),
         verifiers=dialects,
         torch_version=str(torch.__version__),
+        guards=serialize_guards(ep, gm_s),
     )
 
 
@@ -112,7 +123,60 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
                                        "the artifact is damaged or was edited after saving") from None
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
+    ep._guards_code = deserialize_guards(p.guards, gm_s)
     return ep
+
+
+def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.InputGuards | None:
+    """``ep._guards_code`` as trees; every source must name one of the program's inputs.
+
+    ``gm`` is ``ep``'s graph module already serialized: sources are checked against the stored
+    signature, exactly as loading will check them.
+
+    Raises:
+        UnsupportedConstructError: a guard outside the allow-list of serde.guards, or one that
+            reads something that is not a user input of ``ep``.
+    """
+    codes = list(getattr(ep, "_guards_code", None) or [])
+    if not codes:
+        return None
+    leaves = input_leaves(gm)
+
+    def resolve(k: SourceKey) -> SourceKey:
+        path = k[0]
+        # ep.module() names a *args parameter's items args_0, args_1 (as torch's own
+        # _force_gm_signature_match does when it compiles guards): store that form.
+        if path not in leaves and len(path) >= 2 and isinstance(path[1], int):
+            merged = (f"{path[0]}_{path[1]}", *path[2:])
+            if merged in leaves:
+                path = merged
+        why = source_problem(path, k[1], k[2], leaves)
+        if why:
+            raise UnsupportedConstructError(
+                f"guards: a guard reads {source_text(k)}, which {why}; pt2serde cannot tie it to an input")
+        return path, k[1], k[2]
+
+    return guards_from_code(codes, where="guards", resolve=resolve)
+
+
+def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> list[str]:
+    """Validated guard text for ``ep._guards_code`` (printed by us, never taken from the file).
+
+    Raises:
+        UnsafeArtifactError: a source key that is not a plain identifier or index.
+        MalformedArtifactError: a source that is not an input of the program, a dim outside the
+            input's rank, or a check that is not a guard expression.
+    """
+    if g is None:
+        return []
+    codes = guards_to_code(g, where="guards")  # validates keys before anything else reads them
+    leaves = input_leaves(gm)
+    for i, s in enumerate(g.sources):
+        path, prop, dim = source_key(s)
+        why = source_problem(path, prop, dim, leaves)
+        if why:
+            raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
+    return codes
 
 
 def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],

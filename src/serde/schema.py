@@ -26,7 +26,8 @@ __all__ = [
     "ParameterMutationSpec", "GradientToParameterSpec", "GradientToUserInputSpec",
     "UserInputMutationSpec", "OutputTokenSpec", "OutputSpec", "GraphSignature", "TreeSpec",
     "ModuleCallSignature", "ModuleCallEntry", "GraphModule", "SchemaVersion", "RangeConstraint",
-    "ExportedProgram", "Storage", "StoredTensor", "TensorSubclass", "ContextValue", "ContextItem", "ExampleLeaf", "ExampleInputs", "Weights",
+    "GuardProperty", "GuardKey", "GuardSource", "InputGuards", "ExportedProgram", "Storage", "StoredTensor",
+    "TensorSubclass", "ContextValue", "ContextItem", "ExampleLeaf", "ExampleInputs", "Weights",
     "NodeDebug", "DebugInfo", "Member", "Manifest",
 ]
 
@@ -535,6 +536,30 @@ class RangeConstraint(Struct, kw_only=True):
     expr: Annotated[Expr, Id(30)]
 
 
+class GuardProperty(enum.IntEnum):
+    VALUE = 1
+    SIZE = 2
+    STRIDE = 3
+    STORAGE_OFFSET = 4
+
+
+class GuardKey(Union, kw_only=True):
+    name: Annotated[Optional[str], Id(10)] = None
+    index: Annotated[Optional[int], Id(20)] = None
+
+
+class GuardSource(Struct, kw_only=True):
+    symbol: Annotated[str, Id(10)]
+    path: Annotated[list[GuardKey], Id(20)]
+    property: Annotated[GuardProperty, Id(30)]
+    dim: Annotated[Optional[int], Id(40)] = None
+
+
+class InputGuards(Struct, kw_only=True):
+    sources: Annotated[list[GuardSource], Id(10)]
+    checks: Annotated[list[Expr], Id(20)]
+
+
 class ExportedProgram(Struct, kw_only=True):
     graph_module: Annotated[GraphModule, Id(10)]
     opset_version: Annotated[dict[str, int], Id(20)]
@@ -542,6 +567,7 @@ class ExportedProgram(Struct, kw_only=True):
     schema_version: Annotated[SchemaVersion, Id(60)]
     verifiers: Annotated[list[str], Id(70)]
     torch_version: Annotated[str, Id(80)]
+    guards: Annotated[Optional[InputGuards], Id(90)] = None
 
 
 # ---------------------------------------------------------------- weights.json

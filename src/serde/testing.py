@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import io
 import operator
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +40,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from serde.errors import UnsupportedConstructError
+from serde.guards import guards_from_code
 from serde.symbolic import as_sympy
 
 # Hypothesis strategies live in serde.strategies (hypothesis is a test dependency): loaded on use.
@@ -92,6 +95,7 @@ def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names
     c.graphs(a.graph_module, b.graph_module, "graph")
     c.signature(a, b)
     c.range_constraints(a, b)
+    c.guards(a, b)
     c.module_call_graph(a, b)
     c.tensors(a.state_dict, b.state_dict, "state_dict")
     c.tensors({k: v for k, v in a.constants.items() if isinstance(v, torch.Tensor)},
@@ -398,6 +402,17 @@ class _Comparer:
         if oa != ob:
             self.fail("range_constraints", f"constraints on symbols not in the graph differ: {oa} != {ob}")
 
+    def guards(self, a: ExportedProgram, b: ExportedProgram) -> None:
+        # Compared as trees: a loaded program's text is printed by us, not torch, so it may differ
+        # in spacing and parentheses while meaning the same checks.
+        ga, gb = (_varargs_named(p, list(getattr(p, "_guards_code", None) or [])) for p in (a, b))
+        try:
+            ta, tb = guards_from_code(ga), guards_from_code(gb)
+        except UnsupportedConstructError:
+            ta, tb = sorted(set(ga)), sorted(set(gb))
+        if ta != tb:
+            self.fail("guards", f"{sorted(ga)} != {sorted(gb)}")
+
     def module_call_graph(self, a: ExportedProgram, b: ExportedProgram) -> None:
         from serde.treespec import serialize_treespec
 
@@ -675,3 +690,16 @@ def _assert_close(x: Any, y: Any, where: str, rtol: float | None, atol: float | 
                 raise ProgramMismatch(f"{where}[{i}]: {e}") from None
         elif p != q and not (isinstance(p, float) and p != p and q != q):
             raise ProgramMismatch(f"{where}[{i}]: {p!r} != {q!r}")
+
+
+def _varargs_named(ep: ExportedProgram, codes: list[str]) -> list[str]:
+    """``L['xs'][1]`` as ``L['xs_1']`` where forward's *xs are named so: the form ep.module() uses
+    (and the form save stores)."""
+    sig = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    names = set(getattr(sig, "forward_arg_names", None) or [])
+
+    def sub(m: re.Match) -> str:
+        merged = f"{m.group(1)}_{m.group(2)}"
+        return f"L['{merged}']" if merged in names else m.group(0)
+
+    return [re.sub(r"L\['([A-Za-z_][A-Za-z0-9_]*)'\]\[([0-9]+)\]", sub, c) for c in codes]

@@ -7,9 +7,12 @@ Version history (date, what changed, compatibility):
                    upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1.0/).
   2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
   2.2  2026-11-22  Argument.as_tuple, a tuple of mixed kinds (flex_attention). Compatible.
-  2.3  2026-11-23  Weights: tensor subclasses (StoredTensor.subclass, TensorSubclass, ContextValue)
-                   and tensors saved without data (Storage.device: FakeTensors, meta tensors).
-                   Compatible; 2.2 readers refuse such tensors rather than misread them.
+  2.3  2026-11-23  ExportedProgram.guards (InputGuards, GuardSource, GuardKey, GuardProperty):
+                   torch.export's input guards as Expr trees over input sources, never as
+                   Python text. Weights: tensor subclasses (StoredTensor.subclass, TensorSubclass,
+                   ContextValue), tensors saved without data (FakeTensors, meta tensors: empty
+                   Storage.sha256) and every storage's device (Storage.device). Compatible; 2.2
+                   readers refuse data-less and subclass tensors rather than misread them.
 """
 
 from __future__ import annotations
