@@ -27,8 +27,8 @@ from serde import schema
 from serde.errors import MalformedArtifactError
 from serde.exprs import expr_from_text, ranges_by_text
 from serde.gcpause import paused_gc
-from serde.opfacts import OPAQUE, FactsFn, OpFacts
 from serde.guards import canonical_guards
+from serde.opfacts import OPAQUE, FactsFn, OpFacts
 
 from .debuginfo import (
     DebugInfo,

@@ -13,7 +13,6 @@ from .consistency import InconsistentProgramError, check_module_call_graph, chec
 from .custom_objects import decode_constants
 from .errors import MalformedArtifactError, UnsupportedConstructError
 from .graph import GraphReader, GraphWriter
-from .limits import DEFAULT_LIMITS, Limits
 from .guards import (
     SourceKey,
     guards_from_code,
@@ -23,6 +22,7 @@ from .guards import (
     source_problem,
     source_text,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .metadata import deserialize_custom, serialize_custom
 from .names import check_program
 from .signature import (

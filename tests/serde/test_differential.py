@@ -31,11 +31,7 @@ import serde
 
 # Each entry: a corpus case whose loaded program still behaves differently from torch's own
 # save -> load, and how. A case that newly differs fails, and so does a fixed one.
-EXPECTED: dict[str, frozenset[str]] = {
-    # Guards relating derived dims are lost: y of size d + 2 is accepted (then fails inside an op
-    # with another error) where the exported program rejects it up front.
-    "pattern/derived_dims": frozenset({"rejection"}),
-}
+EXPECTED: dict[str, frozenset[str]] = {}
 
 # The slice ``make test`` runs: a few of each source, every pattern.
 FAST = (
@@ -257,10 +253,8 @@ def test_dimension_variants_probe_bounds_and_relations():
 # Known bugs, by what a generated program does (see EXPECTED for the same bugs on named cases);
 # a generated program may show these kinds of difference and no others.
 def _allowed(spec: StatefulSpec) -> set[str]:
-    allowed: set[str] = set()
-    if spec.dynamic and spec.derived != "same":
-        allowed.add("rejection")                            # derived-dim guards lost
-    return allowed
+    """Difference kinds a generated program may show: none, since every known one is fixed."""
+    return set()
 
 
 _PROFILE_EXAMPLES = settings.default.max_examples
