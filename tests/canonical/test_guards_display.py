@@ -14,6 +14,7 @@ from canonical.canonicalize import canonicalize
 from canonical.diff import diff
 from canonical.render import render
 from serde.artifact import read_artifact
+from serde.effects import op_facts
 
 
 class _Derived(torch.nn.Module):
@@ -33,14 +34,14 @@ def program():
 
 def test_canonicalize_keeps_guards_and_is_idempotent(program) -> None:
     assert program.guards is not None and len(program.guards.checks) == 2
-    once, _ = canonicalize(program)
+    once, _ = canonicalize(program, facts=op_facts)
     assert once.guards == program.guards  # saved programs are canonical already
-    assert canonicalize(once)[0] == once
+    assert canonicalize(once, facts=op_facts)[0] == once
     # Shuffled sources and checks come back in the one canonical order.
     g = program.guards
     shuffled = msgspec.structs.replace(program, guards=msgspec.structs.replace(
         g, sources=list(reversed(g.sources)), checks=list(reversed(g.checks))))
-    assert canonicalize(shuffled)[0].guards == g
+    assert canonicalize(shuffled, facts=op_facts)[0].guards == g
 
 
 def test_show_lists_guards_as_torch_writes_them(program) -> None:

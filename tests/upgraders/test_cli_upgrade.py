@@ -49,4 +49,6 @@ def test_upgraded_artifact_runs_and_equals_a_fresh_save(tmp_path):
     a = wire.decode_json(bytes(read_archive(out).member("program.json")))
     b = wire.decode_json(bytes(read_archive(fresh).member("program.json")))
     a.pop("torch_version"), b.pop("torch_version")
+    # a 1.0 artifact cannot hold what later versions added (guards, 2.3): the rest must agree
+    b.pop("guards", None)
     assert a == b
