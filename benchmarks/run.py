@@ -66,18 +66,18 @@ class BenchCase:
 CASES: list[BenchCase] = [
     BenchCase("chain_5000", "bench_save_load.py", ("--model", "chain", "--size", "5000"),
               ("--model", "chain", "--size", "30"),
-              bars=(Bar("save_speedup.min", ">=", 5.0, "issue 2 §7"),
-                    Bar("load_speedup.min", ">=", 2.0, "issue 2 §7"))),
+              bars=(Bar("save_speedup.min", ">=", 5.0, "save and load speed"),
+                    Bar("load_speedup.min", ">=", 2.0, "save and load speed"))),
     BenchCase("transformer", "bench_save_load.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1")),
     # Large weights (8 x 16 MB): payload I/O and the sha256 of every byte dominate.
     BenchCase("wide_134mb", "bench_save_load.py", ("--model", "wide", "--size", "8"),
               ("--model", "wide", "--size", "1")),
     BenchCase("canonicalize_20000", "bench_canonicalize.py", ("--size", "20000"), ("--size", "30"),
-              bars=(Bar("cost_fraction.min", "<=", 0.1, "issue 4 §7"),)),
+              bars=(Bar("cost_fraction.min", "<=", 0.1, "canonicalization cost"),)),
     BenchCase("diff_locality", "bench_diff_locality.py", ("--size", "1000"), ("--size", "30"),
-              bars=(Bar("changed_lines", "<=", 10, "issue 4 §6", unit=""),), timed=False),
-    # Native emitter (issue 6 §6 asks for these numbers without bars).
+              bars=(Bar("changed_lines", "<=", 10, "diff locality", unit=""),), timed=False),
+    # Native emitter.
     BenchCase("native_chain_5000", "bench_native.py", ("--model", "chain", "--size", "5000"),
               ("--model", "chain", "--size", "30"), requires="native.emit"),
     BenchCase("native_transformer", "bench_native.py", ("--model", "transformer", "--size", "4"),

@@ -1,4 +1,4 @@
-"""Real exported programs for everything beyond the core zoo (issue 3): higher-order ops, custom ops,
+"""Real exported programs for everything beyond the core zoo: higher-order ops, custom ops,
 unbacked symbols, symbolic scalars, effects, other IRs and joint graphs.
 
 Each case is a :class:`serde.zoo.Case` (build with :func:`export_case`); ``other_inputs``

@@ -1,4 +1,4 @@
-"""Diff locality (issue 4 §6): inserting one node into the middle of a 1,000-node chain changes at
+"""Diff locality: inserting one node into the middle of a 1,000-node chain changes at
 most 10 lines of ``pt2serde show`` output, because canonical names do not cascade."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property (issue 4 §2c): any valid topological reordering plus any consistent renaming of nodes
+"""Property: any valid topological reordering plus any consistent renaming of nodes
 and symbols gives identical canonical bytes; canonicalizing is idempotent."""
 
 from __future__ import annotations

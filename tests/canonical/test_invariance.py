@@ -1,4 +1,4 @@
-"""Byte stability of real artifacts (issue 4 §2 a, b, f, g): real exports, real files, real processes."""
+"""Byte stability of real artifacts: real exports, real files, real processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property: for random exported programs, run(emit(canonicalize(ep))) == ep.module() (issue 6 §5).
+"""Property: for random exported programs, run(emit(canonicalize(ep))) == ep.module().
 
 Two generators: the breadth issue's ``serde.strategies`` (when present) and a small local one
 (``_random_programs``) that also draws ``cond``. Programs torch cannot export, or that eager itself

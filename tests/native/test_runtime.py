@@ -1,4 +1,4 @@
-"""The reference runtime against eager ``ep.module()`` on the zoo and breadth zoo (issue 6 §4)."""
+"""The reference runtime against eager ``ep.module()`` on the zoo and breadth zoo."""
 
 from __future__ import annotations
 

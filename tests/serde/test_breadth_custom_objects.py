@@ -1,5 +1,5 @@
 """Custom objects (torchbind ScriptObjects and opaque objects) through an explicit codec registry, no
-pickle; an unregistered class fails at save time (issue 3 §5).
+pickle; an unregistered class fails at save time.
 
 What is tested: the torchbind test class ``_TorchScriptTesting._Foo`` from torch's own
 ``lib/libtorchbind_test.so`` (shipped in the CPU wheel; its fake classes come from

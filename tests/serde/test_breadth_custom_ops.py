@@ -1,5 +1,5 @@
 """Custom ops (torch.library.custom_op + register_fake, namespace ``pt2serde_zoo``) round-trip, and
-loading one that is not registered names the op and says how to register it (issue 3 §2)."""
+loading one that is not registered names the op and says how to register it."""
 
 from __future__ import annotations
 

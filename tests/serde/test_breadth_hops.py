@@ -1,5 +1,5 @@
 """Higher-order ops round-trip and run: cond, map, while_loop, scan, associative_scan,
-invoke_subgraph, the training-IR wrappers, auto_functionalized and with_effects (issue 3 §1)."""
+invoke_subgraph, the training-IR wrappers, auto_functionalized and with_effects."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The default training IR, the core ATen IR after run_decompositions(), and joint forward-backward
-graphs with loss and gradient outputs all round-trip (issue 3 §6)."""
+graphs with loss and gradient outputs all round-trip."""
 
 from __future__ import annotations
 

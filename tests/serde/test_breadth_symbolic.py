@@ -1,5 +1,5 @@
 """Symbolic scalars: SymBool and SymFloat values, sym_not / sym_max / sym_min / sym_ite, and floor
-division, modulo and power inside size expressions (issue 3 §4)."""
+division, modulo and power inside size expressions."""
 
 from __future__ import annotations
 

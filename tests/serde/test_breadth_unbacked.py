@@ -1,5 +1,5 @@
 """Unbacked symbols (.item(), nonzero(), torch._check / _check_is_size, data-dependent output sizes)
-load with their bindings and ranges, and run (issue 3 §3)."""
+load with their bindings and ranges, and run."""
 
 from __future__ import annotations
 

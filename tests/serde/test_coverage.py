@@ -1,4 +1,4 @@
-"""Coverage (issue 3 §9): every ``Argument`` union member and every input/output spec kind appears in
+"""Coverage: every ``Argument`` union member and every input/output spec kind appears in
 at least one test artifact.
 
 The artifacts are the programs the round-trip tests save: every case of the core zoo

@@ -1,4 +1,4 @@
-"""Failures are SerializeError subclasses that say where and how to fix (issue 2 §5)."""
+"""Failures are SerializeError subclasses that say where and how to fix."""
 
 from __future__ import annotations
 

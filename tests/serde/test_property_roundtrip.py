@@ -1,4 +1,4 @@
-"""Property tests (issue 3 §7): random DAGs of aten ops over random shapes, dtypes and dynamic dims,
+"""Property tests: random DAGs of aten ops over random shapes, dtypes and dynamic dims,
 exported for real, come back equal; and every schema Struct survives decode(encode(s)).
 
 `make test` runs the "fast" hypothesis profile (a dozen examples each); `make test-all` sets

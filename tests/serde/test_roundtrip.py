@@ -1,4 +1,4 @@
-"""save -> load -> compare on every zoo case (issue 2 §3)."""
+"""save -> load -> compare on every zoo case."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loading untrusted artifacts never runs code (issue 2 §6, DESIGN §7)."""
+"""Loading untrusted artifacts never runs code (DESIGN §7)."""
 
 from __future__ import annotations
 

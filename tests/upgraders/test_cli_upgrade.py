@@ -1,4 +1,4 @@
-"""`pt2serde upgrade IN OUT` rewrites a frozen 1.x artifact at the current version (issue 5 §6)."""
+"""`pt2serde upgrade IN OUT` rewrites a frozen 1.x artifact at the current version."""
 
 from __future__ import annotations
 
