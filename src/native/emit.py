@@ -18,7 +18,7 @@ from canonical.walk import argument_names
 from serde import schema
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
 from serde.exprs import expr_text, expr_to_tree, ranges_by_text
-from serde.guards import guards_to_code, input_paths, source_key
+from serde.guards import guards_to_code, input_arguments, source_key
 from serde.limits import DEFAULT_LIMITS, Limits
 from serde.operators import PREDISPATCH_TARGETS
 
@@ -151,14 +151,7 @@ class _Emitter:
         texts = guards_to_code(gs)  # validates the sources' keys and the checks' shape
         if root is None:
             raise MalformedArtifactError("guards: the program has guards but no root module call signature")
-        paths = input_paths(root.in_spec, list(root.forward_arg_names or []),
-                            where="graph_module.module_call_graph[<root>].signature.in_spec")
-        gm = self.ep.graph_module
-        user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=True)
-                if spec.kind in ("user_input", "constant_input")]
-        if len(paths) != len(user):
-            raise MalformedArtifactError(f"guards: the input spec has {len(paths)} leaves for {len(user)} user inputs")
-        by_path = {p: a for p, a in zip(paths, user, strict=True) if p is not None}
+        by_path = input_arguments(self.ep.graph_module)
         subst = {s.symbol: self.guard_source(by_path, s, f"guards.sources[{i}]") for i, s in enumerate(gs.sources)}
         exprs = []
         for i, e in enumerate(gs.checks):

@@ -197,7 +197,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         UnknownOperatorError: an operator is not registered in this process.
     """
     _check_not_at_end(f)
-    with paused_gc(), outside_ambient_modes():
+    with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
         artifacts = read_artifacts(f, limits=limits, mmap=mmap)
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
@@ -234,6 +234,7 @@ def from_artifact(a: Artifact, map_location: MapLocation = None, *, limits: Limi
 def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str]) -> ExportedProgram:
     check_weight_names(a.weights, limits)
     place, missing = _placement(saved_devices(a.weights))
+
     def member(name: str) -> memoryview:
         view = a.contents.member(name)
         return view.toreadonly() if name in copy_payloads else view  # read-only views are copied

@@ -26,7 +26,7 @@ from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
     "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
-    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_leaves",
+    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_arguments", "input_leaves",
     "source_problem",
 ]
 
@@ -167,8 +167,9 @@ def input_paths(in_spec: schema.TreeSpec, arg_names: list[str], *, where: str = 
     return out
 
 
-def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
-    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...)."""
+def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
+    """Nameable user inputs by guard path -> the graph input they are (empty without a root
+    module call signature, so that every guard source is then "not an input")."""
     root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
     if root is None:
         return {}
@@ -178,11 +179,15 @@ def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
             if spec.kind in ("user_input", "constant_input")]
     if len(paths) != len(user):
         raise MalformedArtifactError(f"guards: the input spec has {len(paths)} leaves for {len(user)} user inputs")
+    return {path: arg for path, arg in zip(paths, user, strict=True) if path is not None}
+
+
+def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
+    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...)."""
     out: dict[tuple, int | None] = {}
-    for path, arg in zip(paths, user, strict=True):
-        if path is not None:
-            meta = gm.graph.tensor_values.get(arg.as_tensor.name) if arg.kind == "as_tensor" else None
-            out[path] = len(meta.sizes) if meta is not None else None
+    for path, arg in input_arguments(gm).items():
+        meta = gm.graph.tensor_values.get(arg.as_tensor.name) if arg.kind == "as_tensor" else None
+        out[path] = len(meta.sizes) if meta is not None else None
     return out
 
 

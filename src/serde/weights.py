@@ -197,10 +197,6 @@ def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | Non
                 _check_tensor(leaf.as_tensor, w.storages, f"weights.example_inputs.leaves[{i}]")
 
 
-def _device(d: Any) -> schema.Device:
-    return schema.Device(type=d.type, index=d.index)
-
-
 def device_text(d: schema.Device | None) -> str:
     """``"cuda:0"``, ``"cpu"`` (also for an unset device), as torch prints devices."""
     if d is None:
@@ -262,6 +258,7 @@ class _StorageTable:
     def add(self, t: Any, where: str, depth: int = 0) -> schema.StoredTensor:
         from .enums import serialize_dtype
         from .subclasses import is_traceable_subclass
+        from .values import serialize_device
 
         if is_traceable_subclass(t):
             return self._add_subclass(t, where, depth)
@@ -274,9 +271,9 @@ class _StorageTable:
             index = self._index[key] = len(self._views)
             if _has_data(t):
                 self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
-                self._devices.append(None if t.device.type == "cpu" else _device(t.device))
+                self._devices.append(None if t.device.type == "cpu" else serialize_device(t.device))
             else:
-                self._views.append((int(st.nbytes()), _device(t.device)))
+                self._views.append((int(st.nbytes()), serialize_device(t.device)))
                 self._devices.append(None)
             self._keep.append(st)
         return schema.StoredTensor(
