@@ -111,7 +111,7 @@ def _loadavg() -> float | None:
 
 
 def chain_length_for(ops: int) -> int:
-    """Smallest ``n`` such that ``serde.zoo.Chain(n)`` exports to at least ``ops`` op nodes.
+    """Smallest ``n`` such that ``tests.zoo.Chain(n)`` exports to at least ``ops`` op nodes.
 
     Every third step of the chain is ``x * a + b`` (two ops), the others one pointwise op.
     """
@@ -128,8 +128,7 @@ def export_chain(ops: int, insert_at: int | None = None):
     minimal edit of the diff-locality case.
     """
     import torch
-
-    from serde.zoo import Chain
+    from tests.zoo import Chain
 
     class _Edited(Chain):
         def forward(self, x):
@@ -148,12 +147,11 @@ def export_chain(ops: int, insert_at: int | None = None):
 
 
 def export_transformer(layers: int, d: int = 128, heads: int = 4):
-    """Export ``layers`` pre-norm transformer blocks (``serde.zoo.Block``) with dynamic batch and
+    """Export ``layers`` pre-norm transformer blocks (``tests.zoo.Block``) with dynamic batch and
     sequence length."""
     import torch
+    from tests.zoo import Block
     from torch.export import Dim
-
-    from serde.zoo import Block
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Block(d, heads) for _ in range(layers)]).eval()

@@ -2,8 +2,8 @@
 
     python benchmarks/bench_canonicalize.py --case canonicalize_20000 --size 20000
 
-The program is serialized to schema Structs once, untimed (``serde.program.serialize_program``);
-the timed work is ``canonical.canonicalize.canonicalize`` followed by ``serde.wire.encode`` of the
+The program is serialized to schema Structs once, untimed (``serde.bridge.program.serialize_program``);
+the timed work is ``canonical.canonicalize.canonicalize`` followed by ``serde.core.wire.encode`` of the
 result. Prints one JSON line whose ``cost_fraction`` is (our time / torch.export.save time), so
 < 1 means cheaper; the parts (canonicalize alone, encode alone) are reported the same way.
 """
@@ -21,9 +21,9 @@ def run(size: int, repeats: int) -> dict:
     import torch
 
     from canonical.canonicalize import canonicalize
-    from serde import wire
-    from serde.effects import op_facts
-    from serde.program import serialize_program
+    from serde.bridge.effects import op_facts
+    from serde.bridge.program import serialize_program
+    from serde.core import wire
 
     ep, _ = export_chain(size)
     small, _ = export_chain(30)

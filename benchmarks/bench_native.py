@@ -40,7 +40,7 @@ def run(model: str, size: int, repeats: int) -> dict:
     from native.emit import emit
     from native.program import decode
     from native.runtime import Method
-    from serde.artifact import read_artifact
+    from serde.archive.artifact import read_artifact
 
     ep, args = export_chain(size) if model == "chain" else export_transformer(size)
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:

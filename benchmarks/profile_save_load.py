@@ -25,12 +25,12 @@ _MODELS = {"chain": export_chain, "transformer": export_transformer}
 
 # Pipeline stages whose cumulative share is worth a line of its own (function name, file suffix).
 _STAGES = {
-    "save": [("serialize_program", "serde/program.py"), ("serialize_weights", "serde/weights.py"),
-             ("canonicalize", "canonical/canonicalize.py"), ("encode_members", "serde/artifact.py"),
-             ("write_archive", "serde/archive.py")],
-    "load": [("read_archive", "serde/archive.py"), ("decode", "serde/wire.py"),
-             ("deserialize_weights", "serde/weights.py"), ("attach_debug", "canonical/canonicalize.py"),
-             ("deserialize_program", "serde/program.py")],
+    "save": [("serialize_program", "serde/bridge/program.py"), ("serialize_weights", "serde/bridge/weights.py"),
+             ("canonicalize", "canonical/canonicalize.py"), ("encode_members", "serde/archive/artifact.py"),
+             ("write_archive", "serde/archive/__init__.py")],
+    "load": [("read_archive", "serde/archive/__init__.py"), ("decode", "serde/core/wire.py"),
+             ("deserialize_weights", "serde/bridge/weights.py"), ("attach_debug", "canonical/canonicalize.py"),
+             ("deserialize_program", "serde/bridge/program.py")],
 }
 
 

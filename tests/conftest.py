@@ -34,8 +34,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 @pytest.fixture(scope="session")
 def breadth_program():
-    """``name -> ExportedProgram`` for :mod:`serde.zoo_breadth` cases, exported once per session."""
-    from serde import zoo_breadth
+    """``name -> ExportedProgram`` for :mod:`tests.zoo_breadth` cases, exported once per session."""
+    from tests import zoo_breadth
 
     cache: dict = {}
 

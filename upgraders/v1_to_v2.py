@@ -4,9 +4,9 @@
 - ``range_constraints`` goes from a map keyed by expression text to a list of
   ``{"expr": <tree>, "min_val": ..., "max_val": ...}`` (sorted by the old key).
 
-The text is read by our own restricted parser (serde.symbolic.parse_to_tree), never sympify or
+The text is read by our own restricted parser (serde.core.symbolic.parse_to_tree), never sympify or
 eval. The tree -> JSON table below is a frozen copy of the 2.0 ``Expr`` union on purpose: this
-step must keep producing exactly 2.0 documents whatever later versions do to serde.exprs.
+step must keep producing exactly 2.0 documents whatever later versions do to serde.core.exprs.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from serde.core.symbolic import MAX_EXPR_DEPTH, parse_to_tree
 from serde.errors import UpgradeError
-from serde.symbolic import MAX_EXPR_DEPTH, parse_to_tree
 
 from ._helpers import has_keys, map_values_at
 
@@ -53,7 +53,7 @@ def _float(text: str) -> Any:
 
 
 def tree_to_json(t: tuple, depth: int = 0) -> dict[str, Any]:
-    """A tuple tree from serde.symbolic -> the 2.0 JSON form of ``Expr``."""
+    """A tuple tree from serde.core.symbolic -> the 2.0 JSON form of ``Expr``."""
     if depth > MAX_EXPR_DEPTH:
         raise UpgradeError(f"expression nested deeper than {MAX_EXPR_DEPTH}")
     op = t[0]

@@ -23,12 +23,19 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from serde import schema
+from serde.core import schema
+from serde.core.exprs import expr_from_text, ranges_by_text
+from serde.core.gcpause import paused_gc
+from serde.core.guards import canonical_guards
+from serde.core.opfacts import OPAQUE, FactsFn, OpFacts
+from serde.core.walk import (
+    DIRECT_LEAF_KINDS,
+    argument_names,
+    argument_subgraphs,
+    is_bare_return,
+    rename_argument,
+)
 from serde.errors import MalformedArtifactError
-from serde.exprs import expr_from_text, ranges_by_text
-from serde.gcpause import paused_gc
-from serde.guards import canonical_guards
-from serde.opfacts import OPAQUE, FactsFn, OpFacts
 
 from .debuginfo import (
     DebugInfo,
@@ -43,7 +50,6 @@ from .debuginfo import (
 from .names import Namespace, SubgraphNamer, node_names, sanitize
 from .order import GraphIndex, canonical_order, node_key
 from .symbols import SymbolRenamer
-from .walk import DIRECT_LEAF_KINDS, argument_names, argument_subgraphs, is_bare_return, rename_argument
 
 __all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
 
@@ -62,7 +68,7 @@ def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug
     Args:
         program: any decoded program.
         facts: target name, node location -> what the target writes, aliases and draws
-            (``serde.effects.op_facts``); the order keeps every effect where ``program`` has it.
+            (``serde.bridge.effects.op_facts``); the order keeps every effect where ``program`` has it.
         keep_debug: also return the debug-only metadata removed from the program.
 
     Returns:

@@ -18,7 +18,7 @@ Semantic (kept, made stable):
 
 from __future__ import annotations
 
-from serde import schema
+from serde.core import schema
 
 from .names import sanitize
 from .order import EMPTY_STACK_KEY

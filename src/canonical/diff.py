@@ -54,10 +54,10 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from serde import schema
 from serde.archive import sha256_hex
+from serde.core import schema
+from serde.core.exprs import ranges_by_text
 from serde.errors import MalformedArtifactError
-from serde.exprs import ranges_by_text
 
 from . import render as R
 

@@ -1,7 +1,7 @@
 """Order-only edges: the canonical order may only permute nodes whose relative order nobody can observe.
 
 Data edges alone let a topological sort move a read of a buffer past an in-place write to it, or
-swap two RNG draws. Given each node's :class:`~serde.opfacts.OpFacts`, these edges pin what the
+swap two RNG draws. Given each node's :class:`~serde.core.opfacts.OpFacts`, these edges pin what the
 stored order says about effects, and nothing else:
 
 - **Storage.** Graph inputs and fresh node outputs are storage roots; an output that aliases an
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from serde import schema
-from serde.opfacts import OpFacts
-
-from .walk import argument_names
+from serde.core import schema
+from serde.core.opfacts import OpFacts
+from serde.core.walk import argument_names
 
 __all__ = ["effect_edges"]
 

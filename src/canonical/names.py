@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .walk import HOP_PREFIX
+from serde.core.walk import HOP_PREFIX
 
 __all__ = ["RADIUS", "op_base", "sanitize", "Namespace", "node_names", "ILLEGAL_NAMES", "SUBGRAPH_PATTERNS",
            "SubgraphNamer"]

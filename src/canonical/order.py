@@ -32,12 +32,12 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from serde import schema
+from serde.core import schema
+from serde.core.opfacts import OpFacts
+from serde.core.walk import EMPTY_STACK_KEY, argument_key, argument_names, output_leaves
 from serde.errors import MalformedArtifactError
-from serde.opfacts import OpFacts
 
 from .effects import effect_edges
-from .walk import EMPTY_STACK_KEY, argument_key, argument_names, output_leaves
 
 __all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
 

@@ -27,12 +27,11 @@ import json
 import re
 from collections.abc import Callable
 
-from serde import schema
+from serde.core import schema
+from serde.core.exprs import expr_text, ranges_by_text
+from serde.core.guards import guard_texts
+from serde.core.walk import EMPTY_STACK_KEY, argument_subgraphs
 from serde.errors import MalformedArtifactError
-from serde.exprs import expr_text, ranges_by_text
-from serde.guards import guard_texts
-
-from .walk import EMPTY_STACK_KEY, argument_subgraphs
 
 __all__ = [
     "DTYPE_ABBREV",

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from serde import schema
-from serde.exprs import ranges_by_text
+from serde.core import schema
+from serde.core.exprs import ranges_by_text
+from serde.core.walk import EMPTY_STACK_KEY
 
 from .render import (
     INDENT,
@@ -20,7 +21,6 @@ from .render import (
     subgraph_lines,
     subgraphs,
 )
-from .walk import EMPTY_STACK_KEY
 
 __all__ = ["summary_lines", "module_lines", "module_paths"]
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from serde import schema, symbolic, wire
-from serde.exprs import expr_from_text, expr_text
-
-from .walk import rename_sym_value, sym_value_exprs
+from serde.core import schema, symbolic, wire
+from serde.core.exprs import expr_from_text, expr_text
+from serde.core.walk import rename_sym_value, sym_value_exprs
 
 __all__ = ["SymbolRenamer"]
 

@@ -24,10 +24,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from serde import schema
+from serde.core import schema
+from serde.core.walk import EMPTY_STACK_KEY, argument_names, output_leaves
 
 from .render import GraphView, member, subgraphs
-from .walk import EMPTY_STACK_KEY, argument_names, output_leaves
 
 __all__ = ["KINDS", "op_kind", "graph_svg", "program_page", "diff_page"]
 

@@ -14,13 +14,13 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from canonical.walk import argument_names
-from serde import schema
+from serde.bridge.operators import PREDISPATCH_TARGETS
+from serde.core import schema
+from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
+from serde.core.guards import guards_to_code, input_arguments, source_key
+from serde.core.limits import DEFAULT_LIMITS, Limits
+from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
-from serde.exprs import expr_text, expr_to_tree, ranges_by_text
-from serde.guards import guards_to_code, input_arguments, source_key
-from serde.limits import DEFAULT_LIMITS, Limits
-from serde.operators import PREDISPATCH_TARGETS
 
 from . import program as P
 from .exprs import affine_in, symbols_of, tree_of
@@ -68,11 +68,11 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
                   limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
     """:func:`emit` on an artifact file written by ``serde.save``.
 
-    The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.names`,
+    The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.core.names`,
     ``limits``) before anything is emitted.
     """
-    from serde.artifact import read_artifact
-    from serde.names import check_program, check_weight_names
+    from serde.archive.artifact import read_artifact
+    from serde.core.names import check_program, check_weight_names
 
     a = read_artifact(src, limits=limits)
     check_program(a.program, limits)
@@ -126,7 +126,7 @@ class _Emitter:
         self.b.state = state
         root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
         guards, guard_texts = self.guards(root)
-        from serde import wire
+        from serde.core import wire
 
         return self.b.build(
             guards=guards, guard_texts=guard_texts,
@@ -577,7 +577,7 @@ def _python_value(x: Any) -> P.Value:
     """A Python default value (from an op schema) as a program constant."""
     import torch
 
-    from serde.enums import DTYPE_TO_SCALAR, LAYOUT_TO_SCHEMA, MEMORY_FORMAT_TO_SCHEMA
+    from serde.bridge.enums import DTYPE_TO_SCALAR, LAYOUT_TO_SCHEMA, MEMORY_FORMAT_TO_SCHEMA
 
     if x is None:
         return P.NoneValue()

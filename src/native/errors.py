@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from serde.core.limits import LimitError
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
-from serde.limits import LimitError
 
 __all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",
            "MemoryPlanError", "ArenaTooLargeError"]

@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from serde import schema
+from serde.core import schema
+from serde.core.exprs import expr_to_tree
+from serde.core.limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
 from serde.errors import UnsupportedConstructError
-from serde.exprs import expr_to_tree
-from serde.limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
 
 from .errors import NativeFormatError
 
@@ -184,7 +184,7 @@ def _piecewise(pairs: Sequence[tuple], emit: Callable[[tuple], None], code: list
 
 
 def _unsupported(t: tuple, what: str, where: str) -> None:
-    from serde.symbolic import tree_to_str
+    from serde.core.symbolic import tree_to_str
 
     try:
         text = tree_to_str(t, where=where)

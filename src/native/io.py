@@ -1,6 +1,6 @@
 """Input and output files for ``pt2serde run``, without pickle.
 
-An inputs file is a :mod:`serde.bundle` (a small JSON file holding tensors and scalars the way
+An inputs file is a :mod:`serde.bridge.bundle` (a small JSON file holding tensors and scalars the way
 an artifact stores its example inputs) whose tree is ``(args, kwargs)``; write one with
 :func:`write_inputs`. A pt2serde artifact (``.pt2s``) also works as an inputs file: its example
 inputs are used. Outputs are written as a bundle of the output pytree.
@@ -21,7 +21,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def write_inputs(path: str | os.PathLike, args: tuple | list, kwargs: dict | None = None) -> None:
     """Write ``(args, kwargs)`` for ``pt2serde run --inputs`` (tensors, None, bool, int, float, str,
     nested in tuples, lists, dicts and namedtuples)."""
-    from serde.bundle import save_tree
+    from serde.bridge.bundle import save_tree
 
     save_tree((tuple(args), dict(kwargs or {})), path)
 
@@ -38,8 +38,8 @@ def read_inputs(path: str | os.PathLike) -> tuple[tuple, dict]:
     except OSError as e:
         raise MalformedArtifactError(f"{os.fspath(path)}: cannot read the inputs file: {e}") from None
     if head == _ZIP_MAGIC:
-        from serde.artifact import read_artifact
-        from serde.weights import deserialize_weights
+        from serde.archive.artifact import read_artifact
+        from serde.bridge.weights import deserialize_weights
 
         a = read_artifact(path)
         _, _, example = deserialize_weights(a.weights, a.contents.member)
@@ -47,7 +47,7 @@ def read_inputs(path: str | os.PathLike) -> tuple[tuple, dict]:
             raise MalformedArtifactError(f"{os.fspath(path)}: the artifact has no example inputs; write an "
                                          "inputs file with native.io.write_inputs")
         return example
-    from serde.bundle import load_tree
+    from serde.bridge.bundle import load_tree
 
     tree = load_tree(path)
     if isinstance(tree, tuple) and len(tree) == 2 and isinstance(tree[0], tuple) and isinstance(tree[1], dict):
@@ -57,12 +57,12 @@ def read_inputs(path: str | os.PathLike) -> tuple[tuple, dict]:
 
 
 def write_outputs(path: str | os.PathLike, outputs: Any) -> None:
-    from serde.bundle import save_tree
+    from serde.bridge.bundle import save_tree
 
     save_tree(outputs, path)
 
 
 def read_outputs(path: str | os.PathLike) -> Any:
-    from serde.bundle import load_tree
+    from serde.bridge.bundle import load_tree
 
     return load_tree(path)

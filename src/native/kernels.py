@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from serde.bridge.operators import deserialize_target
 from serde.errors import UnsupportedConstructError
-from serde.operators import deserialize_target
 
 __all__ = ["ArgInfo", "KernelInfo", "lookup"]
 

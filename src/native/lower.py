@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from canonical.walk import argument_names
-from serde import schema
+from serde.core import schema
+from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from . import program as P

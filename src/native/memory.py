@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from canonical.walk import argument_names, output_leaves
-from serde import schema
-from serde.weights import ITEMSIZE
+from serde.bridge.weights import ITEMSIZE
+from serde.core import schema
+from serde.core.walk import argument_names, output_leaves
 
 from . import exprs as E
 from . import program as P

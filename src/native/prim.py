@@ -41,7 +41,7 @@ PRIM_OPS: dict[str, Callable[..., Any]] = {
     "ite": _ite, "max": max, "min": min, "sum": _sym_sum, "sqrt": math.sqrt,
 }
 
-# Wire name of an exported target (serde.operators.SYMBOLIC_TARGETS) -> symbolic op name.
+# Wire name of an exported target (serde.bridge.operators.SYMBOLIC_TARGETS) -> symbolic op name.
 TARGET_TO_PRIM: dict[str, str] = {
     **{f"_operator.{n}": n for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg",
                                      "pos", "abs", "eq", "ne", "lt", "le", "gt", "ge", "lshift", "rshift")},

@@ -41,7 +41,7 @@ from typing import BinaryIO, Union
 import msgspec
 
 from serde.archive import write_atomic
-from serde.limits import DEFAULT_LIMITS, Limits
+from serde.core.limits import DEFAULT_LIMITS, Limits
 
 from . import container
 from .errors import NativeFormatError
@@ -119,15 +119,15 @@ class Complex(_S, tag="complex"):
 
 
 class ScalarType(_S, tag="dtype"):
-    v: int  # serde.schema.ScalarType
+    v: int  # serde.core.schema.ScalarType
 
 
 class Layout(_S, tag="layout"):
-    v: int  # serde.schema.Layout
+    v: int  # serde.core.schema.Layout
 
 
 class MemoryFormat(_S, tag="memory_format"):
-    v: int  # serde.schema.MemoryFormat
+    v: int  # serde.core.schema.MemoryFormat
 
 
 class Device(_S, tag="device"):
@@ -136,7 +136,7 @@ class Device(_S, tag="device"):
 
 
 class Tensor(_S, tag="tensor"):
-    dtype: int  # serde.schema.ScalarType
+    dtype: int  # serde.core.schema.ScalarType
     sizes: list[Dim]
     strides: list[Dim]
     storage_offset: Dim = 0
@@ -259,7 +259,7 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     outputs: list[int]
     state: list[State]
     memory_plan: MemoryPlan = MemoryPlan()
-    in_spec: str | None = None  # JSON of serde.schema.TreeSpec (args, kwargs)
+    in_spec: str | None = None  # JSON of serde.core.schema.TreeSpec (args, kwargs)
     guards: list[int] = []  # expressions (indices into exprs) every input set must make nonzero
     guard_texts: list[str] = []  # each guard as torch prints it, for error messages only
     out_spec: str | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde import schema
+from serde.core import schema
 
 from . import exprs as E
 from . import program as P

@@ -29,9 +29,9 @@ from typing import Any, BinaryIO
 
 import torch
 
-from serde import schema, wire
-from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
-from serde.weights import ITEMSIZE
+from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
+from serde.bridge.weights import ITEMSIZE
+from serde.core import schema, wire
 
 from . import program as P
 from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
@@ -96,7 +96,7 @@ class Method:
             raise NativeFormatError("native program: it has an in_spec or an out_spec but not both; the emitter "
                                     "writes both or neither, so the file is damaged")
         if p.in_spec is not None:
-            from serde.treespec import deserialize_treespec
+            from serde.bridge.treespec import deserialize_treespec
 
             self._in_spec = deserialize_treespec(wire.decode(p.in_spec, schema.TreeSpec), "program.in_spec")
             self._out_spec = deserialize_treespec(wire.decode(p.out_spec, schema.TreeSpec), "program.out_spec")

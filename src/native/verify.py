@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from serde import schema
-from serde.limits import DEFAULT_LIMITS, Limits, too_large
-from serde.weights import ITEMSIZE
+from serde.bridge.weights import ITEMSIZE
+from serde.core import schema
+from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
 
 from . import program as P
 from .container import ALIGN, check_blob

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from serde.core.version import SCHEMA_VERSION
+
 from .errors import (
     ForeignArtifactError,
     MalformedArtifactError,
@@ -15,7 +17,6 @@ from .errors import (
     UnsupportedConstructError,
     UpgradeError,
 )
-from .version import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -35,8 +36,8 @@ __all__ = [
     "UnknownTensorSubclassError",
 ]
 
-_LAZY = {"save": "api", "load": "api", "Limits": "limits", "register_tensor_subclass": "subclasses",
-         "unregister_tensor_subclass": "subclasses", "UnknownTensorSubclassError": "subclasses"}
+_LAZY = {"save": "api", "load": "api", "Limits": "core.limits", "register_tensor_subclass": "bridge.subclasses",
+         "unregister_tensor_subclass": "bridge.subclasses", "UnknownTensorSubclassError": "bridge.subclasses"}
 
 
 def __getattr__(name: str):

@@ -10,19 +10,19 @@ import torch
 from torch.export import ExportedProgram
 
 from canonical.canonicalize import attach_debug, canonicalize
+from serde.archive.artifact import Artifact, read_artifacts, write_artifacts
+from serde.bridge.custom_objects import encode_constants
+from serde.bridge.effects import op_facts
+from serde.bridge.isolation import outside_ambient_modes
+from serde.bridge.program import deserialize_program, serialize_program
+from serde.bridge.weights import deserialize_weights, saved_devices, serialize_weights
+from serde.core.gcpause import paused_gc
+from serde.core.limits import DEFAULT_LIMITS, Limits
+from serde.core.names import check_program, check_weight_names
 
 from . import archive
 from .archive import payload_name
-from .artifact import Artifact, read_artifacts, write_artifacts
-from .custom_objects import encode_constants
-from .effects import op_facts
 from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
-from .gcpause import paused_gc
-from .isolation import outside_ambient_modes
-from .limits import DEFAULT_LIMITS, Limits
-from .names import check_program, check_weight_names
-from .program import deserialize_program, serialize_program
-from .weights import deserialize_weights, saved_devices, serialize_weights
 
 __all__ = ["save", "load", "to_artifact_parts", "from_artifact", "TESTED_TORCH"]
 

@@ -9,8 +9,8 @@ import pytest
 from _builders import A, InputSpecDesc, NodeSpec, Prog, S, chain, expr_of, ranges_of, render, topo_orders
 
 from canonical.canonicalize import attach_debug, canonicalize
-from serde import wire
-from serde.effects import op_facts
+from serde.bridge.effects import op_facts
+from serde.core import wire
 from serde.errors import MalformedArtifactError, UnknownOperatorError
 
 ADD = "torch.ops.aten.add.Tensor"

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 import torch
+from tests import zoo
 
 import serde
-from serde import zoo
 from serde.archive import read_archive
-from serde.artifact import write_artifact
+from serde.archive.artifact import write_artifact
+from serde.bridge.program import serialize_program
+from serde.bridge.weights import serialize_weights
 from serde.cli import main
-from serde.program import serialize_program
-from serde.weights import serialize_weights
 
 
 @functools.cache
@@ -76,5 +76,5 @@ def test_damaged_input_is_a_clean_error(tmp_path, capsys):
 
 
 def test_subcommand_does_not_import_torch():
-    code = "import sys, canonical.cmd_canonicalize; assert 'torch' not in sys.modules"
+    code = "import sys, serde.cli.canonicalize; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

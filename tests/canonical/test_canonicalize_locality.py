@@ -9,7 +9,7 @@ from _builders import chain, render
 from canonical.canonicalize import canonicalize
 from canonical.render import count_changed_lines
 from canonical.render import render as show
-from serde.effects import op_facts
+from serde.bridge.effects import op_facts
 
 N = 1000
 

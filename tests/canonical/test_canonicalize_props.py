@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canonical.canonicalize import canonicalize
-from serde import wire
-from serde.effects import op_facts
+from serde.bridge.effects import op_facts
+from serde.core import wire
 
 EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 60
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,

@@ -11,8 +11,8 @@ from _procs import save_model_source
 
 import serde
 from canonical.canonicalize import canonicalize
-from serde.effects import op_facts
-from serde.program import serialize_program
+from serde.bridge.effects import op_facts
+from serde.bridge.program import serialize_program
 
 # A submodule returning two values used far apart: a demand-driven order alone would split its frame.
 MODEL = """

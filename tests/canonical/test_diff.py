@@ -14,11 +14,11 @@ import torch
 from torch.export import Dim
 
 import serde
-from canonical import cmd_diff
 from canonical import render as R
 from canonical.diff import diff, max_abs_diff
-from serde import schema as s
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
+from serde.cli import diff as cmd_diff
+from serde.core import schema as s
 from serde.errors import SerializeError
 
 # ---------------------------------------------------------------- real models

@@ -19,8 +19,8 @@ import torch
 
 import serde
 from canonical import render as R
-from serde.artifact import read_artifact
-from serde.exprs import ranges_by_text
+from serde.archive.artifact import read_artifact
+from serde.core.exprs import ranges_by_text
 
 PT2SERDE = Path(sys.executable).parent / "pt2serde"
 

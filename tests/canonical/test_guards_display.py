@@ -13,8 +13,8 @@ import serde
 from canonical.canonicalize import canonicalize
 from canonical.diff import diff
 from canonical.render import render
-from serde.artifact import read_artifact
-from serde.effects import op_facts
+from serde.archive.artifact import read_artifact
+from serde.bridge.effects import op_facts
 
 
 class _Derived(torch.nn.Module):

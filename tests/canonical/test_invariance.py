@@ -7,9 +7,9 @@ import io
 
 import pytest
 from _procs import save_in_subprocess, save_model_source
+from tests import zoo
 
 import serde
-from serde import zoo
 
 MODEL_A = """
 import torch
@@ -105,7 +105,7 @@ def test_resaving_a_loaded_artifact_gives_the_same_bytes(name):
 
 
 def _savable_breadth_cases() -> list[str]:
-    from serde import zoo_breadth
+    from tests import zoo_breadth
 
     return [c.name for c in zoo_breadth.CASES]
 
@@ -124,7 +124,7 @@ def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_p
 _BREADTH_DRIVER = """
 import sys
 import serde
-from serde import zoo_breadth
+from tests import zoo_breadth
 for name in sys.argv[2:]:
     serde.save(zoo_breadth.export_case(zoo_breadth.get(name)), f"{sys.argv[1]}/{name}.pt2s")
 """

@@ -10,15 +10,15 @@ import sys
 
 import msgspec
 import pytest
+from tests.zoo import CASES, export_case
 
 import serde
 from canonical import render as R
 from canonical.diff import diff
-from serde import schema as s
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
+from serde.core import schema as s
+from serde.core.exprs import expr_from_text
 from serde.errors import MalformedArtifactError
-from serde.exprs import expr_from_text
-from serde.zoo import CASES, export_case
 
 POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
 
@@ -315,7 +315,7 @@ def test_text_ignores_map_order():
     w2 = msgspec.structs.replace(w, state_dict=dict(reversed(list(w.state_dict.items()))))
     assert R.render(p, w) == R.render(p2, w2)
     # and survives a JSON round trip unchanged
-    from serde import wire
+    from serde.core import wire
     assert R.render(wire.decode(wire.encode(p), s.ExportedProgram), w) == R.render(p, w)
 
 
@@ -414,6 +414,6 @@ def test_a_one_op_change_is_one_line():
 
 
 def test_show_and_diff_do_not_import_torch():
-    code = ("import sys, canonical.render, canonical.diff, canonical.cmd_show, canonical.cmd_diff; "
+    code = ("import sys, canonical.render, canonical.diff, serde.cli.show, serde.cli.diff; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

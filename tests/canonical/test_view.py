@@ -50,7 +50,7 @@ def test_view_draws_every_node_once_with_its_kind(tmp_path, capsys):
     svgs = _svgs(page)  # well-formed XML: names and text are escaped
     ns = "{http://www.w3.org/2000/svg}"
     ids = [g.get("id") for svg in svgs for g in svg.iter(f"{ns}g") if g.get("class") == "node"]
-    from serde.artifact import read_artifact
+    from serde.archive.artifact import read_artifact
 
     top = [n.name for n in read_artifact(path).program.graph_module.graph.nodes]
     assert set(top) <= set(ids) and len(ids) == len(set(ids))

@@ -21,11 +21,11 @@ import torch.utils._pytree as pytree
 
 import serde
 import upgraders
-from serde import wire
-from serde.artifact import read_artifact
-from serde.bundle import load_tree
-from serde.program import serialize_program
-from serde.version import SCHEMA_VERSION
+from serde.archive.artifact import read_artifact
+from serde.bridge.bundle import load_tree
+from serde.bridge.program import serialize_program
+from serde.core import wire
+from serde.core.version import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.parent for p in ROOT.glob("v*/*/model.pt2s"))
@@ -88,7 +88,7 @@ def test_fixture_loads_runs_and_matches(fixture: Path):
 @functools.cache
 def _fresh_canonical(name: str) -> bytes:
     from canonical.canonicalize import canonicalize
-    from serde.effects import op_facts
+    from serde.bridge.effects import op_facts
 
     program, _ = canonicalize(serialize_program(freeze.export(name)), facts=op_facts)
     return wire.encode(program)
@@ -97,7 +97,7 @@ def _fresh_canonical(name: str) -> bytes:
 @pytest.mark.parametrize("fixture", FIXTURES, ids=_id)
 def test_upgraded_canonical_form_equals_fresh_save(fixture: Path):
     from canonical.canonicalize import canonicalize
-    from serde.effects import op_facts
+    from serde.bridge.effects import op_facts
 
     upgraded, _ = canonicalize(read_artifact(fixture / "model.pt2s").program, facts=op_facts)
     fresh = _fresh_canonical(fixture.name)
@@ -160,7 +160,7 @@ def test_every_upgrader_step_is_exercised_by_a_fixture():
 
 def test_every_released_version_has_fixtures():
     """Each version in the schema.thrift history, up to the released snapshot, was frozen."""
-    from serde.schema_check import read_snapshot
+    from serde.dev.schema_check import read_snapshot
 
     released = read_snapshot(ROOT.parent / "src/serde/schema_snapshot.json")[0].version
     history = re.findall(r"^//\s+(\d+)\.(\d+)\s+\d{4}-\d{2}-\d{2}", (ROOT.parent / "schema.thrift").read_text(),

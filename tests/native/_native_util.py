@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from tests import zoo, zoo_breadth
 
 from native import program as P
 from native.emit import emit
 from native.runtime import Method
-from serde import zoo, zoo_breadth
 from serde.api import to_artifact_parts
 from serde.archive import payload_name
 

@@ -61,7 +61,7 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
 
 
 def test_wrong_inputs_file_contents(tmp_path, capsys):
-    from serde.bundle import save_tree
+    from serde.bridge.bundle import save_tree
 
     art, prog, inp = tmp_path / "m.pt2s", tmp_path / "m.pt2n", tmp_path / "in.json"
     serde.save(exported("mlp"), art)

@@ -197,7 +197,7 @@ def test_unsupported_op_error_names_node_and_op():
 
 def test_non_cpu_and_sparse_tensors_are_refused():
     from native.emit import _Emitter
-    from serde import schema
+    from serde.core import schema
 
     meta = schema.TensorMeta(dtype=schema.ScalarType.FLOAT, sizes=[schema.SymInt(as_int=2)], requires_grad=False,
                              device=schema.Device(type="cuda"), strides=[schema.SymInt(as_int=1)],

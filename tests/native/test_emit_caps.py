@@ -9,9 +9,9 @@ import torch
 
 import serde
 from native.emit import emit_artifact
-from serde import wire
 from serde.archive import read_archive, write_archive
-from serde.limits import IntegerTooLargeError
+from serde.core import wire
+from serde.core.limits import IntegerTooLargeError
 
 
 class _M(torch.nn.Module):

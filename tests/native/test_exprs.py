@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from native import exprs as E
 from native.errors import NativeFormatError
 from native.memory import code_bounds
+from serde.core.symbolic import parse_to_tree, tree_to_sympy
 from serde.errors import UnsupportedConstructError
-from serde.symbolic import parse_to_tree, tree_to_sympy
 
 NAMES = ["s0", "s1", "s2"]
 

@@ -15,7 +15,7 @@ from _native_util import UNSUPPORTED, assert_same
 
 from native.emit import emit_artifact
 from native.runtime import Method
-from serde.bundle import load_tree
+from serde.bridge.bundle import load_tree
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.parent for p in ROOT.glob("v*/*/model.pt2s"))

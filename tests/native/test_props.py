@@ -1,6 +1,6 @@
 """Property: for random exported programs, run(emit(canonicalize(ep))) == ep.module().
 
-Two generators: the breadth issue's ``serde.strategies`` (when present) and a small local one
+Two generators: the breadth issue's ``serde.testing.strategies`` (when present) and a small local one
 (``_random_programs``) that also draws ``cond``. Programs torch cannot export, or that eager itself
 cannot run, are not subjects: hypothesis rejects them rather than counting them as passes.
 """
@@ -17,7 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 try:
-    from serde.strategies import export_spec, program_specs
+    from serde.testing.strategies import export_spec, program_specs
 except ImportError:  # the breadth generator has not landed
     export_spec = program_specs = None
 
@@ -62,4 +62,4 @@ if program_specs is not None:
         _check(ep, [(built.args, {})] + list(built.other_inputs), arena=True)
 else:
     def test_breadth_generator_programs_run_like_eager():
-        pytest.skip("serde.strategies (the breadth issue's generator) is not available")
+        pytest.skip("serde.testing.strategies (the breadth issue's generator) is not available")

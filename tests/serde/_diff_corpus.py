@@ -1,6 +1,6 @@
 """The corpus the differential harness runs: every program we can get hold of.
 
-- ``zoo/<name>`` and ``breadth/<name>``: every case of :mod:`serde.zoo` and :mod:`serde.zoo_breadth`,
+- ``zoo/<name>`` and ``breadth/<name>``: every case of :mod:`tests.zoo` and :mod:`tests.zoo_breadth`,
   with its other inputs;
 - ``fixture/v<N>/<name>``: every frozen fixture, loaded by us, with the runs of its ``io.json``
   (the loaded fixture is the reference; its stored results are checked too);
@@ -25,11 +25,11 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 from _differential import Inputs, Result, differential, isolate, same
+from tests import zoo, zoo_breadth
 from torch.export import Dim, ExportedProgram
 
 import serde
-from serde import zoo, zoo_breadth
-from serde.bundle import load_tree
+from serde.bridge.bundle import load_tree
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

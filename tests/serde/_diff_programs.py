@@ -1,6 +1,6 @@
 """Random programs with state: what the differential harness must survive.
 
-Extends :mod:`serde.strategies` (whose pure ``OPS`` it reuses) with the hard cases for a loader:
+Extends :mod:`serde.testing.strategies` (whose pure ``OPS`` it reuses) with the hard cases for a loader:
 in-place updates of buffers, of user inputs and of views of both, reads interleaved with those
 writes, random draws (``rand``/``randn``/``bernoulli``/dropout in train mode), and a second input
 whose size is derived from the first (``d + 1`` or ``2 * d``) so the program carries a relation
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch.export import Dim, ExportedProgram
 
-from serde.strategies import OPS
+from serde.testing.strategies import OPS
 
-# Pure steps from serde.strategies that keep float values of shape [B, F] or broadcastable to it
+# Pure steps from serde.testing.strategies that keep float values of shape [B, F] or broadcastable to it
 # (``linear`` needs its parameters, ``to_double`` would make later in-place steps change dtype).
 PURE = tuple(sorted(set(OPS) - {"linear", "to_double"}))
 
@@ -143,7 +143,7 @@ def inputs_of(spec: StatefulSpec, b: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def export_stateful(spec: StatefulSpec) -> tuple[ExportedProgram, list[tuple[tuple, dict]]]:
     """(program, inputs to run on): the example inputs, and another batch size when dynamic."""
-    torch._dynamo.reset()  # cond caches compiled branches across exports (see serde.strategies)
+    torch._dynamo.reset()  # cond caches compiled branches across exports (see serde.testing.strategies)
     dyn: Any = None
     if spec.dynamic:
         d = Dim("d", min=2, max=16)

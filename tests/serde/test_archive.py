@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serde import archive, cmd_check, schema, wire
+from serde import archive
 from serde.archive import (
     ALIGNMENT,
     ArtifactIOError,
@@ -31,8 +31,10 @@ from serde.archive import (
     read_archive,
     write_archive,
 )
+from serde.cli import check as cmd_check
+from serde.core import schema, wire
+from serde.core.version import FORMAT_VERSION, SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError
-from serde.version import FORMAT_VERSION, SCHEMA_VERSION
 
 TORCH = "2.13.0"
 

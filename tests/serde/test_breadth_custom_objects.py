@@ -15,10 +15,10 @@ import io
 
 import pytest
 import torch
+from tests import zoo_breadth
 
 import serde
-import serde.custom_objects as co
-from serde import zoo_breadth
+import serde.bridge.custom_objects as co
 from serde.errors import (
     MalformedArtifactError,
     SerializeError,
@@ -31,7 +31,7 @@ HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
 needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbind test library is missing")
 
 # serde.api.to_artifact_parts must turn custom objects into payloads with
-# serde.custom_objects.encode_constants (requested from the owner of api.py); until then saving any
+# serde.bridge.custom_objects.encode_constants (requested from the owner of api.py); until then saving any
 # program with a custom object fails there. Remove this marker once it does (strict: XPASS fails).
 
 

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 import torch
+from tests import zoo_breadth
 
 import serde
-from serde import zoo_breadth
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 ZOO = torch.ops.pt2serde_zoo
@@ -90,7 +90,7 @@ def test_loading_an_unregistered_op_names_it_and_says_how_to_register(breadth_pr
     assert "torch.library.custom_op" in msg and "load_library" in msg
     assert "graph.nodes[" in msg  # where
     # The same artifact loads once the registering module is imported.
-    r = subprocess.run([sys.executable, "-c", "import serde.zoo_breadth\n" + script, "--register"],
+    r = subprocess.run([sys.executable, "-c", "import tests.zoo_breadth\n" + script, "--register"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "LOADED" in r.stdout, r.stderr[-2000:]
 

@@ -13,8 +13,8 @@ import torch
 import torch._functorch.predispatch as predispatch
 
 import serde
+from serde.bridge.operators import PREDISPATCH_TARGETS, STATEFUL_TARGETS, deserialize_target, serialize_target
 from serde.errors import UnsafeArtifactError, UnsupportedConstructError
-from serde.operators import PREDISPATCH_TARGETS, STATEFUL_TARGETS, deserialize_target, serialize_target
 from serde.testing import assert_roundtrip
 
 

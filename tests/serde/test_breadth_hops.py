@@ -7,10 +7,10 @@ import io
 
 import pytest
 import torch
+from tests import zoo_breadth
 
 import serde
-from serde import zoo_breadth
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 # case -> higher-order ops its graph (or a subgraph) must call, before and after the round trip
@@ -133,7 +133,7 @@ def test_flex_attention_block_mask_is_a_mixed_tuple(breadth_program):
 
 def test_a_list_of_mixed_kinds_is_still_refused():
     """Only tuples (higher-order op operands) may mix kinds; an op's list argument may not."""
-    from serde.arguments import ArgumentWriter
+    from serde.bridge.arguments import ArgumentWriter
     from serde.errors import UnsupportedConstructError
 
     w = ArgumentWriter(subgraph=None, custom_obj_class=None)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 import torch
+from tests import zoo_breadth
 
 import serde
-from serde import zoo_breadth
 from serde.testing import assert_roundtrip
 
 

@@ -7,11 +7,11 @@ import io
 
 import pytest
 import torch
+from tests import zoo_breadth
 
 import serde
-from serde import zoo_breadth
-from serde.artifact import read_artifact
-from serde.exprs import expr_text
+from serde.archive.artifact import read_artifact
+from serde.core.exprs import expr_text
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 

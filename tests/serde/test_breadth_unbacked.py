@@ -7,9 +7,9 @@ import io
 
 import pytest
 import torch
+from tests import zoo_breadth
 
 import serde
-from serde import zoo_breadth
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 CASES = ["unbacked", "unbacked_aten", "unbacked_in_cond"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from serde.archive import ArtifactIOError
-from serde.bundle import dumps_tree, load_tree, loads_tree, save_tree
+from serde.bridge.bundle import dumps_tree, load_tree, loads_tree, save_tree
 from serde.errors import MalformedArtifactError
 
 P = collections.namedtuple("P", ["a", "b"])

@@ -145,6 +145,6 @@ def test_export_writes_an_archive_torch_loads(tmp_path):
     # and back again: import gives the same canonical program as the original save
     again = tmp_path / "again.pt2s"
     assert cli.main(["import", str(theirs), str(again)]) == 0
-    from serde.artifact import read_artifact
+    from serde.archive.artifact import read_artifact
 
     assert read_artifact(again).program == read_artifact(ours).program

@@ -2,7 +2,7 @@
 at least one test artifact.
 
 The artifacts are the programs the round-trip tests save: every case of the core zoo
-(:mod:`serde.zoo`) and of the breadth zoo (:mod:`serde.zoo_breadth`), as ``serialize_program``
+(:mod:`tests.zoo`) and of the breadth zoo (:mod:`tests.zoo_breadth`), as ``serialize_program``
 writes them. Two members are never written by pt2serde from a torch.export program, so they are
 covered by artifacts this file builds by editing a real one; the reader must still accept them
 (torch's own serializer and older tools write them):
@@ -18,11 +18,12 @@ import io
 import msgspec
 import pytest
 import torch
+from tests import zoo, zoo_breadth
 
 import serde
-from serde import schema, zoo, zoo_breadth
-from serde.artifact import read_artifact, write_artifact
-from serde.program import serialize_program
+from serde.archive.artifact import read_artifact, write_artifact
+from serde.bridge.program import serialize_program
+from serde.core import schema
 from serde.testing import assert_programs_equal
 
 NEVER_WRITTEN = {"as_optional_tensor", "as_sym_floats"}

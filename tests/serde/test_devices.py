@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import serde
-from serde import archive, wire
-from serde.artifact import read_artifact
-from serde.version import SCHEMA_VERSION
+from serde import archive
+from serde.archive.artifact import read_artifact
+from serde.core import wire
+from serde.core.version import SCHEMA_VERSION
 
 
 class M(torch.nn.Module):

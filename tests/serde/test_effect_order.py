@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 
 import serde
 from canonical.canonicalize import canonicalize
-from canonical.walk import argument_names, output_leaves
-from serde.artifact import write_artifact
-from serde.custom_objects import encode_constants
-from serde.effects import op_facts
-from serde.program import serialize_program
-from serde.weights import serialize_weights
+from serde.archive.artifact import write_artifact
+from serde.bridge.custom_objects import encode_constants
+from serde.bridge.effects import op_facts
+from serde.bridge.program import serialize_program
+from serde.bridge.weights import serialize_weights
+from serde.core.walk import argument_names, output_leaves
 
 EXAMPLES = 60 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 12
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import torch
+from tests import zoo
 
 import serde
-from serde import zoo
 from serde.errors import ForeignArtifactError, SerializeError, UnsupportedConstructError
 
 

@@ -10,7 +10,7 @@ import torch
 
 import serde
 from serde.archive import UnsafeMemberNameError, read_archive
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
 from serde.cli import main
 from serde.errors import UnsupportedConstructError
 from serde.testing import assert_programs_equal

@@ -15,10 +15,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import serde
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
+from serde.bridge.weights import deserialize_weights, serialize_weights
 from serde.errors import UnsupportedConstructError
 from serde.testing import assert_programs_equal
-from serde.weights import deserialize_weights, serialize_weights
 
 
 def _meta(t: torch.Tensor) -> tuple:
@@ -133,7 +133,7 @@ def test_symbolic_fake_tensors_are_refused() -> None:
 
 
 def test_a_bundle_keeps_fake_leaves_fake() -> None:
-    from serde.bundle import dumps_tree, loads_tree
+    from serde.bridge.bundle import dumps_tree, loads_tree
 
     with FakeTensorMode():
         fake = torch.empty(3, 2, dtype=torch.int64).t()

@@ -16,10 +16,10 @@ import torch
 from torch.export import Dim
 
 import serde
-from serde import schema
-from serde.artifact import read_artifact
+from serde.archive.artifact import read_artifact
+from serde.core import schema
+from serde.core.guards import canonical_guards, guards_from_code, guards_to_code
 from serde.errors import UnsupportedConstructError
-from serde.guards import canonical_guards, guards_from_code, guards_to_code
 from serde.testing import ProgramMismatch, assert_programs_equal
 
 # ---------------------------------------------------------------- programs under test

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
+from tests import zoo
 
-from serde import zoo
 from serde.testing import ProgramMismatch, assert_programs_equal
 
 

@@ -11,7 +11,7 @@ import torch
 
 import serde
 from serde import archive, cli
-from serde.artifact import SeveralProgramsError, read_artifact, read_artifacts
+from serde.archive.artifact import SeveralProgramsError, read_artifact, read_artifacts
 
 
 class Decode(torch.nn.Module):

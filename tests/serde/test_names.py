@@ -1,12 +1,12 @@
-"""serde.names: the grammar of names from artifacts, and that its reserved list tracks torch."""
+"""serde.core.names: the grammar of names from artifacts, and that its reserved list tracks torch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from serde.limits import Limits, NameTooLongError
-from serde.names import (
+from serde.core.limits import Limits, NameTooLongError
+from serde.core.names import (
     RESERVED_ATTRIBUTES,
     UnsafeNameError,
     check_attr_name,

@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch.export import Dim, export
 
-from serde import operators
-from serde.errors import UnknownOperatorError, UnsafeArtifactError, UnsupportedConstructError
-from serde.operators import (
+from serde.bridge import operators
+from serde.bridge.operators import (
     HIGHER_ORDER_OPS,
     SYMBOLIC_TARGETS,
     deserialize_target,
     register_extension,
     serialize_target,
 )
+from serde.errors import UnknownOperatorError, UnsafeArtifactError, UnsupportedConstructError
 
 # In torch's own list of symbolic ops, but tracing never leaves them in a graph in torch 2.13:
 # `+a` is a no-op and torch.sym_int of a SymFloat traces to math.trunc.

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from serde import schema, wire
-from serde.program import serialize_program
-from serde.strategies import export_spec, program_specs, schema_structs
+from serde.bridge.program import serialize_program
+from serde.core import schema, wire
 from serde.testing import assert_programs_equal, assert_roundtrip, exported_programs
+from serde.testing.strategies import export_spec, program_specs, schema_structs
 
 
 @given(program_specs())

@@ -7,9 +7,9 @@ import io
 
 import pytest
 import torch
+from tests import zoo
 
 import serde
-from serde import zoo
 from serde.testing import assert_programs_equal, assert_roundtrip
 
 

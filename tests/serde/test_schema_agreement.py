@@ -1,4 +1,4 @@
-"""schema.thrift and serde.schema agree type by type: names, thrift ids, field types, union members,
+"""schema.thrift and serde.core.schema agree type by type: names, thrift ids, field types, union members,
 optional-ness, defaults and enum values.
 
 Each thrift type is its own test case. Besides the checker's comparison, names, ids and enum values
@@ -15,10 +15,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from serde import schema
-from serde.schema_check import compare_type, python_document
-from serde.thrift import EnumDef, parse_file
-from serde.version import SCHEMA_VERSION
+from serde.core import schema
+from serde.core.version import SCHEMA_VERSION
+from serde.dev.schema_check import compare_type, python_document
+from serde.dev.thrift import EnumDef, parse_file
 
 REPO = Path(__file__).resolve().parents[2]
 IDL = parse_file(REPO / "schema.thrift")

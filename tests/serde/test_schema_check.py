@@ -18,9 +18,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from serde import cmd_schema, schema_check
-from serde.schema_check import BREAKING, COMPATIBLE, SchemaCheckError, check, write_snapshot
-from serde.thrift import EnumDef, Type, parse_file
+from serde.cli import schema as cmd_schema
+from serde.dev import schema_check
+from serde.dev.schema_check import BREAKING, COMPATIBLE, SchemaCheckError, check, write_snapshot
+from serde.dev.thrift import EnumDef, Type, parse_file
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_1_0 = Path(__file__).resolve().parent / "data" / "schema_1_0.thrift"
@@ -46,7 +47,7 @@ def generate_module_source(thrift: Path) -> str:
         "from __future__ import annotations",
         "import enum",
         "from typing import Annotated, Optional",
-        "from serde.schema import F64, Id, Struct, Union",
+        "from serde.core.schema import F64, Id, Struct, Union",
     ]
     for t in doc.types.values():
         if isinstance(t, EnumDef):
@@ -368,7 +369,7 @@ def test_retired_enum_values_stay_retired(scratch):
 def test_python_version_must_match_thrift_header(scratch):
     r = scratch.check(version=(1, 1))
     assert r.codes() == {"version-mismatch"}
-    assert "schema.thrift says 1.0 but serde.version.SCHEMA_VERSION is 1.1; bump both together" in r.render()
+    assert "schema.thrift says 1.0 but serde.core.version.SCHEMA_VERSION is 1.1; bump both together" in r.render()
 
 
 def test_bump_needs_a_history_line(scratch):
@@ -401,7 +402,7 @@ def test_missing_snapshot_fails(scratch):
 
 def test_thrift_syntax_error_is_reported(scratch):
     scratch.edit("struct Device {", "struct Device {{")
-    r = check(scratch.root, structs_module=importlib.import_module("serde.schema"), version=(1, 0))
+    r = check(scratch.root, structs_module=importlib.import_module("serde.core.schema"), version=(1, 0))
     assert r.codes() == {"thrift-syntax"}
     assert re.search(r"schema\.thrift:\d+:\d+: expected a field id", r.render())
 
@@ -604,8 +605,8 @@ def test_find_root_walks_up(tmp_path):
 
 def test_schema_tools_do_not_import_torch():
     code = (
-        "import sys, serde.thrift, serde.schema_check, serde.cmd_schema, serde.upgrade, upgraders._helpers\n"
-        "from serde.schema_check import check, find_root\n"
+        "import sys, serde.dev.thrift, serde.dev.schema_check, serde.cli.schema, serde.archive.upgrade, upgraders._helpers\n"
+        "from serde.dev.schema_check import check, find_root\n"
         "check(find_root())\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -15,9 +15,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import serde
-from serde import schema
-from serde.errors import MalformedArtifactError, UnsupportedConstructError
-from serde.subclasses import (
+from serde.bridge.subclasses import (
     UnknownTensorSubclassError,
     deserialize_context,
     register_tensor_subclass,
@@ -25,8 +23,10 @@ from serde.subclasses import (
     serialize_context,
     unregister_tensor_subclass,
 )
+from serde.bridge.weights import deserialize_weights, serialize_weights
+from serde.core import schema
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from serde.testing import assert_roundtrip
-from serde.weights import deserialize_weights, serialize_weights
 
 
 class ScaledTensor(torch.Tensor):
@@ -263,7 +263,7 @@ def test_context_values_round_trip_with_their_types() -> None:
 def test_show_and_diff_describe_subclass_weights(registered, tmp_path) -> None:
     from canonical.diff import diff
     from canonical.render import render
-    from serde.artifact import read_artifact
+    from serde.archive.artifact import read_artifact
 
     torch.manual_seed(0)
     a, b = tmp_path / "a.pt2s", tmp_path / "b.pt2s"

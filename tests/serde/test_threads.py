@@ -163,7 +163,8 @@ def test_many_loads_in_threads_alongside_control_flow(saved) -> None:
 
 _FIRST_DECODES = """
 import sys, threading
-from serde import archive, schema, wire
+from serde import archive
+from serde.core import schema, wire
 c = archive.read_archive(sys.argv[1])
 jobs = [(c.member("program.json"), schema.ExportedProgram), (c.member("weights.json"), schema.Weights),
         (c.member("manifest.json"), schema.Manifest), (b"{}", schema.DebugInfo)] * 2

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serde.errors import SerializeError
-from serde.thrift import (
+from serde.dev.thrift import (
     Document,
     EnumDef,
     Field,
@@ -20,12 +19,13 @@ from serde.thrift import (
     parse_file,
     parse_type,
 )
+from serde.errors import SerializeError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_real_schema_parses():
-    from serde.version import SCHEMA_VERSION
+    from serde.core.version import SCHEMA_VERSION
 
     doc = parse_file(REPO / "schema.thrift")
     assert doc.version == SCHEMA_VERSION

@@ -1,4 +1,4 @@
-"""serde.weights: tensors of real exported programs through real archive files, bit for bit."""
+"""serde.bridge.weights: tensors of real exported programs through real archive files, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from serde import schema, wire
 from serde.archive import payload_name, read_archive, write_archive
-from serde.enums import DTYPE_TO_SCALAR, SCALAR_TO_DTYPE
-from serde.errors import MalformedArtifactError, UnsupportedConstructError
-from serde.weights import (
+from serde.bridge.enums import DTYPE_TO_SCALAR, SCALAR_TO_DTYPE
+from serde.bridge.weights import (
     ITEMSIZE,
     InvalidDtypeError,
     InvalidTensorViewError,
@@ -27,6 +25,8 @@ from serde.weights import (
     serialize_weights,
     validate_weights,
 )
+from serde.core import schema, wire
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 ST = schema.ScalarType
 

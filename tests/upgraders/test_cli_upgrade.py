@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import zoo
+
 import serde
-from serde import wire, zoo
 from serde.archive import read_archive
-from serde.bundle import load_tree
-from serde.version import SCHEMA_VERSION
+from serde.bridge.bundle import load_tree
+from serde.core import wire
+from serde.core.version import SCHEMA_VERSION
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"
 

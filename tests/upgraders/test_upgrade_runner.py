@@ -1,4 +1,4 @@
-"""The upgrader runner (serde.upgrade) on fake step modules in a temporary ``upgraders`` package."""
+"""The upgrader runner (serde.archive.upgrade) on fake step modules in a temporary ``upgraders`` package."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 import upgraders
-from serde import upgrade, version
+from serde.archive import upgrade
+from serde.archive.upgrade import available_steps, check_readable, document_version, upgrade_documents
+from serde.core import version
 from serde.errors import MalformedArtifactError, SchemaVersionError, UpgradeError
-from serde.upgrade import available_steps, check_readable, document_version, upgrade_documents
 
 # A step that records itself in program["trail"], renames a field with the shared helpers and
 # builds new dicts throughout (pure).

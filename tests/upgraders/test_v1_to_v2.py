@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from serde import schema, wire
 from serde.archive import read_archive
+from serde.archive.upgrade import load_step, upgrade_documents
+from serde.core import schema, wire
+from serde.core.exprs import expr_text
+from serde.core.version import SCHEMA_VERSION
 from serde.errors import SerializeError
-from serde.exprs import expr_text
-from serde.upgrade import load_step, upgrade_documents
-from serde.version import SCHEMA_VERSION
 from upgraders import v1_to_v2
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"

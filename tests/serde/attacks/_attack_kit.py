@@ -20,9 +20,9 @@ from typing import Any
 import msgspec
 import torch
 
-from serde import schema, wire
 from serde.archive import read_archive, write_archive
-from serde.weights import serialize_weights
+from serde.bridge.weights import serialize_weights
+from serde.core import schema, wire
 
 __all__ = ["Base", "Entry", "make_base", "minimal_program", "rewrite_weights", "rewrite_members",
            "entries", "entry", "patch", "fix_crc", "raw_zip", "manifest_json", "rewrite_program", "nodes"]

@@ -7,7 +7,7 @@ import copy
 
 from _attack_kit import Base, rewrite_program
 
-from serde.consistency import InconsistentProgramError
+from serde.bridge.consistency import InconsistentProgramError
 
 ERROR = InconsistentProgramError
 MATCH = r"signature\.input_specs\[3\]: a constant_input spec for graph\.inputs\[3\] \(as_tensor\)"

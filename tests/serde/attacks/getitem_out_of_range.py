@@ -6,7 +6,7 @@ import copy
 
 from _attack_kit import Base, rewrite_program
 
-from serde.consistency import InconsistentProgramError
+from serde.bridge.consistency import InconsistentProgramError
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['topk_2'\]\.inputs\[1\]: getitem index 2 does not exist: 'topk' holds 2 values"

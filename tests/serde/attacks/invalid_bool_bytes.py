@@ -7,7 +7,7 @@ import json
 
 from _attack_kit import Base, rewrite_members
 
-from serde.weights import InvalidBoolError
+from serde.bridge.weights import InvalidBoolError
 
 ERROR = InvalidBoolError
 MATCH = r"weights\.state_dict\['mask'\]: a bool tensor holds bytes other than 0 and 1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _attack_kit import Base, rewrite_weights
 
-from serde.weights import InvalidTensorViewError
+from serde.bridge.weights import InvalidTensorViewError
 
 ERROR = InvalidTensorViewError
 MATCH = r"weights\.state_dict\['emb\.weight'\]: stride -4 is negative"

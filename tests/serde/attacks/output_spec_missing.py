@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _attack_kit import Base, rewrite_program
 
-from serde.consistency import InconsistentProgramError
+from serde.bridge.consistency import InconsistentProgramError
 
 ERROR = InconsistentProgramError
 MATCH = r"signature\.output_specs: 5 specs for 6 graph outputs"

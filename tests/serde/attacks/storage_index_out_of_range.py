@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _attack_kit import Base, rewrite_weights
 
-from serde.weights import StorageIndexError
+from serde.bridge.weights import StorageIndexError
 
 ERROR = StorageIndexError
 MATCH = r"weights\.state_dict\['scale'\]: storage index 99 is out of range \(there are \d+ storages\)"

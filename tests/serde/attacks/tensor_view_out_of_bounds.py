@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _attack_kit import Base, rewrite_weights
 
-from serde.weights import TensorOutOfBoundsError
+from serde.bridge.weights import TensorOutOfBoundsError
 
 ERROR = TensorOutOfBoundsError
 MATCH = r"weights\.state_dict\['emb\.weight'\]: the view .* reaches byte \d+ of storage \d+, which has only \d+ bytes"

@@ -15,11 +15,11 @@ import pytest
 from _attack_kit import Base, make_base
 
 import serde
-from serde import schema, wire
 from serde.archive import read_archive
-from serde.cmd_check import verify
+from serde.bridge.weights import deserialize_weights
+from serde.cli.check import verify
+from serde.core import schema, wire
 from serde.errors import SerializeError
-from serde.weights import deserialize_weights
 
 HERE = Path(__file__).parent
 ATTACKS = sorted(p.stem for p in HERE.glob("*.py") if not p.name.startswith(("_", "test_")))
@@ -97,7 +97,7 @@ def test_unregistered_subclass_name_imports_nothing(base: Base, tmp_path: Path) 
         "import sys, serde\n"
         "from serde import schema, wire\n"
         "from serde.archive import read_archive\n"
-        "from serde.weights import deserialize_weights\n"
+        "from serde.bridge.weights import deserialize_weights\n"
         "c = read_archive(sys.argv[1])\n"
         "w = wire.decode(c.member('weights.json'), schema.Weights, where='weights.json')\n"
         "try:\n"

@@ -18,8 +18,8 @@ import torch
 from torch.export import Dim
 
 import serde
-from serde import schema
-from serde.artifact import read_artifact, write_artifact
+from serde.archive.artifact import read_artifact, write_artifact
+from serde.core import schema
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _attack_kit import Base, rewrite_program
 
-from serde.consistency import InconsistentProgramError
+from serde.bridge.consistency import InconsistentProgramError
 
 ERROR = InconsistentProgramError
 MATCH = r"module_call_graph\[0\] \(''\)\.in_spec: the pytree spec holds 2 leaves but the signature has 1"

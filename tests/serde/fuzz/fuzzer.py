@@ -67,7 +67,8 @@ sys.path.insert(0, str(HERE.parent / "attacks"))  # the attack kit's raw zip wri
 
 from _attack_kit import raw_zip  # noqa: E402
 
-from serde import archive, schema  # noqa: E402
+from serde import archive  # noqa: E402
+from serde.core import schema  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 
 # Asserted to be zero. run_inconsistent is reported, not asserted: its remaining causes belong to

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 import serde
-from serde import wire
 from serde.archive import read_archive, write_archive
+from serde.core import wire
 
 __all__ = ["Model", "base_artifact", "example", "rename", "edit_program", "bounded"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import edit_program
 
-from serde.limits import ListTooLongError
+from serde.core.limits import ListTooLongError
 
 ERROR = ListTooLongError
 MATCH = r"graph\.nodes\[0\]\.inputs\[3\]: the list length is 1000000, more than Limits\.max_list_len=65536"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import edit_program
 
-from serde.limits import NameTooLongError
+from serde.core.limits import NameTooLongError
 
 ERROR = NameTooLongError
 MATCH = r"forward_arg_names\[0\]: the name length is 100000, more than Limits\.max_name_chars=1024"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import edit_program
 
-from serde.limits import TensorSizeError
+from serde.core.limits import TensorSizeError
 
 ERROR = TensorSizeError
 MATCH = r"graph\.tensor_values\['mul'\]\.sizes: the number of elements is \d+, more than Limits\.max_tensor_elements"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import rename
 
-from serde.names import UnsafeNameError
+from serde.core.names import UnsafeNameError
 
 ERROR = UnsafeNameError
 MATCH = r"module_call_graph\[0\]\.signature\.forward_arg_names\[0\]"

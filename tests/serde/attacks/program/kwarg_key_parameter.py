@@ -6,7 +6,7 @@ import json
 
 from _program_kit import edit_program
 
-from serde.names import UnsafeNameError
+from serde.core.names import UnsafeNameError
 
 ERROR = UnsafeNameError
 MATCH = r"module_call_graph\[0\]\.signature\.in_spec\.children\[1\]\.context\[0\]: name .y=open"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import rename
 
-from serde.names import UnsafeNameError
+from serde.core.names import UnsafeNameError
 
 ERROR = UnsafeNameError
 MATCH = r"weights\.state_dict\['forward'\]: FQN 'forward' uses 'forward', which is reserved"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import rename
 
-from serde.names import UnsafeNameError
+from serde.core.names import UnsafeNameError
 
 ERROR = UnsafeNameError
 MATCH = r"uses '_modules', which is reserved"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from _program_kit import edit_program
 
-from serde.names import UnsafeNameError
+from serde.core.names import UnsafeNameError
 
 ERROR = UnsafeNameError
 MATCH = r"graph\.nodes\[0\]\.metadata\.stack_trace: text holds the control character '\\r'"

@@ -1,0 +1,161 @@
+"""Artifacts as schema Structs, without torch: verify -> upgrade (plain dicts) -> decode, and encode -> write.
+
+``read_artifact`` is what ``load``, ``show``, ``diff``, ``check`` and ``upgrade`` share.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import msgspec
+
+from serde import archive
+from serde.core import schema, wire
+from serde.core.version import SCHEMA_VERSION
+from serde.errors import MalformedArtifactError, SerializeError
+
+from .upgrade import check_readable, document_version, upgrade_documents
+
+__all__ = ["Artifact", "SeveralProgramsError", "read_artifact", "read_artifacts", "write_artifact",
+           "write_artifacts", "encode_members"]
+
+Source = str | os.PathLike | BinaryIO | bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A verified program of an artifact, at the current schema version.
+
+    ``name`` is None for the one program of a single-program artifact, else its name in a
+    multi-program one (whose programs share ``contents``: payloads, extra files).
+    """
+
+    manifest: schema.Manifest
+    program: schema.ExportedProgram
+    weights: schema.Weights
+    debug: schema.DebugInfo | None
+    contents: archive.ArchiveContents
+    written_version: tuple[int, int]
+    name: str | None = None
+
+    def payload(self, sha256: str) -> memoryview:
+        """Raw bytes of the storage with this content hash."""
+        return self.contents.member(archive.payload_name(sha256))
+
+    def extra_files(self) -> dict[str, bytes]:
+        """The extra files saved with the program (name -> bytes)."""
+        n = len(archive.EXTRA_PREFIX)
+        return {m[n:]: bytes(self.contents.member(m)) for m in self.contents.names if m.startswith(archive.EXTRA_PREFIX)}
+
+    def payloads(self) -> dict[str, memoryview]:
+        """Every payload member (``data/<sha256>`` -> bytes), as ``write_artifact`` takes them."""
+        return {n: self.contents.member(n) for n in self.contents.names if n.startswith("data/")}
+
+
+class SeveralProgramsError(SerializeError):
+    """A tool that handles one program was given an artifact holding several."""
+
+
+def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False) -> Artifact:
+    """Read, verify, upgrade and decode a single-program artifact (``mmap``: see :func:`serde.load`).
+
+    Raises:
+        SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
+        MalformedArtifactError / UnsafeArtifactError (damaged or hostile), SchemaVersionError
+        (outside the supported window), UpgradeError (no upgrader step), SeveralProgramsError
+        (the artifact holds several programs: use :func:`read_artifacts`).
+    """
+    programs = read_artifacts(src, limits=limits, mmap=mmap)
+    if list(programs) != [None]:
+        raise SeveralProgramsError(
+            f"the artifact holds {len(programs)} programs ({', '.join(programs)}), and this handles one; "
+            "serde.load returns them as a dict")
+    return programs[None]
+
+
+def read_artifacts(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
+                   mmap: bool = False) -> dict[str | None, Artifact]:
+    """Every program of an artifact, by name (``{None: artifact}`` for a single-program one);
+    they share one verified archive (see :func:`read_artifact` for the errors)."""
+    contents = archive.read_archive(src, limits=limits, mmap=mmap)
+    version = contents.schema_version
+    check_readable(version)
+    names = archive.program_names(contents.names) or [None]
+    return {name: _read_program(contents, name, version) for name in names}
+
+
+def _read_program(contents: archive.ArchiveContents, name: str | None, version: tuple[int, int]) -> Artifact:
+    program_m, weights_m, debug_m = (archive.program_member(name, m)
+                                     for m in (archive.PROGRAM, archive.WEIGHTS, archive.DEBUG))
+    if version[0] == SCHEMA_VERSION[0]:
+        # Same major: unknown optional fields from a newer minor are ignored by the typed decoder.
+        program = wire.decode(contents.member(program_m), schema.ExportedProgram, where=program_m)
+        weights = wire.decode(contents.member(weights_m), schema.Weights, where=weights_m)
+        debug = (wire.decode(contents.member(debug_m), schema.DebugInfo, where=debug_m)
+                 if debug_m in contents else None)
+        _check_agrees((program.schema_version.major, program.schema_version.minor), version, program_m)
+    else:
+        members = [program_m, weights_m] + ([debug_m] if debug_m in contents else [])
+        docs = {n.rsplit("/", 1)[-1].removesuffix(".json"): wire.decode_json(contents.member(n), where=n)
+                for n in members}
+        _check_agrees(document_version(docs["program"], where=program_m), version, program_m)
+        docs = upgrade_documents(docs, version)
+        program = _convert(docs["program"], schema.ExportedProgram, program_m)
+        weights = _convert(docs["weights"], schema.Weights, weights_m)
+        debug = None if docs.get("debug") is None else _convert(docs["debug"], schema.DebugInfo, debug_m)
+    return Artifact(contents.manifest, program, weights, debug, contents, version, name)
+
+
+def _check_agrees(declared: tuple[int, int], manifest: tuple[int, int], where: str) -> None:
+    if declared != manifest:
+        raise MalformedArtifactError(
+            f"{where}: schema_version {declared[0]}.{declared[1]} disagrees with manifest.json "
+            f"({manifest[0]}.{manifest[1]}); the file was edited or assembled after saving: re-save it with pt2serde"
+        )
+
+
+def _convert(doc: Any, type_: type, where: str) -> Any:
+    try:
+        return wire.convert(doc, type_)
+    except msgspec.ValidationError as e:
+        raise MalformedArtifactError(f"{where}: after upgrading, does not match schema {type_.__name__}: {e}") from None
+
+
+def encode_members(program: schema.ExportedProgram, weights: schema.Weights, debug: Any | None = None,
+                   name: str | None = None) -> dict[str, bytes]:
+    """JSON members of one program (payloads are added by the caller); ``name``: its name in a
+    multi-program artifact, None for a single-program one."""
+    members = {archive.program_member(name, archive.PROGRAM): wire.encode(program),
+               archive.program_member(name, archive.WEIGHTS): wire.encode(weights)}
+    if debug is not None:
+        members[archive.program_member(name, archive.DEBUG)] = wire.encode(debug)
+    return members
+
+
+def write_artifact(dest: str | os.PathLike | BinaryIO, program: schema.ExportedProgram, weights: schema.Weights,
+                   payloads: dict[str, Any], debug: Any | None = None, *, torch_version: str,
+                   extra_files: dict[str, bytes] | None = None) -> None:
+    """Encode and write a single-program artifact atomically (payloads: member name -> bytes;
+    extra_files: name -> bytes, see :func:`serde.save`)."""
+    write_artifacts(dest, {None: (program, weights, debug)}, payloads, torch_version=torch_version,
+                    extra_files=extra_files)
+
+
+def write_artifacts(dest: str | os.PathLike | BinaryIO,
+                    programs: dict[str | None, tuple[schema.ExportedProgram, schema.Weights, Any | None]],
+                    payloads: dict[str, Any], *, torch_version: str,
+                    extra_files: dict[str, bytes] | None = None) -> None:
+    """Encode and write an artifact of one program (key None) or several named ones, which share
+    the payloads (member name -> bytes) and extra files."""
+    members: dict[str, Any] = {}
+    versions = set()
+    for name, (program, weights, debug) in programs.items():
+        members.update(encode_members(program, weights, debug, name))
+        versions.add((program.schema_version.major, program.schema_version.minor))
+    members.update(payloads)
+    for name, data in (extra_files or {}).items():
+        members[archive.extra_member(name, "extra_files")] = data
+    (version,) = versions  # every program of one save is written by this schema version
+    archive.write_archive(dest, members, schema_version=version, torch_version=torch_version)

@@ -1,0 +1,483 @@
+"""Load-time consistency checks: a loaded program must be one our writer could have written.
+
+Decoding proves an artifact has the schema's shape; these checks prove the pieces fit each other
+before torch builds anything from them, so that a damaged or hostile file fails at load with a
+message naming the field, never later at run time inside torch:
+
+* every operator call binds to the operator's schema (positional/keyword layout, argument names,
+  required arguments, and argument types, through the dispatcher's own schema matcher);
+* symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take;
+* every ``getitem`` index exists in the value it indexes;
+* higher-order ops get as many operands as their subgraphs take, and return what they return;
+* the graph's inputs and outputs match the signature's specs, one for one;
+* the module call graph's pytree specs hold as many leaves as the signatures they describe.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from serde.core import schema
+from serde.errors import MalformedArtifactError
+
+from .operators import SYMBOLIC_TARGETS
+
+__all__ = ["InconsistentProgramError", "check_call", "check_vmap_nesting", "check_signature",
+           "check_module_call_graph"]
+
+
+class InconsistentProgramError(MalformedArtifactError):
+    """The artifact decodes, but its parts contradict each other (a call that does not bind to its
+    operator, a graph output the signature does not describe, ...)."""
+
+
+_FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
+
+
+def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any], where: str,
+               submodules: dict[str, Any]) -> None:
+    """Check one call before it becomes an FX node.
+
+    ``args``/``kwargs`` hold FX nodes, as read; ``submodules`` maps the names of get_attr nodes to
+    the subgraph modules built so far.
+    """
+    if isinstance(target, torch._ops.OpOverload):
+        _check_op(target, node, args, kwargs, where)
+    elif isinstance(target, torch._ops.HigherOrderOperator):
+        name = target.name()
+        if name in ("auto_functionalized", "auto_functionalized_v2"):
+            if len(args) != 1 or not isinstance(args[0], torch._ops.OpOverload):
+                raise InconsistentProgramError(
+                    f"{where}: {node.target} takes one operator and keyword arguments, got {len(args)} "
+                    f"positional arguments; {_FIX}")
+            return
+        check = _HOPS.get(name)
+        if check is not None:
+            if kwargs:
+                raise InconsistentProgramError(
+                    f"{where}: {node.target} takes no keyword arguments, got {sorted(kwargs)}; {_FIX}")
+            check(args, node, where, submodules)
+    elif target is operator.getitem:
+        _check_getitem(args, kwargs, where)
+    else:
+        _check_python_call(target, node, args, kwargs, where)
+
+
+# ---------------------------------------------------------------- operators
+
+
+def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any],
+              where: str) -> None:
+    fs = op._schema
+    params = fs.arguments
+    positional = [a for a in params if not a.kwarg_only]
+    if len(args) > len(positional):
+        raise InconsistentProgramError(
+            f"{where}.inputs[{len(positional)}]: {node.target} takes at most {len(positional)} positional "
+            f"arguments ({fs}), the node passes {len(args)}; {_FIX}")
+    by_name = {a.name: a for a in params}
+    for j, na in enumerate(node.inputs):
+        if j < len(args):
+            expected = params[j].name
+            if na.name not in ("", expected):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: positional argument {j} of {node.target} is {expected!r}, the "
+                    f"artifact names it {na.name!r}; {_FIX}")
+        else:
+            a = by_name.get(na.name)
+            if a is None:
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: {node.target} has no argument {na.name!r} ({fs}); {_FIX}")
+            if params.index(a) < len(args):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: argument {na.name!r} of {node.target} is given twice; {_FIX}")
+    for i, a in enumerate(params):
+        if i >= len(args) and a.name not in kwargs and not a.has_default_value():
+            raise InconsistentProgramError(
+                f"{where}: {node.target} requires argument {a.name!r} ({fs}), which the node does not "
+                f"pass; {_FIX}")
+    # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
+    # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
+    wrap = (op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+            and any(isinstance(v, torch.Tensor) for v in (*_values(args), *_values(kwargs).values())))
+    vals = [_as_argument(params[i], v, wrap) for i, v in enumerate(_values(args))]
+    kwvals = {k: _as_argument(by_name[k], v, wrap) for k, v in _values(kwargs).items()}
+    bound = [(params[i], v) for i, v in enumerate(vals)] + [(by_name[k], v) for k, v in kwvals.items()]
+    if any(_is_class(p.type) for p, _ in bound):
+        # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
+        # check that they go where the schema takes one, and leave the other types unchecked.
+        for j, (p, v) in enumerate(bound):
+            if _is_class(p.type) != _is_custom_obj(v) and not (v is None and isinstance(p.type, torch.OptionalType)):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got "
+                    f"{type(v).__name__}; {_FIX}")
+        return
+    try:
+        torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
+    except (RuntimeError, OverflowError, ValueError) as e:  # Overflow*: an int argument beyond int64
+        msg = str(e).split("\n", 1)[0]
+        bad = next((j for j, na in enumerate(node.inputs) if f"argument '{na.name}'" in str(e)), None)
+        at = f"{where}.inputs[{bad}]" if bad is not None else where
+        raise InconsistentProgramError(f"{at}: the arguments do not fit {node.target}: {msg}; {_FIX}") from None
+
+
+_NUMBERS = (int, float, bool, complex, torch.SymInt, torch.SymFloat, torch.SymBool)
+_SCALAR_TENSOR = torch.empty(())
+
+
+def _as_argument(param: Any, v: Any, wrap: bool) -> Any:
+    """A number passed for a ``Tensor`` parameter of the few ops (add, mul, ...) whose Python binding
+    wraps numbers in tensors."""
+    if not wrap:
+        return v
+    t = param.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return _SCALAR_TENSOR if isinstance(t, torch.TensorType) and isinstance(v, _NUMBERS) else v
+
+
+def _is_class(t: Any) -> bool:
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.ClassType)
+
+
+def _is_custom_obj(v: Any) -> bool:
+    from torch.export.graph_signature import CustomObjArgument
+
+    return isinstance(v, (torch.ScriptObject, CustomObjArgument)) or hasattr(v, "__obj_flatten__")
+
+
+def _values(v: Any) -> Any:
+    """Arguments with each FX node replaced by the (fake) value it produces."""
+    if isinstance(v, torch.fx.Node):
+        return v.meta.get("val")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_values(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _values(x) for k, x in v.items()}
+    return v
+
+
+# ---------------------------------------------------------------- getitem and symbolic helpers
+
+
+def _check_getitem(args: Sequence[Any], kwargs: dict[str, Any], where: str) -> None:
+    if len(args) != 2 or kwargs:
+        raise InconsistentProgramError(
+            f"{where}: getitem takes (value, index), got {len(args)} positional and {len(kwargs)} keyword "
+            f"arguments; {_FIX}")
+    src, index = args
+    val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if not isinstance(val, (tuple, list)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: getitem needs a value holding several outputs, got {type(val).__name__}; {_FIX}")
+    if type(index) is not int or not 0 <= index < len(val):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: getitem index {index!r} does not exist: {src.name!r} holds {len(val)} "
+            f"values; {_FIX}")
+
+
+_SCALAR_KINDS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any],
+                       where: str) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a text signature (round): takes 1 or 2
+        sig = inspect.Signature([inspect.Parameter("number", inspect.Parameter.POSITIONAL_ONLY),
+                                 inspect.Parameter("ndigits", inspect.Parameter.POSITIONAL_ONLY, default=None)])
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise InconsistentProgramError(f"{where}: the arguments do not fit {node.target}{sig}: {e}; {_FIX}") from None
+    if node.target in SYMBOLIC_TARGETS:
+        for j, a in enumerate(args[0] if node.target == "torch.sym_sum" and args else args):
+            v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+            if not isinstance(v, _SCALAR_KINDS):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: {node.target} computes on scalars, got {type(v).__name__}; {_FIX}")
+
+
+# ---------------------------------------------------------------- higher-order ops
+
+
+def _subgraph(a: Any, what: str, where: str, subs: dict[str, Any]) -> torch.fx.Graph:
+    if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+        gm = subs.get(a.target)
+        if isinstance(gm, torch.fx.GraphModule):
+            return gm.graph
+    raise InconsistentProgramError(f"{where}: {what} must be a subgraph, got {_kind(a)}; {_FIX}")
+
+
+def _kind(a: Any) -> str:
+    return f"value {a.name!r}" if isinstance(a, torch.fx.Node) else type(a).__name__
+
+
+def _operands(a: Any, what: str, where: str) -> tuple:
+    if not isinstance(a, (tuple, list)):
+        raise InconsistentProgramError(f"{where}: {what} must be a tuple of operands, got {_kind(a)}; {_FIX}")
+    return tuple(a)
+
+
+def _inputs(g: torch.fx.Graph) -> int:
+    return sum(1 for n in g.nodes if n.op == "placeholder")
+
+
+def _outputs(g: torch.fx.Graph) -> int:
+    out = g.output_node().args[0]
+    return len(out) if isinstance(out, (tuple, list)) else 1
+
+
+def _arity(args: Sequence[Any], n: int, name: str, where: str, at_least: bool = False) -> None:
+    if len(args) < n or (len(args) != n and not at_least):
+        raise InconsistentProgramError(
+            f"{where}: {name} takes {'at least ' if at_least else ''}{n} arguments, the node passes "
+            f"{len(args)}; {_FIX}")
+
+
+def _takes(g: torch.fx.Graph, n: int, what: str, where: str) -> None:
+    if _inputs(g) != n:
+        raise InconsistentProgramError(
+            f"{where}: {what} takes {_inputs(g)} inputs but the call passes {n} operands; {_FIX}")
+
+
+def _returns(n_out: int, n: int, what: str, where: str) -> None:
+    if n_out != n:
+        raise InconsistentProgramError(f"{where}: {what} returns {n_out} values, expected {n}; {_FIX}")
+
+
+def _node_outputs(node: schema.Node) -> int:
+    return len(node.outputs)
+
+
+def _cond(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 4, "cond", where)
+    ops = _operands(args[3], "cond's operands (inputs[3])", f"{where}.inputs[3]")
+    branches = [_subgraph(args[i], f"cond's branch (inputs[{i}])", f"{where}.inputs[{i}]", subs) for i in (1, 2)]
+    for i, g in zip((1, 2), branches, strict=True):
+        _takes(g, len(ops), f"the branch in inputs[{i}]", f"{where}.inputs[{i}]")
+    _returns(_outputs(branches[1]), _outputs(branches[0]), "the false branch (inputs[2])", f"{where}.inputs[2]")
+    if not node.is_hop_single_tensor_return:
+        _returns(_node_outputs(node), _outputs(branches[0]), "cond's branch", f"{where}.outputs")
+
+
+def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 4, "while_loop", where)
+    carried = _operands(args[2], "the carried inputs (inputs[2])", f"{where}.inputs[2]")
+    extra = _operands(args[3], "the additional inputs (inputs[3])", f"{where}.inputs[3]")
+    cond = _subgraph(args[0], "the loop condition (inputs[0])", f"{where}.inputs[0]", subs)
+    body = _subgraph(args[1], "the loop body (inputs[1])", f"{where}.inputs[1]", subs)
+    for i, g in ((0, cond), (1, body)):
+        _takes(g, len(carried) + len(extra), f"the subgraph in inputs[{i}]", f"{where}.inputs[{i}]")
+    _returns(_outputs(cond), 1, "the loop condition", f"{where}.inputs[0]")
+    out = cond.output_node().args[0]
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+    if not (isinstance(val, (torch.SymBool, bool)) or (isinstance(val, torch.Tensor) and val.dtype == torch.bool)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: the loop condition must compute a boolean, it returns {out!r}; {_FIX}")
+    _returns(_outputs(body), len(carried), "the loop body", f"{where}.inputs[1]")
+    if not node.is_hop_single_tensor_return:
+        _returns(_node_outputs(node), len(carried), node.target, f"{where}.outputs")
+
+
+def _map_impl(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 3, "map_impl", where)
+    xs = _operands(args[1], "the mapped inputs (inputs[1])", f"{where}.inputs[1]")
+    rest = _operands(args[2], "the extra inputs (inputs[2])", f"{where}.inputs[2]")
+    _takes(_subgraph(args[0], "the mapped function (inputs[0])", f"{where}.inputs[0]", subs), len(xs) + len(rest),
+           "the subgraph in inputs[0]", f"{where}.inputs[0]")
+
+
+def _scan(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 4, "scan", where)
+    init = _operands(args[1], "the initial carry (inputs[1])", f"{where}.inputs[1]")
+    xs = _operands(args[2], "the scanned inputs (inputs[2])", f"{where}.inputs[2]")
+    extra = _operands(args[3], "the additional inputs (inputs[3])", f"{where}.inputs[3]")
+    g = _subgraph(args[0], "the combine function (inputs[0])", f"{where}.inputs[0]", subs)
+    _takes(g, len(init) + len(xs) + len(extra), "the subgraph in inputs[0]", f"{where}.inputs[0]")
+    if _outputs(g) < len(init):
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: the combine function returns {_outputs(g)} values, fewer than the "
+            f"{len(init)} carried ones; {_FIX}")
+    if not node.is_hop_single_tensor_return:
+        _returns(_node_outputs(node), _outputs(g), "scan", f"{where}.outputs")
+
+
+def _associative_scan(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 3, "associative_scan", where)
+    xs = _operands(args[1], "the scanned inputs (inputs[1])", f"{where}.inputs[1]")
+    extra = _operands(args[2], "the additional inputs (inputs[2])", f"{where}.inputs[2]")
+    g = _subgraph(args[0], "the combine function (inputs[0])", f"{where}.inputs[0]", subs)
+    _takes(g, 2 * len(xs) + len(extra), "the subgraph in inputs[0]", f"{where}.inputs[0]")
+    _returns(_outputs(g), len(xs), "the combine function", f"{where}.inputs[0]")
+
+
+def _invoke_subgraph(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 2, "invoke_subgraph", where, at_least=True)
+    if not (args[1] is None or isinstance(args[1], str)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: invoke_subgraph's identifier is a string or None, got {_kind(args[1])}; {_FIX}")
+    _subgraph_then_operands(0, 2)(args, node, where, subs)
+
+
+def _subgraph_then_operands(graph_at: int, operands_at: int
+                             ) -> Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None]:
+    """HOPs called as ``hop(..., subgraph, ..., *operands)``, the subgraph taking the operands."""
+
+    def check(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+        _arity(args, operands_at, node.target, where, at_least=True)
+        g = _subgraph(args[graph_at], f"inputs[{graph_at}]", f"{where}.inputs[{graph_at}]", subs)
+        _takes(g, len(args) - operands_at, f"the subgraph in inputs[{graph_at}]", f"{where}.inputs[{graph_at}]")
+
+    return check
+
+
+def _flex_attention(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    # (query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_other_buffers,
+    #  mask_mod_other_buffers): score_mod takes (score, batch, head, q_idx, kv_idx, *its buffers)
+    _arity(args, 9, "flex_attention", where)
+    buffers = _operands(args[7], "score_mod's buffers (inputs[7])", f"{where}.inputs[7]")
+    g = _subgraph(args[3], "score_mod (inputs[3])", f"{where}.inputs[3]", subs)
+    _takes(g, 5 + len(buffers), "score_mod (inputs[3])", f"{where}.inputs[3]")
+    mask_buffers = _operands(args[8], "mask_mod's buffers (inputs[8])", f"{where}.inputs[8]")
+    block_mask = _operands(args[4], "the block mask (inputs[4])", f"{where}.inputs[4]")
+    if block_mask:  # its last element is mask_mod, taking (batch, head, q_idx, kv_idx, *its buffers)
+        g = _subgraph(block_mask[-1], "mask_mod (the block mask's last element)", f"{where}.inputs[4]", subs)
+        _takes(g, 4 + len(mask_buffers), "mask_mod (the block mask's last element)", f"{where}.inputs[4]")
+
+
+def _with_effects(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
+    _arity(args, 2, "with_effects", where, at_least=True)
+    if not isinstance(args[1], (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: with_effects runs an operator, got {_kind(args[1])}; {_FIX}")
+
+
+_HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None]] = {
+    "cond": _cond,
+    "while_loop": _while_loop,
+    "while_loop_stack_output": _while_loop,
+    "map_impl": _map_impl,
+    "scan": _scan,
+    "associative_scan": _associative_scan,
+    "invoke_subgraph": _invoke_subgraph,                          # (subgraph, identifier, *operands)
+    "wrap_with_set_grad_enabled": _subgraph_then_operands(1, 2),  # (enabled, subgraph, *operands)
+    "wrap_with_autocast": _subgraph_then_operands(4, 5),
+    "with_effects": _with_effects,
+    "flex_attention": _flex_attention,                                # (token, op, *args)          # (device, dtype, enabled, cache, subgraph, *operands)
+}
+
+
+_VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
+_VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
+
+
+def check_vmap_nesting(g: schema.Graph, where: str) -> None:
+    """vmap levels open and close in pairs within a graph, as tracing through torch.func leaves them;
+    an unbalanced graph would leave the interpreter inside a vmap level after it returns."""
+    depth = 0
+    for sn in g.nodes:
+        depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
+        if depth < 0:
+            raise InconsistentProgramError(
+                f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {_FIX}")
+    if depth:
+        raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {_FIX}")
+
+
+# ---------------------------------------------------------------- signature and module call graph
+
+_NAMED = ("as_tensor", "as_sym_int", "as_sym_bool", "as_sym_float", "as_custom_obj")
+
+
+def _arg_name(a: schema.Argument) -> str | None:
+    v = a.value
+    name = getattr(v, "name", None) if a.kind in ("as_tensor", "as_custom_obj") else getattr(v, "as_name", None)
+    return name if a.kind in _NAMED else None
+
+
+def _spec_name(s: Any) -> str | None:
+    """The graph value a signature spec refers to (None for constants)."""
+    v = s.value
+    if s.kind == "constant_input":
+        return v.name
+    arg = v.arg
+    if isinstance(arg, schema.Argument):
+        return _arg_name(arg)
+    return getattr(arg, "name", None)
+
+
+def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
+    """The graph's inputs and outputs are exactly what the signature's specs describe, in order."""
+    if g.is_single_tensor_return:
+        raise InconsistentProgramError(
+            f"graph.is_single_tensor_return: the top-level graph of an exported program returns a tuple; {_FIX}")
+    if len(g.inputs) != len(sig.input_specs):
+        raise InconsistentProgramError(
+            f"signature.input_specs: {len(sig.input_specs)} specs for {len(g.inputs)} graph inputs; {_FIX}")
+    for i, (a, s) in enumerate(zip(g.inputs, sig.input_specs, strict=True)):
+        name, spec = _arg_name(a), _spec_name(s)
+        if (s.kind == "constant_input") != (name is None):
+            # The writer stores a constant input as its value in the graph, and only it.
+            raise InconsistentProgramError(
+                f"signature.input_specs[{i}]: a {s.kind} spec for graph.inputs[{i}] ({a.kind}); constant "
+                f"inputs, and only they, are stored as values; {_FIX}")
+        if s.kind == "constant_input":
+            continue
+        if name != spec:
+            raise InconsistentProgramError(
+                f"signature.input_specs[{i}]: describes {spec!r} but graph.inputs[{i}] is "
+                f"{name if name is not None else a.kind!r}; {_FIX}")
+    if len(g.outputs) != len(sig.output_specs):
+        raise InconsistentProgramError(
+            f"signature.output_specs: {len(sig.output_specs)} specs for {len(g.outputs)} graph outputs; {_FIX}")
+    for i, (a, s) in enumerate(zip(g.outputs, sig.output_specs, strict=True)):
+        name, spec = _arg_name(a), _spec_name(s)
+        if name != spec:
+            raise InconsistentProgramError(
+                f"signature.output_specs[{i}]: describes {spec!r} but graph.outputs[{i}] is "
+                f"{name if name is not None else a.kind!r}; {_FIX}")
+
+
+def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> None:
+    """Each entry's pytree specs hold one leaf per flat input/output of its signature.
+
+    ``entries`` are torch ``ModuleCallEntry`` objects (their specs already deserialized).
+    """
+    user_in = sum(1 for s in sig.input_specs if s.kind in ("user_input", "constant_input"))
+    if not entries or entries[0].fqn != "" or entries[0].signature is None:
+        raise InconsistentProgramError(
+            "module_call_graph[0]: an exported program's module call graph starts with the root module "
+            f"(fqn '') and its signature; {_FIX}")
+    for i, e in enumerate(entries):
+        s = e.signature
+        if s is None:
+            continue
+        where = f"module_call_graph[{i}] ({e.fqn!r})"
+        names = s.forward_arg_names
+        if names is not None and len(set(names)) != len(names):
+            raise InconsistentProgramError(f"{where}.forward_arg_names: {names} names an argument twice; {_FIX}")
+        ins, outs = len(s.inputs), len(s.outputs)
+        if e.fqn == "":
+            ins, outs = user_in, sum(1 for o in sig.output_specs if o.kind in ("user_output", "loss_output"))
+            spec = s.in_spec
+            # torch.export calls the root module as forward(*args, **kwargs): its spec is (args, kwargs).
+            if spec is not None and not (spec.type is tuple and spec.num_children == 2
+                                         and spec.child(0).type is tuple
+                                         and spec.child(1).type is dict):
+                raise InconsistentProgramError(
+                    f"{where}.in_spec: the root module's inputs must be a tuple (args, kwargs), got {spec}; {_FIX}")
+        for what, spec, n in (("in_spec", s.in_spec, ins), ("out_spec", s.out_spec, outs)):
+            if spec is not None and spec.num_leaves != n:
+                raise InconsistentProgramError(
+                    f"{where}.{what}: the pytree spec holds {spec.num_leaves} leaves but the signature has "
+                    f"{n}; {_FIX}")

@@ -1,0 +1,102 @@
+"""Node metadata (``node.meta``) <-> ``schema.NodeMetadata``.
+
+Kept: stack_trace, nn_module_stack, source_fn_stack, torch_fn, custom and from_node. Function
+objects in source_fn_stack are stored by qualified name and come back as strings: loading never
+imports or resolves code named by an artifact.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from serde.core import schema
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+__all__ = ["serialize_node_metadata", "deserialize_node_metadata", "serialize_custom", "deserialize_custom"]
+
+
+def _qualname(fn: Any) -> str:
+    if isinstance(fn, str):
+        return fn
+    module = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return str(fn)
+    return f"{module}.{qual}" if module else qual
+
+
+def serialize_custom(custom: Any, where: str) -> str:
+    try:
+        return json.dumps(custom, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UnsupportedConstructError(
+            f"{where}: meta['custom'] must be JSON-serializable (str/int/float/bool/None, lists, "
+            f"str-keyed dicts): {e}"
+        ) from None
+
+
+def deserialize_custom(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise MalformedArtifactError(f"{where}.custom: invalid JSON ({e})") from None
+    except RecursionError:
+        raise MalformedArtifactError(f"{where}.custom: JSON nested too deeply to decode; the file is damaged "
+                                     "or hostile") from None
+
+
+def _serialize_from_node(value: Any) -> str | None:
+    try:
+        items = [s.to_dict() for s in value]
+        return json.dumps(items, sort_keys=True, separators=(",", ":"), default=str)
+    except (AttributeError, TypeError, ValueError):
+        return None  # provenance is debug-only: drop it rather than fail a save
+
+
+def _deserialize_from_node(text: str) -> Any:
+    from torch.fx.traceback import NodeSource
+
+    try:
+        return [NodeSource._from_dict(d) for d in json.loads(text)]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def serialize_node_metadata(meta: dict[str, Any], where: str) -> schema.NodeMetadata:
+    stack = meta.get("nn_module_stack")
+    sfs = meta.get("source_fn_stack")
+    torch_fn = meta.get("torch_fn")
+    custom = meta.get("custom")
+    from_node = meta.get("from_node")
+    return schema.NodeMetadata(
+        stack_trace=meta.get("stack_trace"),
+        nn_module_stack=None if stack is None else [
+            schema.ModuleStackEntry(key=k, path=v[0], type_name=_qualname(v[1])) for k, v in stack.items()
+        ],
+        source_fn_stack=None if sfs is None else [
+            schema.SourceFn(name=name, target=_qualname(fn)) for name, fn in sfs
+        ],
+        torch_fn=None if torch_fn is None else schema.SourceFn(name=torch_fn[0], target=torch_fn[1]),
+        custom=None if custom is None else serialize_custom(custom, where),
+        from_node=None if not from_node else _serialize_from_node(from_node),
+    )
+
+
+def deserialize_node_metadata(m: schema.NodeMetadata, where: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if m.stack_trace is not None:
+        meta["stack_trace"] = m.stack_trace
+    if m.nn_module_stack is not None:
+        meta["nn_module_stack"] = {e.key: (e.path, e.type_name or "") for e in m.nn_module_stack}
+    if m.source_fn_stack is not None:
+        meta["source_fn_stack"] = [(e.name, e.target) for e in m.source_fn_stack]
+    if m.torch_fn is not None:
+        meta["torch_fn"] = (m.torch_fn.name, m.torch_fn.target)
+    if m.custom is not None:
+        meta["custom"] = deserialize_custom(m.custom, where)
+    if m.from_node is not None:
+        fn = _deserialize_from_node(m.from_node)
+        if fn is not None:
+            meta["from_node"] = fn
+    return meta

@@ -1,0 +1,212 @@
+"""``torch.export.ExportedProgram`` <-> ``schema.ExportedProgram`` (the weights travel separately)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._export.verifier import SpecViolationError, TrainingIRVerifier, Verifier
+from torch.export.exported_program import ExportedProgram
+
+from serde.core import schema
+from serde.core.guards import (
+    SourceKey,
+    guards_from_code,
+    guards_to_code,
+    input_leaves,
+    source_key,
+    source_problem,
+    source_text,
+)
+from serde.core.limits import DEFAULT_LIMITS, Limits
+from serde.core.names import check_program
+from serde.core.version import SCHEMA_VERSION
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+from .consistency import InconsistentProgramError, check_module_call_graph, check_signature
+from .custom_objects import decode_constants
+from .graph import GraphReader, GraphWriter
+from .metadata import deserialize_custom, serialize_custom
+from .signature import (
+    constant_input_names,
+    deserialize_module_call_graph,
+    deserialize_signature,
+    module_call_graph_names,
+    serialize_module_call_graph,
+    serialize_signature,
+)
+from .values import SymbolicContext, serialize_range_constraints
+from .weights import alias_key
+
+__all__ = ["serialize_program", "deserialize_program"]
+
+# Verifier dialects we know; loading never resolves a verifier class by name any other way.
+_VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
+
+
+def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
+    """Serialize the graph, signature, module call graph and range constraints of ``ep``."""
+    gm = ep.graph_module
+    custom = gm.meta.get("custom")
+    dialects = []
+    for v in ep.verifiers:
+        if v.dialect not in _VERIFIERS:
+            raise UnsupportedConstructError(
+                f"verifiers: dialect {v.dialect!r} is unknown; supported dialects: {sorted(_VERIFIERS)}"
+            )
+        dialects.append(v.dialect)
+    gm_s = schema.GraphModule(
+        graph=GraphWriter(gm).write(),
+        custom=None if custom is None else serialize_custom(custom, "graph_module.meta"),
+        signature=serialize_signature(ep.graph_signature),
+        module_call_graph=serialize_module_call_graph(ep.module_call_graph),
+    )
+    return schema.ExportedProgram(
+        graph_module=gm_s,
+        opset_version={"aten": torch._C._get_max_operator_version()},
+        range_constraints=serialize_range_constraints(ep.range_constraints),
+        schema_version=schema.SchemaVersion(major=SCHEMA_VERSION[0], minor=SCHEMA_VERSION[1]),
+        verifiers=dialects,
+        torch_version=str(torch.__version__),
+        guards=serialize_guards(ep, gm_s),
+    )
+
+
+def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.Tensor],
+                        constants: dict[str, Any], example_inputs: Any,
+                        limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
+    """Rebuild an ExportedProgram; ``state_dict``/``constants`` come from the weights member.
+
+    Every name and size in ``p`` is checked (:func:`serde.core.names.check_program`) before any torch
+    object is built from it.
+    """
+    check_program(p, limits)
+    gm_s = p.graph_module
+    ctx = SymbolicContext(p.range_constraints)
+    check_signature(gm_s.graph, gm_s.signature)
+    reader = GraphReader(ctx)
+    graph = reader.read(
+        gm_s.graph,
+        constant_input_names=constant_input_names(gm_s.signature),
+        extra_refs=module_call_graph_names(gm_s.module_call_graph),
+    )
+    signature = deserialize_signature(gm_s.signature)
+    verifiers = []
+    for d in p.verifiers:
+        v = _VERIFIERS.get(d)
+        if v is None:
+            raise MalformedArtifactError(f"program.verifiers: unknown dialect {d!r}; known: {sorted(_VERIFIERS)}")
+        verifiers.append(v)
+    params = {s.target for s in signature.input_specs if s.kind.name == "PARAMETER"}
+    custom_objs = {s.target: s.arg.class_fqn for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
+    if custom_objs:
+        constants = decode_constants(constants, custom_objs)
+        _fake_custom_objects(graph, signature, constants, ctx)
+    module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
+    check_module_call_graph(module_call_graph, gm_s.signature)
+    # ExportedProgram builds (and compiles) the GraphModule itself: hand it the plain root.
+    try:
+        ep = ExportedProgram(
+            root=reader.root,
+            graph=graph,
+            graph_signature=signature,
+            state_dict=_as_parameters(state_dict, params),
+            range_constraints=ctx.range_constraints(),
+            module_call_graph=module_call_graph,
+            example_inputs=example_inputs,
+            constants=constants,
+            verifiers=verifiers or None,
+        )
+    except SpecViolationError as e:
+        # torch's verifier found a contradiction the checks above do not cover (e.g. a parameter
+        # the state dict lacks): the same verdict, in our terms.
+        raise InconsistentProgramError(f"program: torch's verifier rejects it: {str(e).splitlines()[0]}; "
+                                       "the artifact is damaged or was edited after saving") from None
+    if gm_s.custom is not None:
+        ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
+    ep._guards_code = deserialize_guards(p.guards, gm_s)
+    return ep
+
+
+def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.InputGuards | None:
+    """``ep._guards_code`` as trees; every source must name one of the program's inputs.
+
+    ``gm`` is ``ep``'s graph module already serialized: sources are checked against the stored
+    signature, exactly as loading will check them.
+
+    Raises:
+        UnsupportedConstructError: a guard outside the allow-list of serde.core.guards, or one that
+            reads something that is not a user input of ``ep``.
+    """
+    codes = list(getattr(ep, "_guards_code", None) or [])
+    if not codes:
+        return None
+    leaves = input_leaves(gm)
+
+    def resolve(k: SourceKey) -> SourceKey:
+        path = k[0]
+        # ep.module() names a *args parameter's items args_0, args_1 (as torch's own
+        # _force_gm_signature_match does when it compiles guards): store that form.
+        if path not in leaves and len(path) >= 2 and isinstance(path[1], int):
+            merged = (f"{path[0]}_{path[1]}", *path[2:])
+            if merged in leaves:
+                path = merged
+        why = source_problem(path, k[1], k[2], leaves)
+        if why:
+            raise UnsupportedConstructError(
+                f"guards: a guard reads {source_text(k)}, which {why}; pt2serde cannot tie it to an input")
+        return path, k[1], k[2]
+
+    return guards_from_code(codes, where="guards", resolve=resolve)
+
+
+def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> list[str]:
+    """Validated guard text for ``ep._guards_code`` (printed by us, never taken from the file).
+
+    Raises:
+        UnsafeArtifactError: a source key that is not a plain identifier or index.
+        MalformedArtifactError: a source that is not an input of the program, a dim outside the
+            input's rank, or a check that is not a guard expression.
+    """
+    if g is None:
+        return []
+    codes = guards_to_code(g, where="guards")  # validates keys before anything else reads them
+    leaves = input_leaves(gm)
+    for i, s in enumerate(g.sources):
+        path, prop, dim = source_key(s)
+        why = source_problem(path, prop, dim, leaves)
+        if why:
+            raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
+    return codes
+
+
+def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],
+                         ctx: SymbolicContext) -> None:
+    """Give custom-object inputs the fake object export records (retracing, e.g. run_decompositions, uses it)."""
+    from torch._library.fake_class_registry import maybe_to_fake_obj
+
+    targets = {s.arg.name: s.target for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
+    for node in graph.nodes:
+        if node.op != "placeholder" or node.name not in targets:
+            continue
+        try:
+            node.meta["val"].fake_val = maybe_to_fake_obj(ctx.fake_mode, constants[targets[node.name]])
+        except Exception:  # no fake class registered: the program still runs; retracing needs one
+            pass
+
+
+def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dict[str, torch.Tensor]:
+    """Parameters become nn.Parameter; names that view the same memory share one object (tied weights)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: dict[tuple, torch.Tensor] = {}
+    for name, t in state_dict.items():
+        key = alias_key(t)
+        shared = seen.get(key)
+        if shared is not None and (name in params) == isinstance(shared, torch.nn.Parameter):
+            out[name] = shared
+            continue
+        if name in params and not isinstance(t, torch.nn.Parameter):
+            t = torch.nn.Parameter(t, requires_grad=t.requires_grad)
+        seen.setdefault(key, t)
+        out[name] = t
+    return out

@@ -1,0 +1,209 @@
+"""Pytree specs <-> schema.TreeSpec, without pickle or imports driven by the artifact.
+
+Builtin containers get short type names ("tuple", "list", "dict", "namedtuple", "OrderedDict",
+"defaultdict", "deque", "None"); a leaf is "*". Other types must be registered with pytree under a
+``serialized_type_name`` (``torch.export.register_dataclass`` does this); they are found again
+through that registry, never by importing a module named in the artifact.
+
+Namedtuples store ``{"name": "module.QualName", "fields": [...]}``. On load the class is taken
+from the pytree registry, else from an already-imported module (``sys.modules``, no import),
+else a look-alike namedtuple class is created so that outputs still unflatten.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from typing import Any
+
+import torch.utils._pytree as pytree
+
+from serde.core import schema
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+__all__ = ["serialize_treespec", "deserialize_treespec", "LEAF"]
+
+LEAF = "*"
+# Deeper specs would exhaust the interpreter's stack in pytree's own recursive code; real inputs and
+# outputs nest a handful of levels.
+MAX_DEPTH = 100
+
+_BUILTIN_NAMES: dict[type, str] = {
+    tuple: "tuple",
+    list: "list",
+    dict: "dict",
+    collections.OrderedDict: "OrderedDict",
+    collections.defaultdict: "defaultdict",
+    collections.deque: "deque",
+    type(None): "None",
+}
+_BUILTIN_TYPES = {v: k for k, v in _BUILTIN_NAMES.items()}
+_NAMEDTUPLE = "namedtuple"
+# defaultdict factories we are willing to name: constructing them runs no user code.
+_FACTORIES: dict[str, Any] = {"list": list, "dict": dict, "int": int, "float": float, "set": set,
+                              "str": str, "tuple": tuple, "bool": bool}
+_FACTORY_NAMES = {v: k for k, v in _FACTORIES.items()}
+# Cache of look-alike namedtuple classes so that repeated loads give the same class.
+_SYNTHETIC_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=False, separators=(",", ":"), allow_nan=False)
+
+
+def _check_keys(keys: list, where: str) -> list:
+    for k in keys:
+        if not (k is None or isinstance(k, (str, int, bool)) or (isinstance(k, float) and k == k)):
+            raise UnsupportedConstructError(
+                f"{where}: dict key {k!r} of type {type(k).__name__} cannot be stored; "
+                "use str, int, bool or None keys in inputs and outputs"
+            )
+    return keys
+
+
+def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema.TreeSpec:
+    """Convert a pytree spec to the schema form."""
+    if spec.is_leaf():
+        return schema.TreeSpec(type=LEAF)
+    typ = spec.type
+    children = [serialize_treespec(c, f"{where}.children[{i}]") for i, c in enumerate(spec.children())]
+    ctx = spec.context
+    name = _BUILTIN_NAMES.get(typ)
+    if name in ("tuple", "list", "None"):
+        return schema.TreeSpec(type=name, children=children)
+    if name in ("dict", "OrderedDict"):
+        return schema.TreeSpec(type=name, context=_dump(_check_keys(list(ctx), where)), children=children)
+    if name == "defaultdict":
+        factory, keys = ctx[0], ctx[1]
+        if factory not in _FACTORY_NAMES:
+            raise UnsupportedConstructError(
+                f"{where}: defaultdict factory {factory!r} cannot be stored; use a builtin type such as list"
+            )
+        context = _dump({"factory": _FACTORY_NAMES[factory], "keys": _check_keys(list(keys), where)})
+        return schema.TreeSpec(type=name, context=context, children=children)
+    if name == "deque":
+        return schema.TreeSpec(type=name, context=_dump({"maxlen": ctx}), children=children)
+    if typ is collections.namedtuple or pytree.is_namedtuple_class(typ):
+        # pytree files every namedtuple under the `namedtuple` factory, the class as context.
+        cls = ctx if typ is collections.namedtuple else typ
+        qual = f"{cls.__module__}.{cls.__qualname__}"
+        return schema.TreeSpec(
+            type=_NAMEDTUPLE, context=_dump({"name": qual, "fields": list(cls._fields)}), children=children
+        )
+    node_def = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
+    serialized = getattr(node_def, "serialized_type_name", None)
+    if node_def is None or serialized in (None, pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
+        raise UnsupportedConstructError(
+            f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name; "
+            "register it with torch.export.register_dataclass(...) or "
+            "torch.utils._pytree.register_pytree_node(..., serialized_type_name=...)"
+        )
+    if node_def.to_dumpable_context is not None:
+        context = node_def.to_dumpable_context(ctx)
+        if not isinstance(context, str):
+            context = _dump(context)
+    else:
+        try:
+            context = _dump(ctx)
+        except (TypeError, ValueError):
+            raise UnsupportedConstructError(
+                f"{where}: the pytree context of {serialized} is not JSON; register "
+                "to_dumpable_context/from_dumpable_context for it"
+            ) from None
+    return schema.TreeSpec(type=f"registered:{serialized}", context=context, children=children)
+
+
+def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec", _depth: int = 0) -> pytree.TreeSpec:
+    """Inverse of :func:`serialize_treespec`."""
+    if _depth > MAX_DEPTH:
+        raise MalformedArtifactError(f"{where}: the pytree spec nests deeper than {MAX_DEPTH} levels; the "
+                                     "artifact is damaged or hostile")
+    if s.type == LEAF:
+        if s.children or s.context is not None:
+            raise MalformedArtifactError(f"{where}: a leaf must have no children and no context")
+        return pytree.treespec_leaf()
+    children = [deserialize_treespec(c, f"{where}.children[{i}]", _depth + 1) for i, c in enumerate(s.children)]
+    typ = _BUILTIN_TYPES.get(s.type)
+    if s.type in ("tuple", "list", "None"):
+        return pytree.TreeSpec(typ, None, children)
+    ctx = _load(s, where)
+    if s.type in ("dict", "OrderedDict"):
+        _expect(isinstance(ctx, list) and len(ctx) == len(children), where, "a list of keys, one per child")
+        return pytree.TreeSpec(typ, ctx, children)
+    if s.type == "defaultdict":
+        _expect(isinstance(ctx, dict) and ctx.get("factory") in _FACTORIES, where, "a known factory")
+        return pytree.TreeSpec(typ, [_FACTORIES[ctx["factory"]], ctx["keys"]], children)
+    if s.type == "deque":
+        _expect(isinstance(ctx, dict) and "maxlen" in ctx, where, "maxlen")
+        return pytree.TreeSpec(typ, ctx["maxlen"], children)
+    if s.type == _NAMEDTUPLE:
+        _expect(isinstance(ctx, dict) and isinstance(ctx.get("name"), str)
+                and isinstance(ctx.get("fields"), list), where, "name and fields")
+        cls = _namedtuple_class(ctx["name"], tuple(ctx["fields"]), where)
+        return pytree.TreeSpec(collections.namedtuple, cls, children)
+    if s.type.startswith("registered:"):
+        name = s.type[len("registered:"):]
+        cls = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(name)
+        if cls is None:
+            raise MalformedArtifactError(
+                f"{where}: pytree type {name!r} is not registered in this process; import the code "
+                "that registers it (torch.export.register_dataclass / register_pytree_node) before loading"
+            )
+        node_def = pytree.SUPPORTED_SERIALIZED_TYPES[cls]
+        if node_def.from_dumpable_context is not None:
+            context = node_def.from_dumpable_context(s.context)
+        else:
+            context = ctx
+        return pytree.TreeSpec(cls, context, children)
+    raise MalformedArtifactError(f"{where}: unknown pytree type {s.type!r}")
+
+
+def _load(s: schema.TreeSpec, where: str) -> Any:
+    if s.context is None:
+        return None
+    try:
+        return json.loads(s.context)
+    except ValueError as e:
+        raise MalformedArtifactError(f"{where}.context: invalid JSON ({e})") from None
+    except RecursionError:
+        raise MalformedArtifactError(f"{where}.context: JSON nested too deeply to decode") from None
+
+
+def _expect(ok: bool, where: str, what: str) -> None:
+    if not ok:
+        raise MalformedArtifactError(f"{where}.context: expected {what}; the artifact is damaged")
+
+
+def _namedtuple_class(qualname: str, fields: tuple[str, ...], where: str) -> type:
+    for cls in pytree.SUPPORTED_SERIALIZED_TYPES:
+        if (isinstance(cls, type) and pytree.is_namedtuple_class(cls)
+                and f"{cls.__module__}.{cls.__qualname__}" == qualname and tuple(cls._fields) == fields):
+            return cls
+    module, _, attr_path = qualname.rpartition(".")
+    # Longest already-imported module prefix; never import anything named by the artifact.
+    parts = qualname.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod = sys.modules.get(".".join(parts[:i]))
+        if mod is None:
+            continue
+        obj: Any = mod
+        for p in parts[i:]:
+            obj = getattr(obj, p, None) if "<" not in p else None
+            if obj is None:
+                break
+        if isinstance(obj, type) and pytree.is_namedtuple_class(obj) and tuple(obj._fields) == fields:
+            return obj
+        break
+    key = (qualname, fields)
+    cls = _SYNTHETIC_NAMEDTUPLES.get(key)
+    if cls is None:
+        for f in fields:
+            if not (isinstance(f, str) and f.isidentifier() and not f.startswith("_")):
+                raise MalformedArtifactError(f"{where}: namedtuple field {f!r} is not a valid name")
+        short = attr_path.rsplit(".", 1)[-1] or "NamedTuple"
+        cls = collections.namedtuple(short if short.isidentifier() else "NamedTuple", fields)
+        cls.__module__ = module or "__main__"
+        cls.__qualname__ = attr_path or short
+        _SYNTHETIC_NAMEDTUPLES[key] = cls
+    return cls

@@ -1,0 +1,283 @@
+"""Symbolic scalars and tensor metas: ``serialize_*`` functions and their inverse, ``SymbolicContext``.
+
+Writing reads sympy expressions off SymInt/SymFloat/SymBool nodes and prints them with our own
+printer. Reading rebuilds them in a fresh ShapeEnv through our restricted parser (never sympify),
+creating each symbol once, with the assumptions torch gives that kind of symbol.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental import symbolic_shapes
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
+
+from serde.core import schema, symbolic
+from serde.core.exprs import expr_from_sympy, expr_key, expr_text, expr_to_tree
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
+
+__all__ = [
+    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
+    "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
+]
+
+# ---------------------------------------------------------------- writing
+
+
+def _expr_of(v: Any) -> sympy.Basic:
+    return v.node.expr
+
+
+def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: Any) -> schema.SymExpr:
+    """The expression of a symbolic scalar, with its example value when it has one."""
+    hint = v.node.hint
+    return schema.SymExpr(
+        expr=expr_from_sympy(expr, where=where),
+        hint=None if hint is None else schema.SymExprHint(**{hint_member: convert(hint)}),
+    )
+
+
+def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.SymInt:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return schema.SymInt(as_int=v)
+    if isinstance(v, torch.SymInt):
+        expr = _expr_of(v)
+        if isinstance(expr, sympy.Integer):
+            return schema.SymInt(as_int=int(expr))
+        return schema.SymInt(as_expr=_sym_expr(v, expr, where, "as_int", int))
+    raise UnsupportedConstructError(f"{where}: expected an int or SymInt, got {type(v).__name__}")
+
+
+def serialize_sym_float(v: float | torch.SymFloat, where: str = "value") -> schema.SymFloat:
+    if isinstance(v, float):
+        return schema.SymFloat(as_float=schema.to_f64(v))
+    if isinstance(v, torch.SymFloat):
+        expr = _expr_of(v)
+        if isinstance(expr, (sympy.Float, sympy.Integer)):
+            return schema.SymFloat(as_float=schema.to_f64(float(expr)))
+        return schema.SymFloat(as_expr=_sym_expr(v, expr, where, "as_float", lambda h: schema.to_f64(float(h))))
+    raise UnsupportedConstructError(f"{where}: expected a float or SymFloat, got {type(v).__name__}")
+
+
+def serialize_sym_bool(v: bool | torch.SymBool, where: str = "value") -> schema.SymBool:
+    if isinstance(v, bool):
+        return schema.SymBool(as_bool=v)
+    if isinstance(v, torch.SymBool):
+        expr = _expr_of(v)
+        if expr in (sympy.true, sympy.false):
+            return schema.SymBool(as_bool=bool(expr))
+        return schema.SymBool(as_expr=_sym_expr(v, expr, where, "as_bool", bool))
+    raise UnsupportedConstructError(f"{where}: expected a bool or SymBool, got {type(v).__name__}")
+
+
+def serialize_device(d: torch.device) -> schema.Device:
+    return schema.Device(type=d.type, index=d.index)
+
+
+def deserialize_device(d: schema.Device) -> torch.device:
+    try:
+        return torch.device(d.type, d.index) if d.index is not None else torch.device(d.type)
+    except RuntimeError as e:
+        raise MalformedArtifactError(f"invalid device {d.type!r}:{d.index!r} ({e})") from None
+
+
+def serialize_tensor_meta(t: torch.Tensor, where: str = "tensor") -> schema.TensorMeta:
+    if t.layout != torch.strided:
+        raise UnsupportedConstructError(
+            f"{where}: tensors with layout {t.layout} are not supported; only strided tensors are"
+        )
+    return schema.TensorMeta(
+        dtype=serialize_dtype(t.dtype, where),
+        sizes=[serialize_sym_int(s, where) for s in t.shape],
+        requires_grad=t.requires_grad,
+        device=serialize_device(t.device),
+        strides=[serialize_sym_int(s, where) for s in t.stride()],
+        storage_offset=serialize_sym_int(t.storage_offset(), where),
+        layout=serialize_layout(t.layout, where),
+    )
+
+
+def _bound(v: Any, is_lower: bool) -> int | None:
+    if v in (int_oo, -int_oo, sympy.oo, -sympy.oo):
+        return None
+    if isinstance(v, sympy.Integer) or isinstance(v, int):
+        return int(v)
+    # Fractional bounds do not occur for integer symbols; round inwards so the range stays valid.
+    f = sympy.ceiling(v) if is_lower else sympy.floor(v)
+    return int(f)
+
+
+def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[schema.RangeConstraint]:
+    out = [
+        schema.RangeConstraint(
+            expr=expr_from_sympy(k, where="range_constraints"),
+            min_val=_bound(v.lower, True), max_val=_bound(v.upper, False),
+        )
+        for k, v in rc.items()
+    ]
+    return sorted(out, key=lambda r: expr_text(r.expr))
+
+
+# ---------------------------------------------------------------- reading
+
+
+class SymbolicContext:
+    """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
+
+    def __init__(self, range_constraints: list[schema.RangeConstraint]) -> None:
+        self.shape_env = symbolic_shapes.ShapeEnv(assume_static_by_default=True)
+        self.fake_mode = FakeTensorMode(
+            allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.shape_env
+        )
+        self.symbols: dict[str, sympy.Symbol] = {}
+        # Every unbacked symbol of the program (graph._bind_unbacked binds them to nodes).
+        self.unbacked_symbols: set[sympy.Symbol] = set()
+        self._exprs: dict[str, sympy.Basic] = {}
+        self._serialized_ranges = range_constraints
+        self._ranges: dict[str, ValueRanges] = {}
+        max_unbacked = {"u": -1, "zuf": -1}
+        for rc in range_constraints:
+            key = expr_text(rc.expr, where="range_constraints")
+            lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
+            hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
+            if lo > hi or key in self._ranges:
+                why = "its minimum exceeds its maximum" if lo > hi else "the symbol has two ranges"
+                raise MalformedArtifactError(
+                    f"range_constraints[{key!r}]: [{rc.min_val}, {rc.max_val}] is not a valid range: {why}; "
+                    "the artifact is damaged or was edited after saving")
+            self._ranges[key] = ValueRanges(lo, hi)
+            m = symbolic.SYMBOL_CLASS_RE.match(key)
+            if m and m.group(1) in max_unbacked:
+                max_unbacked[m.group(1)] = max(max_unbacked[m.group(1)], int(m.group(2)))
+        # Fresh unbacked symbols created later (e.g. by run_decompositions) must not reuse our names.
+        self.shape_env.unbacked_symint_counter = max(self.shape_env.unbacked_symint_counter, max_unbacked["u"] + 1)
+        self.shape_env.unbacked_symfloat_counter = max(
+            self.shape_env.unbacked_symfloat_counter, max_unbacked["zuf"] + 1
+        )
+
+    # -- symbols and expressions
+
+    def symbol(self, name: str) -> sympy.Symbol:
+        sym = self.symbols.get(name)
+        if sym is not None:
+            return sym
+        m = symbolic.SYMBOL_CLASS_RE.match(name)
+        vr = self._ranges.get(name)
+        # torch's ShapeEnv asserts on a symbol it has no range for: refuse such symbols here, by name.
+        if m is None:
+            raise MalformedArtifactError(
+                f"symbol {name[:80]!r}: not a symbol torch.export creates (s<N>, u<N>, zf<N> or zuf<N>); "
+                "the artifact is damaged")
+        if vr is None and m.group(1) == "s":
+            raise MalformedArtifactError(
+                f"symbol {name!r} has no entry in range_constraints, which every input dimension symbol "
+                "of an exported program has; the artifact is damaged")
+        sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
+        self.symbols[name] = sym
+        if vr is not None:
+            self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
+        if m.group(1) in ("u", "zuf"):
+            self.shape_env.var_to_range.setdefault(sym, vr or ValueRanges(-int_oo, int_oo))
+            self.unbacked_symbols.add(sym)
+        elif vr is None:  # a float symbol: unbounded, as torch creates it
+            self.shape_env.var_to_range.setdefault(sym, ValueRanges(-int_oo, int_oo))
+        return sym
+
+    def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
+        key = expr_key(e, where=where)
+        out = self._exprs.get(key)
+        if out is None:
+            from serde.core.symbolic import tree_to_sympy
+
+            out = self._exprs[key] = tree_to_sympy(expr_to_tree(e, where=where), self.symbol, where=where)
+        return out
+
+    def _hint(self, expr: sympy.Basic, hint: Any) -> Any:
+        """Record the example value of backed symbols; return the hint to attach to the SymNode."""
+        if hint is None:
+            return None
+        if symbolic_shapes.free_unbacked_symbols(expr):
+            return None
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self.shape_env.backed_var_to_val:
+                self.shape_env.add_backed_var_to_val(expr, hint)
+            return hint
+        # A derived dim such as 2*s0 + 1 carries the only example value of s0: solve for it.
+        free = [s for s in expr.free_symbols if s not in self.shape_env.backed_var_to_val]
+        if len(free) == 1 and isinstance(hint, int):
+            s = free[0]
+            poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
+            if poly is not None and poly.degree() == 1:
+                a, b = poly.all_coeffs()
+                if not (a.free_symbols or b.free_symbols):
+                    val = (sympy.Integer(hint) - b) / a
+                    if val.is_Integer:
+                        self.shape_env.add_backed_var_to_val(s, int(val))
+        return hint
+
+    def sym_int(self, s: schema.SymInt, where: str) -> int | torch.SymInt:
+        if s.as_int is not None:
+            return s.as_int
+        e = s.as_expr
+        expr = self.expr(e.expr, where)
+        hint = self._hint(expr, None if e.hint is None else e.hint.value)
+        if isinstance(expr, sympy.Integer):
+            return int(expr)
+        return self.shape_env.create_symintnode(expr, hint=hint)
+
+    def sym_float(self, s: schema.SymFloat, where: str) -> float | torch.SymFloat:
+        if s.as_expr is None:
+            return schema.from_f64(s.as_float)
+        e = s.as_expr
+        expr = self.expr(e.expr, where)
+        hint = None if e.hint is None else schema.from_f64(e.hint.value)
+        if symbolic_shapes.free_unbacked_symbols(expr):
+            hint = None
+        return self.shape_env.create_symfloatnode(expr, hint=hint)
+
+    def sym_bool(self, s: schema.SymBool, where: str) -> bool | torch.SymBool:
+        if s.as_expr is None:
+            return s.as_bool
+        return self.shape_env.create_symboolnode(self.expr(s.as_expr.expr, where))
+
+    def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
+        """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""
+        sizes = [self.sym_int(s, f"{where}.sizes[{i}]") for i, s in enumerate(m.sizes)]
+        strides = [self.sym_int(s, f"{where}.strides[{i}]") for i, s in enumerate(m.strides)]
+        if len(sizes) != len(strides):
+            raise MalformedArtifactError(f"{where}: {len(sizes)} sizes but {len(strides)} strides")
+        layout = deserialize_layout(m.layout, where)
+        if layout != torch.strided:
+            raise MalformedArtifactError(f"{where}: only strided tensors are supported, got {layout}")
+        offset = self.sym_int(m.storage_offset, f"{where}.storage_offset")
+        dtype, device = deserialize_dtype(m.dtype, where), deserialize_device(m.device)
+        try:
+            return self._fake_tensor(sizes, strides, offset, dtype, device, m.requires_grad)
+        except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # negative or out-of-range sizes, bad offsets
+            raise MalformedArtifactError(
+                f"{where}: sizes {sizes}, strides {strides}, storage offset {offset} do not describe a "
+                f"tensor ({str(e).splitlines()[0]}); the artifact is damaged") from None
+
+    def _fake_tensor(self, sizes: list, strides: list, offset: Any, dtype: torch.dtype, device: torch.device,
+                     requires_grad: bool) -> torch.Tensor:
+        with self.fake_mode:
+            if isinstance(offset, int) and offset == 0:
+                return torch.empty_strided(sizes, strides, dtype=dtype, device=device, requires_grad=requires_grad)
+            # A view into a larger storage (e.g. an output of split): keep its offset exactly.
+            extent = offset + 1
+            for size, stride in zip(sizes, strides, strict=True):
+                extent = extent + (size - 1) * stride
+            base = torch.empty(extent, dtype=dtype, device=device, requires_grad=requires_grad)
+            return base.as_strided(sizes, strides, offset)
+
+    def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:
+        out: dict[sympy.Basic, ValueRanges] = {}
+        for i, rc in enumerate(self._serialized_ranges):
+            out[self.expr(rc.expr, f"{where}[{i}]")] = self._ranges[expr_text(rc.expr)]
+        return out

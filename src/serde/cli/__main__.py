@@ -1,0 +1,5 @@
+import sys
+
+from serde.cli import main
+
+sys.exit(main())

@@ -1,0 +1,47 @@
+"""``pt2serde run PROGRAM --inputs FILE``: execute a native program with the reference runtime."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "run a native program on inputs (an inputs bundle or an artifact's example inputs)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="a native program written by `pt2serde emit`")
+    p.add_argument("--inputs", required=True,
+                   help="inputs file (native.io.write_inputs) or a .pt2s artifact (its example inputs)")
+    p.add_argument("--outputs", help="also write the outputs to this file (a serde.bridge.bundle)")
+    p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
+    p.add_argument("--max-loop-iterations", type=int, default=None, metavar="N",
+                   help="fail when loops iterate more than N times in one run, instead of hanging "
+                        "(default: native.runtime.DEFAULT_MAX_LOOP_ITERATIONS, ten million; 0: no limit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import torch.utils._pytree as pytree
+
+    from native.io import read_inputs, write_outputs
+    from native.runtime import DEFAULT_MAX_LOOP_ITERATIONS, load
+
+    limit = args.max_loop_iterations
+    limit = DEFAULT_MAX_LOOP_ITERATIONS if limit is None else (limit if limit > 0 else None)
+    method = load(args.program, arena=args.arena, max_loop_iterations=limit)
+    inputs, kwargs = read_inputs(args.inputs)
+    out = method.run(*inputs, **kwargs)
+    leaves, _ = pytree.tree_flatten_with_path(out)
+    for path, leaf in leaves:
+        key = pytree.keystr(path) or "output"
+        if isinstance(leaf, torch.Tensor):
+            flat = leaf.detach().reshape(-1)
+            head = ", ".join(f"{x:.6g}" if leaf.is_floating_point() else str(x) for x in flat[:6].tolist())
+            more = ", ..." if flat.numel() > 6 else ""
+            print(f"{key}: {str(leaf.dtype).removeprefix('torch.')}{list(leaf.shape)} [{head}{more}]")
+        else:
+            print(f"{key}: {leaf!r}")
+    if args.outputs:
+        write_outputs(args.outputs, out)
+    return 0

@@ -1,0 +1,155 @@
+"""Schema 2.0 expression trees (``schema.Expr``) <-> the tuple trees of :mod:`serde.core.symbolic`.
+
+One table maps each tuple-tree op to its ``Expr`` union member; both directions use it.
+Conversions are depth-bounded. Everything here is torch-free; only ``*_sympy`` touch sympy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from serde.errors import MalformedArtifactError
+
+from . import schema, symbolic
+
+__all__ = [
+    "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols",
+    "expr_key", "expr_from_text", "ranges_by_text", "FUNCTION_MEMBERS",
+]
+
+E = schema.Expr
+
+# tuple-tree op -> Expr member holding list<Expr> of its children, in order.
+FUNCTION_MEMBERS: dict[str, str] = {
+    "Add": "add", "Mul": "mul", "Pow": "pow",
+    "Eq": "eq", "Ne": "ne", "Lt": "lt", "Le": "le", "Gt": "gt", "Ge": "ge",
+    "And": "logical_and", "Or": "logical_or", "Not": "logical_not", "ITE": "ite",
+    "Abs": "abs", "floor": "floor", "ceiling": "ceiling",
+    "FloorDiv": "floor_div", "Mod": "mod", "PythonMod": "python_mod", "CleanDiv": "clean_div",
+    "CeilDiv": "ceil_div", "ModularIndexing": "modular_indexing", "Where": "where",
+    "CeilToInt": "ceil_to_int", "FloorToInt": "floor_to_int", "TruncToInt": "trunc_to_int",
+    "TruncToFloat": "trunc_to_float", "RoundToInt": "round_to_int", "RoundDecimal": "round_decimal",
+    "ToFloat": "to_float", "IntTrueDiv": "int_true_div", "FloatTrueDiv": "float_true_div",
+    "PowByNatural": "pow_by_natural", "FloatPow": "float_pow", "LShift": "lshift", "RShift": "rshift",
+    "Identity": "identity", "Max": "max", "Min": "min",
+    "IsNonOverlappingAndDenseIndicator": "is_non_overlapping_and_dense",
+    "BitwiseFn_bitwise_and": "bitwise_and", "BitwiseFn_bitwise_or": "bitwise_or",
+    "BitwiseFn_bitwise_xor": "bitwise_xor",
+}
+_MEMBER_OPS = {m: op for op, m in FUNCTION_MEMBERS.items()}
+_CONSTANTS: dict[str, schema.ExprConstant] = {
+    "True": schema.ExprConstant.TRUE, "False": schema.ExprConstant.FALSE,
+    "oo": schema.ExprConstant.INFINITY, "-oo": schema.ExprConstant.NEG_INFINITY,
+    "int_oo": schema.ExprConstant.INT_INFINITY, "-int_oo": schema.ExprConstant.NEG_INT_INFINITY,
+    "nan": schema.ExprConstant.NAN, "zoo": schema.ExprConstant.COMPLEX_INFINITY,
+}
+_CONSTANT_OPS = {v: k for k, v in _CONSTANTS.items()}
+_OPAQUE = "OpaqueUnaryFn_"
+_LEAVES = {"symbol", "integer", "floating", "rational", "constant", "opaque_unary", "piecewise"}
+
+if set(FUNCTION_MEMBERS.values()) | _LEAVES != set(schema.Expr.__struct_fields__):  # exhaustive, at import
+    raise AssertionError(
+        f"exprs tables out of sync with schema.Expr: "
+        f"{(set(FUNCTION_MEMBERS.values()) | _LEAVES) ^ set(schema.Expr.__struct_fields__)}")
+if set(_CONSTANT_OPS) != set(schema.ExprConstant):
+    raise AssertionError("ExprConstant values out of sync with exprs._CONSTANTS")
+
+
+def expr_from_tree(t: Any, *, where: str = "expression", _depth: int = 0) -> schema.Expr:
+    """Tuple tree (as produced by serde.core.symbolic) -> schema.Expr."""
+    if _depth > symbolic.MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {symbolic.MAX_EXPR_DEPTH}")
+    op = t[0]
+    if op == "Symbol":
+        return E(symbol=t[1])
+    if op == "Integer":
+        return E(integer=int(t[1]))
+    if op == "Float":
+        return E(floating=schema.to_f64(float(t[1])))
+    if op == "Rational":
+        return E(rational=schema.Rational(p=int(t[1]), q=int(t[2])))
+    if op in _CONSTANTS:
+        return E(constant=_CONSTANTS[op])
+    if op == "Piecewise":
+        flat = [expr_from_tree(x, where=where, _depth=_depth + 1) for pair in t[1:] for x in pair[1:]]
+        return E(piecewise=flat)
+    if op.startswith(_OPAQUE):
+        return E(opaque_unary=schema.OpaqueUnary(
+            fn=op[len(_OPAQUE):], arg=expr_from_tree(t[1], where=where, _depth=_depth + 1)))
+    member = FUNCTION_MEMBERS.get(op)
+    if member is None:
+        raise MalformedArtifactError(f"{where}: unknown expression op {op!r}")
+    return E(**{member: [expr_from_tree(c, where=where, _depth=_depth + 1) for c in t[1:]]})
+
+
+def expr_to_tree(e: schema.Expr, *, where: str = "expression", _depth: int = 0) -> tuple:
+    """schema.Expr -> tuple tree (validated later by serde.core.symbolic when built or printed)."""
+    if _depth > symbolic.MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {symbolic.MAX_EXPR_DEPTH}")
+    kind = e.kind
+    v = getattr(e, kind)
+    if kind == "symbol":
+        return ("Symbol", v)
+    if kind == "integer":
+        return ("Integer", v)
+    if kind == "floating":
+        return ("Float", repr(schema.from_f64(v)))
+    if kind == "rational":
+        return ("Rational", v.p, v.q)
+    if kind == "constant":
+        return (_CONSTANT_OPS[v],)
+    d = _depth + 1
+    if kind == "piecewise":
+        if len(v) % 2:
+            raise MalformedArtifactError(f"{where}: piecewise needs (expression, condition) pairs")
+        kids = [expr_to_tree(x, where=where, _depth=d) for x in v]
+        return ("Piecewise", *(("ExprCondPair", kids[i], kids[i + 1]) for i in range(0, len(kids), 2)))
+    if kind == "opaque_unary":
+        return (_OPAQUE + v.fn, expr_to_tree(v.arg, where=where, _depth=d))
+    return (_MEMBER_OPS[kind], *(expr_to_tree(x, where=where, _depth=d) for x in v))
+
+
+def expr_from_sympy(e: Any, *, where: str = "expression") -> schema.Expr:
+    return expr_from_tree(symbolic.sympy_to_tree(e, where=where), where=where)
+
+
+def expr_to_sympy(e: schema.Expr, symbol: Callable[[str], Any], *, where: str = "expression") -> Any:
+    return symbolic.tree_to_sympy(expr_to_tree(e, where=where), symbol, where=where)
+
+
+def expr_text(e: schema.Expr, *, where: str = "expression") -> str:
+    """Canonical readable text, e.g. ``2*s0 + 1``."""
+    return symbolic.tree_to_str(expr_to_tree(e, where=where), where=where)
+
+
+def expr_key(e: schema.Expr, *, where: str = "expression") -> tuple:
+    """A hashable key for an expression (its tuple tree)."""
+    return expr_to_tree(e, where=where)
+
+
+def expr_symbols(e: schema.Expr) -> set[str]:
+    """Names of the symbols in ``e``."""
+    out: set[str] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        kind = x.kind
+        v = getattr(x, kind)
+        if kind == "symbol":
+            out.add(v)
+        elif kind == "opaque_unary":
+            stack.append(v.arg)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return out
+
+
+def expr_from_text(text: str, *, where: str = "expression") -> schema.Expr:
+    """Parse canonical expression text (our restricted grammar) into a tree."""
+    return expr_from_tree(symbolic.parse_to_tree(text, where=where), where=where)
+
+
+def ranges_by_text(ranges: list[schema.RangeConstraint]) -> dict[str, schema.RangeConstraint]:
+    """Range constraints keyed by the text of their expression."""
+    return {expr_text(rc.expr, where=f"range_constraints[{i}]"): rc for i, rc in enumerate(ranges)}

@@ -1,0 +1,563 @@
+"""torch.export input guards: Python guard text <-> ``schema.InputGuards`` (torch-free).
+
+torch keeps the guards it recorded while tracing as Python source (``ep._guards_code``, e.g.
+``"L['x'].size()[0] == ((-1) + L['y'].size()[0])"``) and ``ep.module()`` compiles that text.
+An artifact is untrusted, so we never store text that will be compiled: saving parses each guard
+with an allow-list over :func:`ast.parse` (which only parses) into an ``Expr`` tree over a table
+of input sources, and loading prints the text back from the validated tree with our own printer.
+Whatever we print is checked once more by the same allow-list before torch sees it.
+
+Saving refuses a guard it cannot express instead of dropping it: a dropped guard would make the
+loaded program accept inputs the exported one rejects, silently, which is the bug this fixes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
+
+from . import schema
+from .symbolic import MAX_EXPR_DEPTH
+
+__all__ = [
+    "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
+    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_arguments", "input_leaves",
+    "source_problem",
+]
+
+E = schema.Expr
+P = schema.GuardProperty
+
+MAX_GUARDS = 10_000
+MAX_GUARD_CHARS = 16 * 1024
+_MAX_SOURCES = 10_000
+_MAX_PATH = 32
+_MAX_INDEX = 1 << 31
+_INT_LIMIT = 1 << 63
+
+# A source as a hashable, sortable key: (path, property, dim); path items are str or int.
+SourceKey = tuple[tuple[str | int, ...], int, int]
+
+# A name key must look like a plain identifier and not a dunder: it is printed inside quotes,
+# but keeping it boring means no key can ever reach anything but a dict lookup.
+_KEY_RE = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]{0,199}\Z")
+# Characters any guard torch prints can contain; everything else is refused before parsing.
+_ALLOWED_CHARS = re.compile(r"[A-Za-z0-9_ ()\[\]'.,+\-*/%<>=!&|^]*\Z")
+_SYMBOL_RE = re.compile(r"g(0|[1-9][0-9]{0,5})\Z")
+
+_BINOPS: dict[type, str] = {
+    ast.Add: "add", ast.Mult: "mul", ast.Div: "float_true_div", ast.FloorDiv: "floor_div",
+    ast.Mod: "python_mod", ast.Pow: "pow", ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or",
+    ast.BitXor: "bitwise_xor",
+}
+_CMPOPS: dict[type, str] = {
+    ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
+}
+# Functions torch's ShapeGuardPythonPrinter emits, with their Expr member and arity (min, max).
+_CALLS: dict[str, tuple[str, int, int]] = {
+    "abs": ("abs", 1, 1), "max": ("max", 2, 64), "min": ("min", 2, 64),
+    "math.floor": ("floor_to_int", 1, 1), "math.ceil": ("ceil_to_int", 1, 1),
+    "math.trunc": ("trunc_to_int", 1, 1), "torch.sym_float": ("to_float", 1, 1),
+    "round": ("round_to_int", 1, 1),
+}
+_OPAQUE: dict[str, str] = {"torch._sym_sqrt": "sqrt", **{f"math.{f}": f for f in (
+    "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")}}
+_OPAQUE_TEXT = {fn: text for text, fn in _OPAQUE.items()}
+_CALL_TEXT = {m: text for text, (m, _, _) in _CALLS.items()}
+_NAMED_CONSTANTS = {"math.inf": schema.ExprConstant.INFINITY, "math.nan": schema.ExprConstant.NAN}
+_CONSTANT_TEXT = {
+    schema.ExprConstant.TRUE: "True", schema.ExprConstant.FALSE: "False",
+    schema.ExprConstant.INFINITY: "math.inf", schema.ExprConstant.NEG_INFINITY: "(-math.inf)",
+    schema.ExprConstant.NAN: "math.nan",
+}
+_PROPERTY_TEXT = {P.SIZE: ".size()[{}]", P.STRIDE: ".stride()[{}]", P.STORAGE_OFFSET: ".storage_offset()"}
+_INFIX = {"add": " + ", "mul": " * ", "float_true_div": " / ", "floor_div": " // ", "python_mod": " % ",
+          "pow": " ** ", "bitwise_and": " & ", "bitwise_or": " | ", "bitwise_xor": " ^ ",
+          "eq": " == ", "ne": " != ", "lt": " < ", "le": " <= ", "gt": " > ", "ge": " >= ",
+          "logical_and": " and ", "logical_or": " or "}
+_BINARY_ONLY = {"float_true_div", "floor_div", "python_mod", "pow", "eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def guards_from_code(codes: list[str], *, where: str = "guards",
+                     resolve: Callable[[SourceKey], SourceKey] | None = None) -> schema.InputGuards | None:
+    """Parse torch guard text into sorted, numbered ``InputGuards`` (``None`` when empty).
+
+    ``resolve`` maps each source to the form to store (and raises when it names no input).
+
+    Raises:
+        UnsupportedConstructError: a guard uses something outside the allow-list (names the guard
+            and the reason); the program cannot be saved without losing that input check.
+    """
+    if len(codes) > MAX_GUARDS:
+        raise UnsupportedConstructError(f"{where}: {len(codes)} guards, more than the {MAX_GUARDS} we store")
+    parser = _Parser(where, resolve)
+    trees = [parser.guard(c, f"{where}[{i}]") for i, c in enumerate(codes)]
+    return _number(parser.sources, trees) if trees else None
+
+
+def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]:
+    """Validated Python text of every check, in stored order, the way torch writes guards.
+
+    Raises:
+        UnsafeArtifactError: a source key is not a plain identifier or index.
+        MalformedArtifactError: any other inconsistency (unknown symbol, bad dim, an Expr member
+            guards never use, too deep, ...).
+    """
+    names = _source_names(g, where)
+    out = []
+    for i, e in enumerate(g.checks):
+        w = f"{where}.checks[{i}]"
+        text = _Printer(names, w).expr(e, 0)
+        # Defence in depth: what torch will compile must pass the same allow-list as saving.
+        try:
+            _Parser(w).guard(text, w)
+        except UnsupportedConstructError as err:
+            raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+        out.append(text)
+    return out
+
+
+def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> schema.InputGuards | None:
+    """``g`` with sources renumbered and checks sorted and deduplicated (idempotent)."""
+    if g is None:
+        return None
+    try:
+        return guards_from_code(guards_to_code(g, where=where), where=where)
+    except UnsupportedConstructError as e:  # unreachable for text we printed; keep the type honest
+        raise MalformedArtifactError(str(e)) from None
+
+
+def guard_texts(g: schema.InputGuards | None, *, where: str = "guards") -> list[str]:
+    """Readable lines for ``show``/``diff``: the checks as torch would print them."""
+    return [] if g is None else guards_to_code(g, where=where)
+
+
+def source_key(s: schema.GuardSource) -> SourceKey:
+    return tuple(k.value for k in s.path), int(s.property), -1 if s.dim is None else s.dim
+
+
+def source_text(s: schema.GuardSource | SourceKey) -> str:
+    """``L['x'].size()[0]`` for a (validated) source."""
+    path, prop, dim = s if isinstance(s, tuple) else source_key(s)
+    text = "L" + "".join(f"['{k}']" if isinstance(k, str) else f"[{k}]" for k in path)
+    fmt = _PROPERTY_TEXT.get(P(prop))
+    return text if fmt is None else text + fmt.format(dim)
+
+
+def input_paths(in_spec: schema.TreeSpec, arg_names: list[str], *, where: str = "in_spec") -> list[tuple | None]:
+    """Key path of each flat user input, as guards name it: forward parameter name, then keys.
+
+    ``in_spec`` is the (args, kwargs) spec of the root call; ``None`` marks a leaf a guard
+    cannot name (inside a namedtuple or registered class, or a positional without a name).
+    Torch-free, for readers of the schema (the native emitter).
+    """
+    out: list[tuple | None] = []
+    if in_spec.type != "tuple" or len(in_spec.children) != 2:
+        raise MalformedArtifactError(f"{where}: the root input spec must be (args, kwargs)")
+    args, kwargs = in_spec.children
+    for i, c in enumerate(args.children):
+        _walk_paths(c, (arg_names[i],) if i < len(arg_names) else None, out, where, 0)
+    for k, c in zip(_dict_keys(kwargs, where), kwargs.children, strict=True):
+        _walk_paths(c, (k,) if isinstance(k, str) else None, out, where, 0)
+    return out
+
+
+def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
+    """Nameable user inputs by guard path -> the graph input they are (empty without a root
+    module call signature, so that every guard source is then "not an input")."""
+    root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
+    if root is None:
+        return {}
+    paths = input_paths(root.in_spec, list(root.forward_arg_names or []),
+                        where="graph_module.module_call_graph[<root>].signature.in_spec")
+    user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=False)
+            if spec.kind in ("user_input", "constant_input")]
+    if len(paths) != len(user):
+        raise MalformedArtifactError(f"guards: the input spec has {len(paths)} leaves for {len(user)} user inputs")
+    return {path: arg for path, arg in zip(paths, user, strict=True) if path is not None}
+
+
+def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
+    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...)."""
+    out: dict[tuple, int | None] = {}
+    for path, arg in input_arguments(gm).items():
+        meta = gm.graph.tensor_values.get(arg.as_tensor.name) if arg.kind == "as_tensor" else None
+        out[path] = len(meta.sizes) if meta is not None else None
+    return out
+
+
+def source_problem(path: tuple, prop: int, dim: int, leaves: Mapping[tuple, int | None]) -> str | None:
+    """Why a source cannot be read from the inputs ``leaves`` (see input_leaves), or None."""
+    if path not in leaves:
+        known = ", ".join(source_text((p, int(P.VALUE), -1)) for p in sorted(leaves, key=_sort_key_path))
+        return f"is not an input of the program (inputs: {known or 'none'})"
+    rank = leaves[path]
+    if prop == P.VALUE:
+        return None if rank is None else "reads a tensor input as a number"
+    if rank is None:
+        return "reads a size, stride or offset of an input that is not a tensor"
+    if prop != P.STORAGE_OFFSET and not 0 <= dim < rank:
+        return f"names dim {dim} of a rank-{rank} tensor"
+    return None
+
+
+def _sort_key_path(path: tuple) -> tuple:
+    return _sort_key((path, 0, 0))
+
+
+def _walk_paths(s: schema.TreeSpec, path: tuple | None, out: list, where: str, depth: int) -> None:
+    if depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: input spec nested deeper than {MAX_EXPR_DEPTH}")
+    if s.type == "*":
+        out.append(path)
+        return
+    if s.type in ("tuple", "list", "deque"):
+        keys: list[Any] = list(range(len(s.children)))
+    elif s.type in ("dict", "OrderedDict", "defaultdict"):
+        keys = _dict_keys(s, where)
+    else:  # namedtuple fields and registered classes are attributes, which guards never name
+        keys = [None] * len(s.children)
+    for k, c in zip(keys, s.children, strict=True):
+        ok = path is not None and (type(k) is int or isinstance(k, str))
+        _walk_paths(c, (*path, k) if ok else None, out, where, depth + 1)
+
+
+def _dict_keys(s: schema.TreeSpec, where: str) -> list:
+    try:
+        ctx = json.loads(s.context or "null")
+    except ValueError:
+        raise MalformedArtifactError(f"{where}: dict context is not JSON") from None
+    keys = ctx.get("keys") if isinstance(ctx, dict) else ctx
+    if not isinstance(keys, list) or len(keys) != len(s.children):
+        raise MalformedArtifactError(f"{where}: dict context must list one key per child")
+    return keys
+
+
+# ---------------------------------------------------------------- parsing (save side)
+
+
+class _Parser:
+    """Allow-list walk over ``ast.parse(..., mode="eval")``; sources get temporary symbols."""
+
+    def __init__(self, where: str, resolve: Callable[[SourceKey], SourceKey] | None = None) -> None:
+        self.where = where
+        self.resolve = resolve
+        self.sources: dict[SourceKey, str] = {}
+
+    def guard(self, text: Any, where: str) -> schema.Expr:
+        self.at = where
+        if not isinstance(text, str):
+            self._refuse(repr(text)[:80], f"a guard must be text, got {type(text).__name__}")
+        if len(text) > MAX_GUARD_CHARS:
+            self._refuse(text[:80] + "...", f"longer than {MAX_GUARD_CHARS} characters")
+        if not _ALLOWED_CHARS.match(text):
+            bad = sorted({c for c in text if not _ALLOWED_CHARS.match(c)})
+            self._refuse(text, f"characters outside the guard grammar: {bad!r}")
+        self.text = text
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            self._refuse(text, f"not a Python expression ({type(e).__name__})")
+        return self._expr(tree.body, 0)
+
+    def _refuse(self, text: str, why: str) -> Any:
+        raise UnsupportedConstructError(
+            f"{self.at}: cannot store guard {text!r}: {why}. pt2serde stores guards as expressions "
+            "over input sizes, strides and values; export without this guard (e.g. other "
+            "dynamic_shapes) or report the guard form."
+        )
+
+    def _expr(self, n: ast.AST, depth: int) -> schema.Expr:
+        if depth > MAX_EXPR_DEPTH:
+            self._refuse(self.text, f"nested deeper than {MAX_EXPR_DEPTH}")
+        d = depth + 1
+        src = self._source(n)
+        if src is not None:
+            if self.resolve is not None:
+                src = self.resolve(src)
+            return E(symbol=self.sources.setdefault(src, f"t{len(self.sources)}"))
+        if isinstance(n, ast.Constant):
+            return self._constant(n.value)
+        if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
+            left, right = self._expr(n.left, d), self._expr(n.right, d)
+            return E(**{_BINOPS[type(n.op)]: [left, right]})
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub):
+            return E(add=[self._expr(n.left, d), _negate(self._expr(n.right, d))])
+        if isinstance(n, ast.UnaryOp):
+            if isinstance(n.op, ast.USub):
+                return _negate(self._expr(n.operand, d))
+            if isinstance(n.op, ast.UAdd):
+                return self._expr(n.operand, d)
+            if isinstance(n.op, ast.Not):
+                return E(logical_not=[self._expr(n.operand, d)])
+        if isinstance(n, ast.BoolOp):
+            member = "logical_and" if isinstance(n.op, ast.And) else "logical_or"
+            return E(**{member: [self._expr(v, d) for v in n.values]})
+        if isinstance(n, ast.Compare) and all(type(op) in _CMPOPS for op in n.ops):
+            operands = [self._expr(x, d) for x in (n.left, *n.comparators)]
+            pairs = [E(**{_CMPOPS[type(op)]: [operands[i], operands[i + 1]]}) for i, op in enumerate(n.ops)]
+            return pairs[0] if len(pairs) == 1 else E(logical_and=pairs)
+        if isinstance(n, ast.IfExp):
+            return E(ite=[self._expr(n.test, d), self._expr(n.body, d), self._expr(n.orelse, d)])
+        if isinstance(n, ast.Call):
+            return self._call(n, d)
+        if isinstance(n, ast.Attribute) and _dotted(n) in _NAMED_CONSTANTS:
+            return E(constant=_NAMED_CONSTANTS[_dotted(n)])
+        return self._refuse(self.text, f"{type(n).__name__} `{_snippet(n)}` is not allowed in a guard")
+
+    def _constant(self, v: Any) -> schema.Expr:
+        if isinstance(v, bool):
+            return E(constant=schema.ExprConstant.TRUE if v else schema.ExprConstant.FALSE)
+        if isinstance(v, int):
+            if abs(v) >= _INT_LIMIT:
+                self._refuse(self.text, f"integer {v} does not fit in 64 bits")
+            return E(integer=v)
+        if isinstance(v, float) and math.isfinite(v):
+            return E(floating=v)
+        return self._refuse(self.text, f"constant {v!r} of type {type(v).__name__} is not allowed")
+
+    def _call(self, n: ast.Call, d: int) -> schema.Expr:
+        name = _dotted(n.func)
+        if n.keywords or any(isinstance(a, ast.Starred) for a in n.args):
+            self._refuse(self.text, f"call of {name or _snippet(n.func)} with keyword or starred arguments")
+        args = [self._expr(a, d) for a in n.args] if name in _CALLS or name in _OPAQUE else []
+        if name == "round" and len(args) == 2:
+            return E(round_decimal=args)
+        if name in _CALLS:
+            member, lo, hi = _CALLS[name]
+            if not lo <= len(args) <= hi:
+                self._refuse(self.text, f"{name} takes {lo}..{hi} arguments, got {len(args)}")
+            return E(**{member: args})
+        if name in _OPAQUE and len(args) == 1:
+            return E(opaque_unary=schema.OpaqueUnary(fn=_OPAQUE[name], arg=args[0]))
+        allowed = sorted([*_CALLS, *_OPAQUE])
+        return self._refuse(self.text, f"call of `{_snippet(n.func)}` is not one of {allowed}")
+
+    def _source(self, n: ast.AST) -> SourceKey | None:
+        """``L[...]...[k]``, optionally ``.size()[i]``/``.stride()[i]``/``.storage_offset()``."""
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and _method(n.value) in ("size", "stride"):
+            dim = _int_key(n.slice)
+            if dim is None:
+                self._refuse(self.text, f"`{_snippet(n)}`: a dimension must be a non-negative integer")
+            prop = P.SIZE if _method(n.value) == "size" else P.STRIDE
+            return self._path(n.value.func.value), int(prop), dim
+        if isinstance(n, ast.Call) and _method(n) == "storage_offset":
+            return self._path(n.func.value), int(P.STORAGE_OFFSET), -1
+        if isinstance(n, ast.Name) or (isinstance(n, ast.Subscript) and _rooted_at_l(n)):
+            return self._path(n), int(P.VALUE), -1
+        return None
+
+    def _path(self, n: ast.AST) -> tuple[str | int, ...]:
+        keys: list[str | int] = []
+        while isinstance(n, ast.Subscript) and len(keys) <= _MAX_PATH:
+            k = _int_key(n.slice)
+            if k is None and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+                k = n.slice.value
+                if not _KEY_RE.match(k):
+                    self._refuse(self.text, f"input key {k!r} is not a plain identifier")
+            if k is None:
+                self._refuse(self.text, f"`{_snippet(n)}`: an input key must be a name or an index")
+            keys.append(k)
+            n = n.value
+        if not (isinstance(n, ast.Name) and n.id == "L"):
+            self._refuse(self.text, f"`{_snippet(n)}` is not an input (inputs are L[<name>]...)")
+        keys.reverse()
+        if not keys or not isinstance(keys[0], str) or len(keys) > _MAX_PATH:
+            self._refuse(self.text, f"an input path starts with a name and has 1..{_MAX_PATH} keys")
+        if len(self.sources) >= _MAX_SOURCES:
+            self._refuse(self.text, f"more than {_MAX_SOURCES} distinct inputs")
+        return tuple(keys)
+
+
+def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schema.InputGuards:
+    """Rename temporary symbols to g0.. in sorted-source order; sort and dedupe the checks."""
+    order = sorted(sources, key=_sort_key)
+    rename = {sources[k]: f"g{i}" for i, k in enumerate(order)}
+    table = [_make_source(f"g{i}", k) for i, k in enumerate(order)]
+    names = {s.symbol: source_text(s) for s in table}
+    checks: dict[str, schema.Expr] = {}
+    for t in trees:
+        t = _rename(t, rename.__getitem__, 0)
+        checks.setdefault(_Printer(names, "guards").expr(t, 0), t)
+    used = set()
+    for t in checks.values():
+        used |= _symbols(t)
+    if used != set(rename.values()):  # unreachable: every source came from a check
+        raise AssertionError("guard sources and checks disagree")
+    return schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
+
+
+def _sort_key(k: SourceKey) -> tuple:
+    path, prop, dim = k
+    return tuple((0, x, 0) if isinstance(x, str) else (1, "", x) for x in path), prop, dim
+
+
+def _make_source(symbol: str, k: SourceKey) -> schema.GuardSource:
+    path, prop, dim = k
+    keys = [schema.GuardKey(name=x) if isinstance(x, str) else schema.GuardKey(index=x) for x in path]
+    return schema.GuardSource(symbol=symbol, path=keys, property=P(prop), dim=None if dim < 0 else dim)
+
+
+def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
+    if depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"guards: expression nested deeper than {MAX_EXPR_DEPTH}")
+    kind, v = e.kind, e.value
+    if kind == "symbol":
+        return E(symbol=f(v))
+    if kind == "opaque_unary":
+        return E(opaque_unary=schema.OpaqueUnary(fn=v.fn, arg=_rename(v.arg, f, depth + 1)))
+    if isinstance(v, list):
+        return E(**{kind: [_rename(x, f, depth + 1) for x in v]})
+    return e
+
+
+def _symbols(e: schema.Expr) -> set[str]:
+    out, stack = set(), [e]
+    while stack:
+        x = stack.pop()
+        v = x.value
+        if x.kind == "symbol":
+            out.add(v)
+        elif x.kind == "opaque_unary":
+            stack.append(v.arg)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return out
+
+
+def _negate(e: schema.Expr) -> schema.Expr:
+    if e.kind == "integer" and e.integer != -_INT_LIMIT:
+        return E(integer=-e.integer)
+    if e.kind == "floating":
+        return E(floating=-e.floating)
+    if e.kind == "constant" and e.constant == schema.ExprConstant.INFINITY:
+        return E(constant=schema.ExprConstant.NEG_INFINITY)
+    return E(mul=[E(integer=-1), e])
+
+
+def _dotted(n: ast.AST) -> str | None:
+    """``abs`` / ``math.floor`` / ``torch._sym_sqrt`` for a plain (dotted) name, else None."""
+    if isinstance(n, ast.Name):
+        return n.id
+    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+        return f"{n.value.id}.{n.attr}"
+    return None
+
+
+def _method(n: ast.Call) -> str | None:
+    if isinstance(n.func, ast.Attribute) and not n.args and not n.keywords:
+        return n.func.attr
+    return None
+
+
+def _rooted_at_l(n: ast.AST) -> bool:
+    while isinstance(n, ast.Subscript):
+        n = n.value
+    return isinstance(n, ast.Name) and n.id == "L"
+
+
+def _int_key(n: ast.AST) -> int | None:
+    if isinstance(n, ast.Constant) and type(n.value) is int and 0 <= n.value < _MAX_INDEX:
+        return n.value
+    return None
+
+
+def _snippet(n: ast.AST) -> str:
+    try:
+        text = ast.unparse(n)
+    except Exception:  # unparse of odd trees can fail; the message just gets vaguer
+        text = type(n).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---------------------------------------------------------------- printing (load side)
+
+
+def _source_names(g: schema.InputGuards, where: str) -> dict[str, str]:
+    if len(g.sources) > _MAX_SOURCES or len(g.checks) > MAX_GUARDS:
+        raise MalformedArtifactError(f"{where}: more than {_MAX_SOURCES} sources or {MAX_GUARDS} checks")
+    names: dict[str, str] = {}
+    for i, s in enumerate(g.sources):
+        w = f"{where}.sources[{i}]"
+        if not _SYMBOL_RE.match(s.symbol) or s.symbol in names:
+            raise MalformedArtifactError(f"{w}.symbol: {s.symbol!r} is not a fresh name g<N>")
+        if not s.path or not 1 <= len(s.path) <= _MAX_PATH or s.path[0].kind != "name":
+            raise MalformedArtifactError(f"{w}.path: must start with an input name and have 1..{_MAX_PATH} keys")
+        for j, k in enumerate(s.path):
+            v = k.value
+            ok = _KEY_RE.match(v) if k.kind == "name" else type(v) is int and 0 <= v < _MAX_INDEX
+            if not ok:
+                raise UnsafeArtifactError(
+                    f"{w}.path[{j}]: key {v!r} is not a plain identifier or a non-negative index; "
+                    "guards are printed as code, so the artifact is refused.")
+        sized = s.property in (P.SIZE, P.STRIDE)
+        if sized != (s.dim is not None) or (sized and not 0 <= s.dim < _MAX_INDEX):
+            raise MalformedArtifactError(f"{w}.dim: {s.dim!r} does not fit property {s.property.name}")
+        names[s.symbol] = source_text(s)
+    return names
+
+
+class _Printer:
+    """Fully parenthesised Python text; only Expr members the parser produces are accepted."""
+
+    def __init__(self, names: Mapping[str, str], where: str) -> None:
+        self.names, self.where = names, where
+
+    def expr(self, e: schema.Expr, depth: int) -> str:
+        if depth > MAX_EXPR_DEPTH:
+            raise MalformedArtifactError(f"{self.where}: expression nested deeper than {MAX_EXPR_DEPTH}")
+        d = depth + 1
+        kind, v = e.kind, e.value
+        if kind == "symbol":
+            if v not in self.names:
+                raise MalformedArtifactError(f"{self.where}: symbol {v!r} is not in guards.sources")
+            return self.names[v]
+        if kind == "integer":
+            return str(v) if v >= 0 else f"({v})"
+        if kind == "floating":
+            x = schema.from_f64(v)
+            if not math.isfinite(x):
+                raise MalformedArtifactError(f"{self.where}: non-finite float {v!r}; use a constant")
+            return repr(x) if x >= 0 else f"({x!r})"
+        if kind == "constant":
+            if v not in _CONSTANT_TEXT:
+                raise MalformedArtifactError(f"{self.where}: constant {v.name} does not occur in guards")
+            return _CONSTANT_TEXT[v]
+        if kind == "opaque_unary":
+            if v.fn not in _OPAQUE_TEXT:
+                raise MalformedArtifactError(f"{self.where}: function {v.fn!r} does not occur in guards")
+            return f"{_OPAQUE_TEXT[v.fn]}({self.expr(v.arg, d)})"
+        if kind in _INFIX:
+            if len(v) < 2 or (kind in _BINARY_ONLY and len(v) != 2):
+                raise MalformedArtifactError(f"{self.where}: {kind} with {len(v)} operands")
+            if kind == "add":
+                return "(" + "".join(self._term(x, i, d) for i, x in enumerate(v)) + ")"
+            return "(" + _INFIX[kind].join(self.expr(x, d) for x in v) + ")"
+        if kind == "logical_not" and len(v) == 1:
+            return f"(not {self.expr(v[0], d)})"
+        if kind == "ite" and len(v) == 3:
+            return f"({self.expr(v[1], d)} if {self.expr(v[0], d)} else {self.expr(v[2], d)})"
+        if kind == "round_decimal" and len(v) == 2:
+            return f"round({self.expr(v[0], d)}, {self.expr(v[1], d)})"
+        if kind in _CALL_TEXT:
+            _, lo, hi = _CALLS[_CALL_TEXT[kind]]
+            if lo <= len(v) <= hi:
+                return f"{_CALL_TEXT[kind]}({', '.join(self.expr(x, d) for x in v)})"
+        raise MalformedArtifactError(f"{self.where}: expression member {kind!r} (arity {_arity(v)}) "
+                                     "does not occur in guards")
+
+    def _term(self, x: schema.Expr, i: int, d: int) -> str:
+        """Terms of a sum; ``-1 * t`` prints as ``- t`` so guards read like torch's."""
+        if x.kind == "mul" and len(x.mul) == 2 and x.mul[0].kind == "integer" and x.mul[0].integer == -1:
+            return ("-" if i == 0 else " - ") + self.expr(x.mul[1], d)
+        return ("" if i == 0 else " + ") + self.expr(x, d)
+
+
+def _arity(v: Any) -> int | str:
+    return len(v) if isinstance(v, list) else "-"

@@ -1,0 +1,96 @@
+"""Caps on everything an artifact can make the loader do, checked before the work they bound.
+
+One :class:`Limits` object travels from :func:`serde.load` (and ``read_archive``) to every check.
+The defaults are far above what real exported programs use; raise one for a trusted file with
+``serde.load(path, limits=Limits(max_list_len=...))``. Every violation is a :class:`LimitError`
+subclass naming the field, the value, the limit and the ``Limits`` field to raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serde.errors import UnsafeArtifactError
+
+__all__ = [
+    "Limits", "DEFAULT_LIMITS", "LimitError", "ListTooLongError", "NameTooLongError", "TooManyNodesError",
+    "TensorRankError", "TensorSizeError", "IntegerTooLargeError", "check_limit", "too_large",
+]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps applied while reading an artifact, before anything is allocated, built or evaluated.
+
+    Raise them (``Limits(max_file_bytes=...)``) for very large models from trusted sources.
+    """
+
+    # the archive (read_archive)
+    max_file_bytes: int = 1 << 40
+    max_members: int = 1 << 20
+    max_member_bytes: int = 1 << 40
+    max_json_bytes: int = 1 << 30
+    # the program (deserialize_program)
+    max_name_chars: int = 1024          # a node name, placeholder, FQN, forward argument name
+    max_text_chars: int = 1 << 20       # one metadata string (stack trace, custom JSON)
+    max_list_len: int = 1 << 16         # one list argument or list of sizes/names
+    max_nodes: int = 1 << 20            # nodes over the graph and all its subgraphs
+    max_tensor_rank: int = 64           # torch's own kernels index dims with int8-sized tables
+    max_tensor_elements: int = (1 << 63) - 1   # the product of concrete sizes, as int64
+    # symbolic expressions (serde.core.symbolic and native.exprs). These bound every expression parse and
+    # evaluation in the process and are read from DEFAULT_LIMITS, not per load; length and depth
+    # violations stay MalformedArtifactError (as before), magnitudes are IntegerTooLargeError.
+    max_expr_chars: int = 64 * 1024
+    max_expr_depth: int = 200
+    max_int_bits: int = 128             # an integer literal in an expression or a size
+    max_exponent: int = 64              # an exponent applied to a symbolic (unknown) base
+    max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
+    # native programs (native.program.decode)
+    max_arena_bytes: int = 1 << 36      # one memory-plan arena, allocated when a Method is built
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class LimitError(UnsafeArtifactError):
+    """A value in the artifact exceeds a :class:`Limits` cap."""
+
+
+class ListTooLongError(LimitError):
+    """A list (argument, sizes, names) is longer than ``Limits.max_list_len``."""
+
+
+class NameTooLongError(LimitError):
+    """A name or metadata text is longer than ``Limits.max_name_chars`` / ``max_text_chars``."""
+
+
+class TooManyNodesError(LimitError):
+    """The program has more nodes than ``Limits.max_nodes``."""
+
+
+class TensorRankError(LimitError):
+    """A tensor has more dimensions than ``Limits.max_tensor_rank``."""
+
+
+class TensorSizeError(LimitError):
+    """A tensor has more elements than ``Limits.max_tensor_elements``."""
+
+
+class IntegerTooLargeError(LimitError):
+    """An integer or an exponent exceeds ``Limits.max_int_bits`` / ``max_exponent`` / ``max_power_bits``."""
+
+
+def check_limit(value: int, limits: Limits, field: str, where: str, what: str,
+                error: type[LimitError]) -> None:
+    """Raise ``error`` when ``value`` exceeds ``limits.<field>``, saying how to raise the limit."""
+    cap = getattr(limits, field)
+    if value > cap:
+        raise error(too_large(where, what, value, field, cap))
+
+
+def too_large(where: str, what: str, value: object, field: str, cap: int, *, per_load: bool = True) -> str:
+    """The message of every limit violation (``per_load=False``: a cap that ``load(limits=)`` cannot raise)."""
+    how = (f"If it is trusted, load it with limits=serde.Limits({field}=...)" if per_load else
+           f"This cap (serde.core.limits.DEFAULT_LIMITS.{field}) bounds expression evaluation everywhere and is "
+           "not raised per load; no program torch.export writes comes near it")
+    return f"{where}: {what} is {value}, more than Limits.{field}={cap}; the artifact is damaged or hostile. {how}"

@@ -1,0 +1,414 @@
+"""The one check of every name an artifact hands to torch: node names, placeholders, FQNs, attributes.
+
+torch.fx writes names into the Python source it generates and compiles for a GraphModule
+(``x = self.lin.weight``, ``getattr(self.layers, "0")``, ``def forward(self, x)``), so a name
+from a file is code unless it is proven harmless. Every name is checked here, against a strict
+grammar, before any torch object is built from the program:
+
+* **local names** (node names, placeholders, value names, keyword-argument names, forward
+  argument names): ASCII identifiers, not Python keywords, and not the globals
+  fx's generated code relies on (``torch``, ``self``, ``fx_pytree`` ...). Builtin names such as
+  ``input`` or ``max`` stay allowed: torch.export itself names placeholders after the user's
+  forward arguments.
+* **FQNs** (parameters, buffers, constants, custom objects, module call graph entries,
+  ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier or a decimal
+  index (``layers.0.weight``, as ModuleList makes them); no segment may start with ``__``, be a
+  keyword or an attribute of ``nn.Module`` / ``GraphModule`` / the modules ``ep.module()`` and
+  ``unflatten`` build (``forward``, ``training``, ``graph``, ``_modules``, ``_in_spec`` ...),
+  which torch would either refuse or let the file overwrite.
+* **attribute names** (subgraphs): one FQN segment that is an identifier not starting with ``_``.
+* **metadata text** (stack traces, module type names, source functions): no line breaks other
+  than ``\\n`` (fx splits stack traces on ``\\n`` only and prints them into comments; a ``\\r``
+  would end the comment for Python's tokenizer), no control characters.
+
+Names are also bounded by :class:`serde.core.limits.Limits` (``max_name_chars``, ``max_text_chars``,
+``max_list_len``, ``max_nodes``, ``max_tensor_rank``) before anything walks them further.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from collections.abc import Iterable
+
+from serde.core.walk import argument_names, argument_subgraphs
+from serde.errors import UnsafeArtifactError
+
+from . import schema
+from .limits import (
+    DEFAULT_LIMITS,
+    IntegerTooLargeError,
+    Limits,
+    ListTooLongError,
+    NameTooLongError,
+    TensorRankError,
+    TensorSizeError,
+    TooManyNodesError,
+    check_limit,
+)
+
+__all__ = [
+    "UnsafeNameError", "check_local_name", "check_fqn", "check_attr_name", "check_text",
+    "check_program", "check_weight_names", "RESERVED_ATTRIBUTES", "RESERVED_LOCALS",
+]
+
+
+class UnsafeNameError(UnsafeArtifactError):
+    """A name from the artifact could inject code or shadow a module attribute once torch.fx uses it."""
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SEGMENT = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]*)\Z")
+_CALL_INDEX = re.compile(r"@(?:0|[1-9][0-9]*)\Z")   # unflatten's "sub@1": the second call of sub
+# Everything str.splitlines() breaks on except "\n", and the other C0/C1 controls except "\t".
+_BAD_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+# Globals in the source fx generates (its custom builtins and the forward's own parameters).
+RESERVED_LOCALS = frozenset({
+    "self", "torch", "inf", "nan", "NoneType", "device", "fx_pytree", "pytree",
+})
+
+# Attributes of nn.Module, fx.GraphModule and the modules ep.module() / torch.export.unflatten
+# build (names starting with "__" excluded: those are refused by shape). tests/serde/test_names.py checks this
+# list still covers what the installed torch defines.
+RESERVED_ATTRIBUTES = frozenset({
+    'T_destination', '_adapt_flat_args', '_apply', '_backward_hooks', '_backward_pre_hooks', '_boxed_call',
+    '_buffers', '_call_impl', '_code', '_compiled_call_impl', '_create_node_hooks', '_deepcopy_hooks',
+    '_deepcopy_init', '_dispatch_modules', '_erase_node_hooks', '_forward_hooks',
+    '_forward_hooks_always_called', '_forward_hooks_with_kwargs', '_forward_pre_hooks',
+    '_forward_pre_hooks_with_kwargs', '_get_backward_hooks', '_get_backward_pre_hooks', '_get_name',
+    '_graph', '_guards_fn', '_in_spec', '_is_full_backward_hook', '_lineno_map', '_load_from_state_dict',
+    '_load_state_dict_post_hooks', '_load_state_dict_pre_hooks', '_maybe_warn_non_full_backward_hook',
+    '_modules', '_named_members', '_non_persistent_buffers_set', '_out_spec', '_parameters', '_print_graph',
+    '_prologue_start', '_recompile_submodules', '_register_create_node_hook', '_register_deepcopy_hook',
+    '_register_erase_node_hook', '_register_load_state_dict_pre_hook', '_register_replace_node_hook',
+    '_register_state_dict_hook', '_replace_hooks', '_replicate_for_data_parallel', '_run_with_interpreter',
+    '_save_to_state_dict', '_set_replace_hook', '_slow_forward', '_state_dict_hooks',
+    '_state_dict_pre_hooks', '_tracer_cls', '_tracer_extras', '_ty', '_unregister_create_node_hook',
+    '_unregister_deepcopy_hook', '_unregister_erase_node_hook', '_unregister_replace_node_hook', '_version',
+    '_wrapped_call', '_wrapped_call_impl', 'adapted', 'add_module', 'add_submodule', 'apply', 'bfloat16',
+    'buffers', 'call_super_init', 'check_input_constraints', 'children', 'code', 'compile', 'cpu', 'cuda',
+    'delete_all_unused_submodules', 'delete_submodule', 'double', 'dump_patches', 'equality_constraints',
+    'eval', 'extra_repr', 'finalize', 'flat_args_adapter', 'float', 'forward', 'get_buffer',
+    'get_extra_state', 'get_parameter', 'get_submodule', 'graph', 'graph_module', 'graph_signature', 'half',
+    'input_placeholders', 'ipu', 'ivals', 'load_state_dict', 'meta', 'module_call_graph', 'modules', 'mtia',
+    'named_buffers', 'named_children', 'named_modules', 'named_parameters', 'parameters', 'print_readable',
+    'process_forward_inputs', 'range_constraints', 'recompile', 'register_backward_hook', 'register_buffer',
+    'register_forward_hook', 'register_forward_pre_hook', 'register_full_backward_hook',
+    'register_full_backward_pre_hook', 'register_load_state_dict_post_hook',
+    'register_load_state_dict_pre_hook', 'register_module', 'register_parameter',
+    'register_state_dict_post_hook', 'register_state_dict_pre_hook', 'requires_grad_', 'set_extra_state',
+    'set_submodule', 'shape_env', 'share_memory', 'state_dict', 'to', 'to_empty', 'to_folder', 'train',
+    'training', 'type', 'type_name', 'validate_inputs', 'xpu', 'zero_grad',
+})
+
+_KEYWORDS = frozenset(keyword.kwlist)
+
+
+def check_local_name(name: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """A name fx uses as a Python local: an ASCII identifier, not a keyword or fx global.
+
+    Dunder names stay allowed: torch.export names nodes after their targets (``__and__``), and the
+    generated forward is a plain function, so no name mangling applies.
+    """
+    text = _string(name, where, limits)
+    if not _IDENT.match(text):
+        raise UnsafeNameError(f"{where}: name {_show(text)} is not an ASCII Python identifier "
+                              f"([A-Za-z_][A-Za-z0-9_]*); {_HOSTILE}")
+    if text in _KEYWORDS or text in RESERVED_LOCALS:
+        raise UnsafeNameError(f"{where}: name {_show(text)} is reserved (a Python keyword or a global of the "
+                              f"code torch.fx generates); {_HOSTILE}")
+    return text
+
+
+def check_fqn(name: object, where: str, limits: Limits = DEFAULT_LIMITS, *, root: bool = False,
+              call_index: bool = False) -> str:
+    """A dotted attribute path (``layers.0.weight``); ``root`` allows ``""``, ``call_index`` a ``@N`` suffix."""
+    text = _string(name, where, limits)
+    path = text
+    if call_index:
+        m = _CALL_INDEX.search(path)
+        if m is not None:
+            path = path[:m.start()]
+    if path == "" and root:
+        return text
+    for seg in path.split("."):
+        if not _SEGMENT.match(seg):
+            raise UnsafeNameError(
+                f"{where}: FQN {_show(text)} has segment {_show(seg)}, which is neither an ASCII identifier "
+                f"nor a decimal index (segments look like 'layers', '0', 'weight'); {_HOSTILE}")
+        _check_attr_segment(seg, text, where)
+    return text
+
+
+def check_attr_name(name: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """A submodule attribute that pt2serde itself names (subgraphs): an identifier not starting with ``_``."""
+    text = _string(name, where, limits)
+    if not _IDENT.match(text) or text.startswith("_"):
+        raise UnsafeNameError(f"{where}: attribute name {_show(text)} must be an ASCII identifier not "
+                              f"starting with '_'; {_HOSTILE}")
+    _check_attr_segment(text, text, where)
+    return text
+
+
+def check_text(text: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Metadata text fx may print into comments: bounded, and ``\\n`` is its only line break."""
+    if not isinstance(text, str):
+        raise UnsafeNameError(f"{where}: expected a string, got {type(text).__name__}")
+    check_limit(len(text), limits, "max_text_chars", where, "the text length", NameTooLongError)
+    bad = _BAD_TEXT.search(text)
+    if bad is not None:
+        raise UnsafeNameError(
+            f"{where}: text holds the control character {bad.group()!r} at {bad.start()}; only '\\n' and "
+            f"'\\t' are allowed (another line break would end a comment in the code torch.fx generates); "
+            f"{_HOSTILE}")
+    return text
+
+
+def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Check every name, list length, rank and node count in ``p`` (see the module docstring).
+
+    Raises:
+        UnsafeNameError: a name breaks its grammar or is reserved (the message names the field).
+        LimitError subclasses: a cap of ``limits`` is exceeded.
+    """
+    gm = p.graph_module
+    for i, rc in enumerate(p.range_constraints):
+        _check_int64(rc.min_val, f"range_constraints[{i}].min_val")
+        _check_int64(rc.max_val, f"range_constraints[{i}].max_val")
+    counter = [0]
+    _check_graph(gm.graph, "graph", limits, counter)
+    if gm.custom is not None:
+        check_text(gm.custom, "graph_module.custom", limits)
+    _check_signature(gm.signature, limits)
+    _check_list(gm.module_call_graph, "module_call_graph", limits)
+    for i, e in enumerate(gm.module_call_graph):
+        where = f"module_call_graph[{i}]"
+        check_fqn(e.fqn, f"{where}.fqn", limits, root=True, call_index=True)
+        s = e.signature
+        if s is None:
+            continue
+        for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
+            _check_list(args, f"{where}.signature.{part}", limits)
+            for j, a in enumerate(args):
+                _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
+        if s.forward_arg_names is not None:
+            _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
+            for j, n in enumerate(s.forward_arg_names):
+                check_local_name(n, f"{where}.signature.forward_arg_names[{j}]", limits)
+        elif e.fqn == "":
+            _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits)
+
+
+def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> None:
+    """State-dict and constant names become module attributes: each must be a safe FQN.
+
+    Every stored tensor's rank and element count is bounded too (example inputs included).
+    """
+    for table, entries in (("state_dict", w.state_dict), ("constants", w.constants)):
+        for name, t in entries.items():
+            where = f"weights.{table}[{_show(name)}]"
+            check_fqn(name, where, limits)
+            _check_shape(t.sizes, t.strides, f"{where}", limits)
+    if w.example_inputs is not None:
+        _check_list(w.example_inputs.leaves, "weights.example_inputs.leaves", limits)
+        for i, leaf in enumerate(w.example_inputs.leaves):
+            if leaf.as_tensor is not None:
+                _check_shape(leaf.as_tensor.sizes, leaf.as_tensor.strides, f"weights.example_inputs.leaves[{i}]",
+                             limits)
+
+
+# ---------------------------------------------------------------- helpers
+
+_HOSTILE = "the artifact is damaged or hostile; names written by torch.export always pass this check"
+
+
+def _show(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
+def _string(name: object, where: str, limits: Limits) -> str:
+    if not isinstance(name, str):
+        raise UnsafeNameError(f"{where}: a name must be a string, got {type(name).__name__}")
+    check_limit(len(name), limits, "max_name_chars", where, "the name length", NameTooLongError)
+    return name
+
+
+def _check_attr_segment(seg: str, whole: str, where: str) -> None:
+    # A "__" prefix covers dunders and the markers torch sets on module classes at run time
+    # (dynamo's "___needs_generation_tag_patch"); Python mangles a user's own "__x" to "_Cls__x".
+    if seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES or seg.startswith("__"):
+        raise UnsafeNameError(
+            f"{where}: FQN {_show(whole)} uses {_show(seg)}, which is reserved (a Python keyword, a name "
+            f"starting with '__' or an attribute of nn.Module/GraphModule such as 'forward', 'training' or "
+            f"'_modules'); {_HOSTILE}")
+
+
+def _check_shape(sizes: list, strides: list, where: str, limits: Limits) -> None:
+    """Rank first (the product below is only computed over a bounded list), then the element count."""
+    check_limit(len(sizes), limits, "max_tensor_rank", f"{where}.sizes", "the rank", TensorRankError)
+    check_limit(len(strides), limits, "max_tensor_rank", f"{where}.strides", "the rank", TensorRankError)
+    numel = 1
+    for k, s in enumerate(sizes):
+        v = s if isinstance(s, int) else s.as_int  # a SymInt: only literal sizes count
+        _check_int64(v, f"{where}.sizes[{k}]")
+        if v is not None and v >= 0:
+            numel *= v
+    for k, s in enumerate(strides):
+        _check_int64(s if isinstance(s, int) else s.as_int, f"{where}.strides[{k}]")
+    check_limit(numel, limits, "max_tensor_elements", f"{where}.sizes", "the number of elements", TensorSizeError)
+
+
+_INT64 = 1 << 63
+
+
+def _check_int64(v: object, where: str) -> None:
+    # Sizes and integer arguments are int64 in torch and in native programs; a bigger one is an
+    # OverflowError deep inside torch or msgpack otherwise.
+    if isinstance(v, int) and not -_INT64 <= v < _INT64:
+        raise IntegerTooLargeError(f"{where}: the integer {_show(str(v))} ({v.bit_length()} bits) does not fit in "
+                                   f"int64; {_HOSTILE}")
+
+
+def _check_keyword_name(name: object, where: str, limits: Limits) -> None:
+    # fx writes keyword arguments as ``f(x, device = ...)``: any identifier but a Python keyword works.
+    text = _string(name, where, limits)
+    if not _IDENT.match(text) or text in _KEYWORDS:
+        raise UnsafeNameError(f"{where}: keyword argument name {_show(text)} is not an ASCII Python identifier "
+                              f"or is a Python keyword; {_HOSTILE}")
+
+
+def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits) -> None:
+    """Without forward_arg_names, ep.module() names forward's parameters after the root in_spec's
+    kwargs keys (``(args, kwargs)``): those keys are then local names too."""
+    if spec.type != "tuple" or len(spec.children) != 2 or spec.children[1].type != "dict":
+        return
+    kw = spec.children[1]
+    if kw.context is None:
+        return
+    check_text(kw.context, f"{where}.children[1].context", limits)
+    try:
+        keys = json.loads(kw.context)
+    except ValueError:
+        return  # not a key list: deserialize_treespec reports it
+    if isinstance(keys, list):
+        _check_list(keys, f"{where}.children[1].context", limits)
+        for j, k in enumerate(keys):
+            check_local_name(k, f"{where}.children[1].context[{j}]", limits)
+
+
+def _check_list(items: Iterable, where: str, limits: Limits) -> None:
+    check_limit(len(items), limits, "max_list_len", where, "the list length", ListTooLongError)  # type: ignore[arg-type]
+
+
+def _check_argument_names(a: schema.Argument, where: str, limits: Limits) -> None:
+    for k in ("as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints", "as_sym_bools",
+              "as_sym_floats", "as_optional_tensors", "as_nested_tensors", "as_int_lists", "as_float_lists",
+              "as_tuple", "as_string_to_argument"):
+        v = getattr(a, k)
+        if v is not None:
+            _check_list(v, where, limits)
+            if k in ("as_int_lists", "as_float_lists", "as_nested_tensors"):
+                for j, inner in enumerate(v):
+                    _check_list(inner, f"{where}[{j}]", limits)
+            if k == "as_ints":
+                for j, x in enumerate(v):
+                    _check_int64(x, f"{where}[{j}]")
+            if k == "as_int_lists":
+                for j, inner in enumerate(v):
+                    for m, x in enumerate(inner):
+                        _check_int64(x, f"{where}[{j}][{m}]")
+            break
+    _check_int64(a.as_int, where)
+    for n in argument_names(a):
+        check_local_name(n, where, limits)
+
+
+def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]) -> None:
+    counter[0] += len(g.nodes)
+    check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
+                TooManyNodesError)
+    for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
+        values = getattr(g, table)
+        for name in values:
+            check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
+    for name, meta in g.tensor_values.items():
+        _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
+    for i, a in enumerate(g.inputs):
+        _check_argument_names(a, f"{where}.inputs[{i}]", limits)
+    for i, a in enumerate(g.outputs):
+        _check_argument_names(a, f"{where}.outputs[{i}]", limits)
+    for i, n in enumerate(g.nodes):
+        at = f"{where}.nodes[{i}]"
+        check_local_name(n.name, f"{at}.name", limits)
+        _check_list(n.inputs, f"{at}.inputs", limits)
+        for j, na in enumerate(n.inputs):
+            if na.kind == schema.ArgumentKind.KEYWORD:
+                _check_keyword_name(na.name, f"{at}.inputs[{j}].name", limits)
+            _check_argument_names(na.arg, f"{at}.inputs[{j}]", limits)
+            for k, ga in enumerate(argument_subgraphs(na.arg)):
+                check_attr_name(ga.name, f"{at}.inputs[{j}].subgraph[{k}].name", limits)
+                _check_graph(ga.graph, f"{at}.inputs[{j}].graph", limits, counter)
+        _check_list(n.outputs, f"{at}.outputs", limits)
+        for j, o in enumerate(n.outputs):
+            _check_argument_names(o, f"{at}.outputs[{j}]", limits)
+        _check_metadata(n.metadata, f"{at}.metadata", limits)
+
+
+def _check_metadata(m: schema.NodeMetadata, where: str, limits: Limits) -> None:
+    if m.stack_trace is not None:
+        check_text(m.stack_trace, f"{where}.stack_trace", limits)
+    if m.custom is not None:
+        check_text(m.custom, f"{where}.custom", limits)
+    if m.nn_module_stack is not None:
+        _check_list(m.nn_module_stack, f"{where}.nn_module_stack", limits)
+        for j, e in enumerate(m.nn_module_stack):
+            at = f"{where}.nn_module_stack[{j}]"
+            check_text(e.key, f"{at}.key", limits)
+            check_fqn(e.path, f"{at}.path", limits, root=True)
+            if e.type_name is not None:
+                check_text(e.type_name, f"{at}.type_name", limits)
+    if m.source_fn_stack is not None:
+        _check_list(m.source_fn_stack, f"{where}.source_fn_stack", limits)
+        for j, sf in enumerate(m.source_fn_stack):
+            check_text(sf.name, f"{where}.source_fn_stack[{j}].name", limits)
+            check_text(sf.target, f"{where}.source_fn_stack[{j}].target", limits)
+    if m.torch_fn is not None:
+        check_text(m.torch_fn.name, f"{where}.torch_fn.name", limits)
+        check_text(m.torch_fn.target, f"{where}.torch_fn.target", limits)
+
+
+# (union member, field holding the FQN) for specs that name module state
+_INPUT_FQNS = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name",
+               "custom_obj": "custom_obj_name"}
+_OUTPUT_FQNS = {"buffer_mutation": "buffer_name", "parameter_mutation": "parameter_name",
+                "gradient_to_parameter": "parameter_name"}
+_OUTPUT_LOCALS = {"gradient_to_user_input": "user_input_name", "user_input_mutation": "user_input_name"}
+
+
+def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
+    _check_list(sig.input_specs, "signature.input_specs", limits)
+    _check_list(sig.output_specs, "signature.output_specs", limits)
+    for i, s in enumerate(sig.input_specs):
+        where = f"signature.input_specs[{i}].{s.kind}"
+        v = s.value
+        if s.kind in _INPUT_FQNS:
+            check_fqn(getattr(v, _INPUT_FQNS[s.kind]), f"{where}.{_INPUT_FQNS[s.kind]}", limits)
+        if s.kind == "constant_input":
+            check_local_name(v.name, f"{where}.name", limits)
+        elif s.kind == "user_input":
+            _check_argument_names(v.arg, f"{where}.arg", limits)
+        else:
+            check_local_name(v.arg.name, f"{where}.arg.name", limits)
+    for i, s in enumerate(sig.output_specs):
+        where = f"signature.output_specs[{i}].{s.kind}"
+        v = s.value
+        if s.kind in _OUTPUT_FQNS:
+            check_fqn(getattr(v, _OUTPUT_FQNS[s.kind]), f"{where}.{_OUTPUT_FQNS[s.kind]}", limits)
+        if s.kind in _OUTPUT_LOCALS:
+            check_local_name(getattr(v, _OUTPUT_LOCALS[s.kind]), f"{where}.{_OUTPUT_LOCALS[s.kind]}", limits)
+        if s.kind == "user_output":
+            _check_argument_names(v.arg, f"{where}.arg", limits)
+        else:
+            check_local_name(v.arg.name, f"{where}.arg.name", limits)

@@ -1,0 +1,84 @@
+"""Encode and decode schema Structs as JSON bytes. Codecs are built once and reused."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, TypeVar
+
+import msgspec
+
+from serde.errors import MalformedArtifactError
+
+__all__ = ["encode", "decode", "decode_json", "to_builtins", "convert"]
+
+T = TypeVar("T")
+
+# order="deterministic" sorts map keys: byte-stable output without a sort pass of our own.
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoders: dict[type, msgspec.json.Decoder] = {}
+# msgspec fills a Struct class's cached type information the first time a decoder (or convert) meets
+# it, and two threads doing that at once crash the interpreter (msgspec 0.22). Building every
+# decoder under one lock, before any convert of the same type, makes the first decode thread-safe.
+_decoders_lock = threading.Lock()
+_raw_decoder = msgspec.json.Decoder()
+_TOO_DEEP = ("{where}: JSON nested too deeply to decode; no artifact pt2serde writes comes close, "
+             "so the file is damaged or hostile")
+
+
+def encode(obj: Any) -> bytes:
+    """Encode a Struct (or plain JSON data) to compact, deterministic JSON bytes."""
+    return _encoder.encode(obj)
+
+
+def decode(data: bytes | str, type_: type[T], *, where: str = "artifact") -> T:
+    """Decode JSON bytes into ``type_``; a schema mismatch raises MalformedArtifactError."""
+    dec = _decoder(type_)
+    try:
+        return dec.decode(data)
+    except msgspec.ValidationError as e:
+        raise MalformedArtifactError(
+            f"{where}: does not match schema {type_.__name__}: {e}. "
+            "The file is damaged or was written by an incompatible tool."
+        ) from None
+    except msgspec.DecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
+                                     "damaged (pt2serde writes UTF-8 only)") from None
+    except RecursionError:
+        raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
+
+
+def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
+    """Decode JSON bytes into plain dicts/lists (for upgraders)."""
+    try:
+        return _raw_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
+                                     "damaged (pt2serde writes UTF-8 only)") from None
+    except RecursionError:
+        raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
+
+
+def convert(obj: Any, type_: type[T]) -> T:
+    """``msgspec.convert(obj, type_)``, safe to call from several threads (see ``_decoders_lock``)."""
+    _decoder(type_)
+    return msgspec.convert(obj, type_)
+
+
+def _decoder(type_: type) -> msgspec.json.Decoder:
+    dec = _decoders.get(type_)
+    if dec is None:
+        with _decoders_lock:
+            dec = _decoders.get(type_)
+            if dec is None:
+                dec = _decoders[type_] = msgspec.json.Decoder(type_)
+    return dec
+
+
+def to_builtins(obj: Any) -> Any:
+    """Struct -> plain dicts/lists, exactly as it would be written."""
+    return msgspec.to_builtins(obj)
+
