@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-all bench lint schema-check clean browser
+.PHONY: demo test test-all bench lint contracts schema-check clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/pt2serde demo
 
-test: $(STAMP) schema-check
+test: $(STAMP) schema-check contracts
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
 schema-check: $(STAMP)
@@ -34,8 +34,12 @@ browser:
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
-lint: $(STAMP)
+lint: $(STAMP) contracts
 	$(VENV)/bin/ruff check src tests upgraders benchmarks
+
+# The import contracts in pyproject.toml: layers import only downward, no cycles, no torch below the bridge.
+contracts: $(STAMP)
+	PYTHONPATH=src:. $(VENV)/bin/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

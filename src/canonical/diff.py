@@ -54,9 +54,9 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from serde.archive import sha256_hex
 from serde.core import schema
 from serde.core.exprs import ranges_by_text
+from serde.core.wire import sha256_hex
 from serde.errors import MalformedArtifactError
 
 from . import render as R

@@ -51,6 +51,7 @@ from typing import Any, BinaryIO
 from serde.core import schema, wire
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.version import FORMAT_VERSION
+from serde.core.wire import sha256_hex
 from serde.errors import (
     ForeignArtifactError,
     MalformedArtifactError,
@@ -583,11 +584,6 @@ def _as_bytes_view(data: object, where: str) -> memoryview:
         return view if view.format == "B" and view.ndim == 1 else view.cast("B")
     except TypeError as e:
         raise SerializeError(f"{where}: expected bytes, bytearray or a contiguous memoryview ({e})") from None
-
-
-def sha256_hex(view: memoryview | bytes) -> str:
-    """The sha256 of ``view`` as the format writes it (lowercase hex)."""
-    return hashlib.sha256(view).hexdigest()
 
 
 # ---------------------------------------------------------------- reading: bytes in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any, TypeVar
 
@@ -9,7 +10,7 @@ import msgspec
 
 from serde.errors import MalformedArtifactError
 
-__all__ = ["encode", "decode", "decode_json", "to_builtins", "convert"]
+__all__ = ["encode", "decode", "decode_json", "to_builtins", "convert", "sha256_hex"]
 
 T = TypeVar("T")
 
@@ -23,6 +24,11 @@ _decoders_lock = threading.Lock()
 _raw_decoder = msgspec.json.Decoder()
 _TOO_DEEP = ("{where}: JSON nested too deeply to decode; no artifact pt2serde writes comes close, "
              "so the file is damaged or hostile")
+
+
+def sha256_hex(view: memoryview | bytes) -> str:
+    """The sha256 of ``view`` as the format writes it (lowercase hex)."""
+    return hashlib.sha256(view).hexdigest()
 
 
 def encode(obj: Any) -> bytes:

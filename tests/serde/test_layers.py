@@ -1,0 +1,91 @@
+"""The package layers hold: the import contracts in pyproject.toml pass, they catch a wrong import,
+and the torch-free layers import in a process where torch cannot be imported."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"}
+    return subprocess.run([str(LINT_IMPORTS), "--no-logo", "--no-cache", "--config", str(root / "pyproject.toml")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_contracts_kept():
+    r = _lint(REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Contracts: 4 kept, 0 broken." in r.stdout
+
+
+# (file to edit, the line added, the contract that must break)
+BAD_IMPORTS = [
+    ("src/serde/core/wire.py", "import serde.api", "Layers import only downward BROKEN"),
+    ("src/canonical/view.py", "import torch", "never import torch BROKEN"),
+    ("src/canonical/render.py", "from serde.bridge import weights", "canonical depends only on the schema core BROKEN"),
+    ("src/serde/core/limits.py", "from serde.core import symbolic", "No import cycles between the modules of a package BROKEN"),
+]
+
+
+@pytest.mark.parametrize("path, line, broken", BAD_IMPORTS, ids=[b[2].split(" BROKEN")[0] for b in BAD_IMPORTS])
+def test_contracts_catch_a_wrong_import(tmp_path, path, line, broken):
+    for part in ("src", "upgraders"):
+        shutil.copytree(REPO / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / path
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    r = _lint(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert broken in r.stdout
+
+
+# Every module of the torch-free layers (the schema core, the archive, the upgraders, canonical).
+TORCH_FREE = sorted(
+    ".".join(p.relative_to(base).with_suffix("").parts).removesuffix(".__init__")
+    for base, pkg in ((REPO / "src", "serde/core"), (REPO / "src", "serde/archive"), (REPO / "src", "canonical"),
+                      (REPO, "upgraders"))
+    for p in (base / pkg).rglob("*.py")
+) + ["serde", "serde.errors"]
+
+_BLOCK_TORCH = textwrap.dedent("""
+    import importlib, importlib.abc, sys
+
+    class BlockTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError(f"torch is blocked in this process (asked for {name})")
+            return None
+
+    sys.meta_path.insert(0, BlockTorch())
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
+    assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+    print("imported", len(sys.argv) - 1)
+""")
+
+
+def test_torch_free_layers_import_without_torch():
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    r = subprocess.run([sys.executable, "-c", _BLOCK_TORCH, *TORCH_FREE], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"imported {len(TORCH_FREE)}"
+
+
+def test_torch_blocker_works():
+    """The blocker really blocks: a bridge module fails to import under it."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    r = subprocess.run([sys.executable, "-c", _BLOCK_TORCH, "serde.bridge.graph"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1
+    assert "torch is blocked in this process" in r.stderr
