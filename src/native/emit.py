@@ -28,7 +28,7 @@ from .memory import frees_after, plan_memory
 from .prim import TARGET_TO_PRIM, prim_name
 from .tables import Binding, ProgramBuilder
 
-__all__ = ["emit", "emit_artifact", "SUPPORTED_HOPS"]
+__all__ = ["emit", "emit_artifact"]
 
 Payload = Callable[[str], bytes | memoryview]
 _HOP_PREFIX = "torch.ops.higher_order."
@@ -79,9 +79,6 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     check_weight_names(a.weights, limits)
     return emit(a.program, a.weights, a.payload, plan=plan)
 
-
-SUPPORTED_HOPS = ("cond", "map_impl", "scan", "while_loop", "invoke_subgraph", "wrap_with_set_grad_enabled",
-                  "with_effects", "auto_functionalized", "auto_functionalized_v2")
 
 Scope = dict[str, int]
 
@@ -224,16 +221,16 @@ class _Emitter:
     # ------------------------------------------------------------ nodes
 
     def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+        from .lower import HOP_LOWERINGS  # the supported higher-order ops are its keys
+
         t = node.target
         if t.startswith(_HOP_PREFIX):
-            from .lower import HOP_LOWERINGS
-
             hop = t[len(_HOP_PREFIX):]
             lower = HOP_LOWERINGS.get(hop)
             if lower is None:
                 raise UnsupportedConstructError(
                     f"{where}: higher-order op {hop!r} is not supported by the native emitter (supported: "
-                    f"{', '.join(SUPPORTED_HOPS)}); run the model through ep.module() instead")
+                    f"{', '.join(HOP_LOWERINGS)}); run the model through ep.module() instead")
             lower(self, node, g, scope, where, defined)
         elif t in TARGET_TO_PRIM:
             args = [self.arg(na.arg, scope, f"{where}.inputs[{i}]") for i, na in enumerate(node.inputs)]
@@ -244,7 +241,7 @@ class _Emitter:
         else:
             raise UnsupportedConstructError(
                 f"{where}: call target {t!r} cannot be emitted; only torch.ops operators, symbolic size "
-                f"arithmetic and the higher-order ops {', '.join(SUPPORTED_HOPS)} are supported"
+                f"arithmetic and the higher-order ops {', '.join(HOP_LOWERINGS)} are supported"
                 + (_PREDISPATCH_HINT if t in PREDISPATCH_TARGETS else ""))
 
     def kernel(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:

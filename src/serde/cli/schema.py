@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from serde.errors import SerializeError
+
 __all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "check schema.thrift against the Python Structs and the released snapshot, or write the snapshot"
@@ -37,8 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(only for a version that was never published)")
 
 
+class NotACheckoutError(SerializeError):
+    """The release tooling (serde.dev) is not installed: it ships only with a source checkout."""
+
+
 def run(args: argparse.Namespace) -> int:
-    from serde.dev import schema_check
+    try:
+        from serde.dev import schema_check
+    except ImportError:
+        raise NotACheckoutError("the schema tools work only in a pt2serde source checkout (an editable "
+                                "install, `pip install -e .`), next to schema.thrift") from None
 
     root = args.root if args.root is not None else schema_check.find_root()
     if args.schema_command == "check":

@@ -1,18 +1,7 @@
 """Schema version. Keep in step with the header of ``schema.thrift``.
 
-Version history (date, what changed, compatibility):
-  1.0  2026-11-22  First release.
-  2.0  2026-11-22  Symbolic expressions are structured trees (schema.Expr) instead of
-                   sympy-printed strings, and range_constraints is a list. Breaking:
-                   upgraders/v1_to_v2.py reads 1.x artifacts (frozen in fixtures/v1.0/).
-  2.1  2026-11-22  debug.json described in the schema (DebugInfo, NodeDebug). Compatible.
-  2.2  2026-11-22  Argument.as_tuple, a tuple of mixed kinds (flex_attention). Compatible.
-  2.3  2026-11-23  ExportedProgram.guards (InputGuards, GuardSource, GuardKey, GuardProperty):
-                   torch.export's input guards as Expr trees over input sources, never as
-                   Python text. Weights: tensor subclasses (StoredTensor.subclass, TensorSubclass,
-                   ContextValue), tensors saved without data (FakeTensors, meta tensors: empty
-                   Storage.sha256) and every storage's device (Storage.device). Compatible; 2.2
-                   readers refuse data-less and subclass tensors rather than misread them.
+The version history (date, what changed, compatibility) is kept in one place: the header of
+``schema.thrift``, where `pt2serde schema check` requires a line for the current version.
 """
 
 from __future__ import annotations
