@@ -18,7 +18,11 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+# The models come from the test zoo (tests/zoo.py): make the repository root importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = [
     "Timing", "time_interleaved", "ratio", "emit", "main_guard", "base_parser",
