@@ -28,8 +28,9 @@ import re
 from collections.abc import Callable
 
 from serde.core import schema
-from serde.core.exprs import expr_text, ranges_by_text
+from serde.core.exprs import expr_key, expr_text, ranges_by_text
 from serde.core.guards import guard_texts
+from serde.core.symbolic import tree_to_str
 from serde.core.walk import EMPTY_STACK_KEY, argument_subgraphs
 from serde.errors import MalformedArtifactError
 
@@ -660,58 +661,55 @@ def _natural(s: str) -> tuple:
 
 
 # ---- contiguity: strides are printed only when they differ from row-major ones.
-# Symbolic sizes are compared as integer polynomials over opaque atoms (symbols, and calls such
-# as `FloorDiv(s0, 2)` taken as text), so `4*s1` == `s1*4` and `2*s0 + 2` == `2*(s0 + 1)`.
-# Anything else (division, big powers, unbalanced text) prints the strides rather than guess.
+# Symbolic sizes are compared as integer polynomials, built from the stored expression trees, over
+# opaque atoms (symbols, constants and calls such as `FloorDiv(s0, 2)`, keyed by their canonical
+# text), so `4*s1` == `s1*4` and `2*s0 + 2` == `2*(s0 + 1)`. Anything else (fractions, floats,
+# relations, powers other than small naturals) prints the strides rather than guess.
 
 Poly = dict[tuple[str, ...], int]  # sorted atoms of a monomial -> coefficient
-_ATOM = re.compile(r"[A-Za-z_]\w*(\(.*\))?")
 _MAX_POWER = 8
+_NOT_POLYNOMIAL = frozenset({"Rational", "Float", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not"})
+_NEGATIVE_CONSTANTS = {"-oo": "oo", "-int_oo": "int_oo"}
 
 
-def _poly_of(x: int | str) -> Poly | None:
+def _poly_of(x: int | tuple) -> Poly | None:
     if isinstance(x, int):
         return {(): max(x, 1)}  # row-major strides treat a size-0 dim as 1
-    return _poly(x.replace("**", "^"))
+    p = _poly(x)
+    return None if p is None else {k: v for k, v in p.items() if v}
 
 
-def _poly(text: str) -> Poly | None:
-    total: Poly = {}
-    for sign, term in _split_top(text.strip(), (" + ", " - "), signed=True):
-        p: Poly | None = {(): sign}
-        for factor in _split_top(term, ("*",)):
-            f = _factor(factor[1])
-            if f is None or p is None:
+def _poly(t: tuple) -> Poly | None:
+    """The polynomial of an expression tree (as :func:`serde.core.exprs.expr_key` gives it)."""
+    op = t[0]
+    if op == "Integer":
+        return {(): t[1]}
+    if op in _NOT_POLYNOMIAL:
+        return None
+    if op in _NEGATIVE_CONSTANTS:
+        return {(_NEGATIVE_CONSTANTS[op],): -1}
+    if op in ("Add", "Mul"):
+        out: Poly = {} if op == "Add" else {(): 1}
+        for child in t[1:]:
+            p = _poly(child)
+            if p is None:
                 return None
-            p = _mul(p, f)
-        if p is None:
+            if op == "Mul":
+                out = _mul(out, p)
+            else:
+                for k, v in p.items():
+                    out[k] = out.get(k, 0) + v
+        return out
+    if op == "Pow":
+        base, exp = t[1], t[2]
+        if exp[0] != "Integer" or not 0 <= exp[1] <= _MAX_POWER:
             return None
-        for k, v in p.items():
-            total[k] = total.get(k, 0) + v
-    return {k: v for k, v in total.items() if v}
-
-
-def _factor(text: str) -> Poly | None:
-    text = text.strip()
-    if text.startswith("-"):
-        f = _factor(text[1:])
-        return None if f is None else {k: -v for k, v in f.items()}
-    base, _, power = text.partition("^") if _depth_zero_caret(text) else (text, "", "")
-    if power:
-        if not power.isdigit() or int(power) > _MAX_POWER:
-            return None
-        f = _factor(base)
-        out: Poly | None = {(): 1}
-        for _ in range(int(power)):
+        f = _poly(base)
+        out = {(): 1}
+        for _ in range(exp[1]):
             out = None if f is None or out is None else _mul(out, f)
         return out
-    if text.isdigit():
-        return {(): int(text)}
-    if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        return _poly(text[1:-1])
-    if _ATOM.fullmatch(text) and _balanced(text):
-        return {(text,): 1}
-    return None
+    return {(tree_to_str(t),): 1}  # a symbol, constant or call: an opaque atom
 
 
 def _mul(a: Poly, b: Poly) -> Poly:
@@ -723,56 +721,23 @@ def _mul(a: Poly, b: Poly) -> Poly:
     return out
 
 
-def _split_top(text: str, seps: tuple[str, ...], signed: bool = False) -> list[tuple[int, str]]:
-    """Split at separators outside parentheses; with ``signed``, `` - `` negates the next part."""
-    parts, depth, start, sign, i = [], 0, 0, 1, 0
-    while i < len(text):
-        c = text[i]
-        depth += (c == "(") - (c == ")")
-        sep = next((x for x in seps if depth == 0 and text.startswith(x, i)), None)
-        if sep is not None:
-            parts.append((sign, text[start:i]))
-            sign = -1 if signed and sep.strip() == "-" else 1
-            i += len(sep)
-            start = i
-            continue
-        i += 1
-    parts.append((sign, text[start:]))
-    return parts
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for c in text:
-        depth += (c == "(") - (c == ")")
-        if depth < 0:
-            return False
-    return depth == 0
-
-
-def _depth_zero_caret(text: str) -> bool:
-    depth = 0
-    for c in text:
-        depth += (c == "(") - (c == ")")
-        if c == "^" and depth == 0:
-            return True
-    return False
-
-
 def _is_contiguous(sizes: list[schema.SymInt], strides: list[schema.SymInt]) -> bool:
     if len(sizes) != len(strides):
         return False
     return _contiguous_key(tuple(map(_key, sizes)), tuple(map(_key, strides)))
 
 
-def _key(x: schema.SymInt) -> int | str:
-    return x.as_int if x.as_expr is None else expr_text(x.as_expr.expr)
+def _key(x: schema.SymInt) -> int | tuple:
+    return x.as_int if x.as_expr is None else expr_key(x.as_expr.expr)
 
 
 @functools.lru_cache(maxsize=4096)  # a graph repeats a handful of shapes many times
-def _contiguous_key(sizes: tuple[int | str, ...], strides: tuple[int | str, ...]) -> bool:
-    if not any(isinstance(x, str) for x in sizes + strides):
+def _contiguous_key(sizes: tuple[int | tuple, ...], strides: tuple[int | tuple, ...]) -> bool:
+    trees = [x for x in sizes + strides if isinstance(x, tuple)]
+    if not trees:
         return list(strides) == contiguous_strides(list(sizes))
+    for t in trees:  # a malformed stride is reported even where the strides are not printed
+        tree_to_str(t)
     expect: Poly = {(): 1}
     for k in range(len(sizes) - 1, -1, -1):
         if _poly_of(strides[k]) != expect:

@@ -187,6 +187,17 @@ def test_symbolic_strides_are_elided_only_when_row_major():
     # row-major over an opaque function term: elided; transposed: printed
     assert R.render_tensor_meta(meta([4, "FloorDiv(s0, 2)"], ["FloorDiv(s0, 2)", 1])) == "f32[4, FloorDiv(s0, 2)]"
     assert R.render_tensor_meta(meta([4, "FloorDiv(s0, 2)"], [1, 4])) == "f32[4, FloorDiv(s0, 2)] stride=[1, 4]"
+    # the check reads the expression trees, so a power of a power (or of a call holding one) expands
+    nested = "(s0**2 + 1)**2"
+    assert R.render_tensor_meta(meta([3, nested, 2], ["2*s0**4 + 4*s0**2 + 2", 2, 1])) == f"f32[3, {nested}, 2]"
+    fd2 = "FloorDiv(s0**2, 2)**2"
+    assert R.render_tensor_meta(meta([3, fd2], [fd2, 1])) == f"f32[3, {fd2}]"
+    # a relation, a fraction or a float is never a size polynomial, even where the text looks like a call
+    rel = "Max(2, s0) < FloorDiv(s1, 2)"
+    assert R.render_tensor_meta(meta([3, rel], [f"1*({rel})", 1])) == f"f32[3, {rel}] stride=[1*({rel}), 1]"
+    half = "1/2*s0"
+    assert R.render_tensor_meta(meta([3, half], [half, 1])) == f"f32[3, {half}] stride=[{half}, 1]"
+    assert R.render_tensor_meta(meta([3, "2.0*s0"], ["2.0*s0", 1])) == "f32[3, 2.0*s0] stride=[2.0*s0, 1]"
     assert R.render_tensor_meta(meta([4, 4], offset=3)) == "f32[4, 4] offset=3"
     assert R.render_tensor_meta(meta([4], device="cuda")) == "f32[4] device=cuda"
     assert R.render_tensor_meta(meta([], rg=True), full=True) == "f32[] requires_grad"
