@@ -4,9 +4,10 @@
 - ``range_constraints`` goes from a map keyed by expression text to a list of
   ``{"expr": <tree>, "min_val": ..., "max_val": ...}`` (sorted by the old key).
 
-The text is read by our own restricted parser (serde.core.symbolic.parse_to_tree), never sympify or
-eval. The tree -> JSON table below is a frozen copy of the 2.0 ``Expr`` union on purpose: this
-step must keep producing exactly 2.0 documents whatever later versions do to serde.core.exprs.
+The text is read by a frozen copy of the 1.x expression grammar (``_v1_text``), never sympify or
+eval, and the tree -> JSON table below is a frozen copy of the 2.0 ``Expr`` union: this step must
+keep producing exactly 2.0 documents whatever later versions do to the live parser or to
+serde.core.exprs, so it imports neither (an import contract in pyproject.toml checks this).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from serde.core.symbolic import MAX_EXPR_DEPTH, parse_to_tree
 from serde.errors import UpgradeError
 
 from ._helpers import has_keys, map_values_at
+from ._v1_text import MAX_EXPR_DEPTH, parse
 
 FROM = (1, 0)
 TO = (2, 0)
@@ -53,7 +54,7 @@ def _float(text: str) -> Any:
 
 
 def tree_to_json(t: tuple, depth: int = 0) -> dict[str, Any]:
-    """A tuple tree from serde.core.symbolic -> the 2.0 JSON form of ``Expr``."""
+    """A tuple tree from ``_v1_text.parse`` -> the 2.0 JSON form of ``Expr``."""
     if depth > MAX_EXPR_DEPTH:
         raise UpgradeError(f"expression nested deeper than {MAX_EXPR_DEPTH}")
     op = t[0]
@@ -79,7 +80,7 @@ def tree_to_json(t: tuple, depth: int = 0) -> dict[str, Any]:
 def _expr(text: Any, where: str) -> dict[str, Any]:
     if not isinstance(text, str):
         raise UpgradeError(f"{where}: expected expression text, got {type(text).__name__}")
-    return tree_to_json(parse_to_tree(text, where=where))
+    return tree_to_json(parse(text, where=where))
 
 
 def _sym_expr(d: dict[str, Any], path: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
 def test_contracts_kept():
     r = _lint(REPO)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 4 kept, 0 broken." in r.stdout
+    assert "Contracts: 5 kept, 0 broken." in r.stdout
 
 
 # (file to edit, the line added, the contract that must break)
@@ -34,6 +34,7 @@ BAD_IMPORTS = [
     ("src/canonical/view.py", "import torch", "never import torch BROKEN"),
     ("src/canonical/render.py", "from serde.bridge import weights", "canonical depends only on the schema core BROKEN"),
     ("src/serde/core/limits.py", "from serde.core import symbolic", "No import cycles between the modules of a package BROKEN"),
+    ("upgraders/v1_to_v2.py", "from serde.core import symbolic", "they import nothing live from serde but its errors BROKEN"),
 ]
 
 
@@ -89,3 +90,24 @@ def test_torch_blocker_works():
                        text=True, timeout=120)
     assert r.returncode == 1
     assert "torch is blocked in this process" in r.stderr
+
+
+_NEW_MODULES = textwrap.dedent("""
+    import importlib, sys
+    import serde.errors
+    before = set(sys.modules)
+    importlib.import_module(sys.argv[1])
+    print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("serde", "canonical", "native"))))
+""")
+
+
+def test_upgraders_load_no_live_serde_module():
+    """Importing every upgrader step loads nothing of serde beyond what its errors module needs."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    steps = sorted(p.stem for p in (REPO / "upgraders").glob("v*_to_v*.py"))
+    assert steps
+    for step in steps:
+        r = subprocess.run([sys.executable, "-c", _NEW_MODULES, f"upgraders.{step}"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "", f"upgraders.{step} loads live modules: {r.stdout}"

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.serde.test_symbolic import bool_exprs, int_exprs
 
 from serde.archive import read_archive
 from serde.archive.upgrade import load_step, upgrade_documents
-from serde.core import schema, wire
+from serde.core import schema, symbolic, wire
 from serde.core.exprs import expr_text
 from serde.core.version import SCHEMA_VERSION
-from serde.errors import SerializeError
-from upgraders import v1_to_v2
+from serde.errors import MalformedArtifactError, SerializeError, UnsafeArtifactError
+from upgraders import _v1_text, v1_to_v2
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"
 
@@ -93,3 +97,41 @@ def test_hostile_expression_text_is_rejected_not_evaluated(tmp_path):
 def test_unknown_op_in_tree_is_an_upgrade_error():
     with pytest.raises(SerializeError, match="no 2.0 form"):
         v1_to_v2.tree_to_json(("Frobnicate", ("Integer", 1)))
+
+
+# --- the frozen 1.x expression grammar -----------------------------------------------------------
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
+                                                              HealthCheck.data_too_large])
+@given(st.one_of(int_exprs, bool_exprs))
+def test_frozen_grammar_reads_printed_text_as_the_live_parser_does(e):
+    """On the text the 1.x writer printed (print_expr of torch's sympy expressions), the frozen copy
+    and the live parser give the same tree: the step produces what it produced when it was written."""
+    text = symbolic.print_expr(e)
+    assert _v1_text.parse(text, where="t") == symbolic.parse_to_tree(text, where="t"), text
+
+
+def test_frozen_grammar_reads_every_v1_fixture_expression_as_the_live_parser_does():
+    texts = [d["expr_str"] for case in ("dynamic_arith", "transformer_block", "cond")
+             for d in _sym_exprs(_v1_docs(case)["program"], [])]
+    assert len(set(texts)) > 3
+    for text in texts:
+        assert _v1_text.parse(text, where="t") == symbolic.parse_to_tree(text, where="t"), text
+
+
+@pytest.mark.parametrize("text, error, words", [
+    ("s0 // 2", MalformedArtifactError, "expected a number"),  # the 1.x printer wrote FloorDiv(s0, 2)
+    ("s0 % 2", MalformedArtifactError, "'%'"),
+    ("s0/s1", MalformedArtifactError, "only between integer literals"),
+    ("1/0", MalformedArtifactError, "only between integer literals"),
+    ("Eq(s0, 1) == 1", UnsafeArtifactError, "'='"),
+    ("1 < s0 < 3", MalformedArtifactError, "chained"),
+    ("s0.__class__", UnsafeArtifactError, "'.'"),
+    ("__import__(os)", UnsafeArtifactError, "double underscore"),
+    ("exec(s0)", UnsafeArtifactError, "not an allow-listed function"),
+    ("Max()", MalformedArtifactError, "Max() takes"),
+    ("(" * 300 + "s0" + ")" * 300, MalformedArtifactError, "deeper than"),
+])
+def test_frozen_grammar_refuses_what_the_1x_printer_never_wrote(text, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        _v1_text.parse(text, where="program.json: x")
