@@ -1,6 +1,7 @@
 """pt2serde: save and load ``torch.export.ExportedProgram`` through a versioned, pickle-free schema.
 
-``import serde`` does not import torch; ``serde.save`` / ``serde.load`` do on first use.
+The names in ``__all__`` are the public API, stable across moves of the modules that define them.
+``import serde`` does not import torch; ``serde.save`` / ``serde.load`` and the registries do on first use.
 """
 
 from __future__ import annotations
@@ -34,10 +35,31 @@ __all__ = [
     "register_tensor_subclass",
     "unregister_tensor_subclass",
     "UnknownTensorSubclassError",
+    "register_custom_object",
+    "register_json_custom_object",
+    "unregister_custom_object",
+    "class_fqn_of",
+    "UnknownCustomObjectError",
+    "register_extension",
+    "save_tree",
+    "load_tree",
 ]
 
-_LAZY = {"save": "api", "load": "api", "Limits": "core.limits", "register_tensor_subclass": "bridge.subclasses",
-         "unregister_tensor_subclass": "bridge.subclasses", "UnknownTensorSubclassError": "bridge.subclasses"}
+# name -> the module (under serde) that defines it, imported on first use.
+_LAZY = {
+    "save": "api", "load": "api", "Limits": "core.limits",
+    # tensor subclasses that loading may rebuild
+    "register_tensor_subclass": "bridge.subclasses", "unregister_tensor_subclass": "bridge.subclasses",
+    "UnknownTensorSubclassError": "bridge.subclasses",
+    # codecs for custom objects (torchbind and opaque objects)
+    "register_custom_object": "bridge.custom_objects", "register_json_custom_object": "bridge.custom_objects",
+    "unregister_custom_object": "bridge.custom_objects", "class_fqn_of": "bridge.custom_objects",
+    "UnknownCustomObjectError": "bridge.custom_objects",
+    # call targets outside torch.ops
+    "register_extension": "bridge.operators",
+    # pickle-free files of tensors and scalars (inputs/outputs of `pt2serde run`, fixtures' io.json)
+    "save_tree": "bridge.bundle", "load_tree": "bridge.bundle",
+}
 
 
 def __getattr__(name: str):
@@ -49,3 +71,7 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f".{mod}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

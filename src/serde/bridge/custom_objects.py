@@ -4,15 +4,13 @@ An exported program that uses a custom object lists it among ``ep.constants`` an
 in the signature (a ``custom_obj`` input spec). Nothing is ever pickled: for each class the user
 registers an encoder to bytes and a decoder back::
 
-    import serde.bridge.custom_objects as co
-
-    co.register_custom_object(
-        "__torch__.torch.classes.mylib.Tokenizer",          # co.class_fqn_of(obj) tells the name
+    serde.register_custom_object(
+        "__torch__.torch.classes.mylib.Tokenizer",          # serde.class_fqn_of(obj) tells the name
         encode=lambda tok: tok.serialize_to_bytes(),
         decode=lambda data: torch.classes.mylib.Tokenizer.from_bytes(data),
     )
     # or, for state that is plain JSON:
-    co.register_json_custom_object(MyOpaque, to_json=lambda o: {"n": o.n}, from_json=lambda d: MyOpaque(d["n"]))
+    serde.register_json_custom_object(MyOpaque, to_json=lambda o: {"n": o.n}, from_json=lambda d: MyOpaque(d["n"]))
 
 On save, the encoded bytes travel as a 1-D ``uint8`` tensor constant under the object's own name
 (so they are stored, checksummed and deduplicated like any other payload); on load the signature's
@@ -142,7 +140,7 @@ def encode_constants(constants: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         if codec is None:
             raise UnsupportedConstructError(
                 f"{where}: custom object of class {fqn!r} has no registered codec, and pt2serde never "
-                "pickles. Register one before saving: serde.bridge.custom_objects.register_custom_object("
+                "pickles. Register one before saving: serde.register_custom_object("
                 f"{fqn!r}, encode=<obj -> bytes>, decode=<bytes -> obj>) (or register_json_custom_object)."
             )
         try:
@@ -188,7 +186,7 @@ def decode_constants(constants: Mapping[str, Any], custom_objs: Mapping[str, str
             raise UnknownCustomObjectError(
                 f"{where}: custom object class {fqn!r} has no decoder registered in this process. Import "
                 "the library that defines the class (torch.ops.load_library for torchbind classes) and "
-                f"register its codec with serde.bridge.custom_objects.register_custom_object({fqn!r}, ...) before "
+                f"register its codec with serde.register_custom_object({fqn!r}, ...) before "
                 "loading."
             )
         try:

@@ -137,7 +137,7 @@ def serialize_target(target: Any, *, where: str) -> str:
         f"{where}: call target {_describe(target)} cannot be saved: only torch.ops operators, "
         "supported higher-order ops and symbolic size arithmetic (operator.*, math.floor/ceil/trunc, "
         "torch.sym_*) are allowed. Register the function as a custom op (torch.library.custom_op) "
-        "or call serde.bridge.operators.register_extension for it."
+        "or call serde.register_extension for it."
     )
 
 
