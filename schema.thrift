@@ -28,7 +28,7 @@
 //   * Optional fields are omitted from JSON when unset; readers ignore fields they do not know.
 //   * A new optional field, union member or enum value is a minor bump; anything else is major.
 
-namespace py serde.schema
+namespace py serde.core.schema
 
 enum ScalarType {
   UNKNOWN = 0,

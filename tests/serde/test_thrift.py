@@ -25,11 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_real_schema_parses():
+    from serde.core import schema
     from serde.core.version import SCHEMA_VERSION
 
     doc = parse_file(REPO / "schema.thrift")
     assert doc.version == SCHEMA_VERSION
-    assert doc.namespaces == {"py": "serde.schema"}
+    assert doc.namespaces == {"py": schema.__name__}  # the module the IDL mirrors
     arg = doc.types["Argument"]
     assert arg.kind == "union"
     assert arg.by_id()[290] == Field(290, "as_string_to_argument", parse_type("map<string, Argument>"))
