@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
 __all__ = ["Case", "CASES", "export_case", "get", "find_case", "decompose"]
@@ -162,7 +163,10 @@ class InputMutation(nn.Module):
 
 # Saved artifacts record a namedtuple by its qualified name; the frozen fixtures were written when
 # the zoo was serde.zoo, so the class keeps that name and fresh saves stay byte-identical to them.
+# That module no longer exists, so the class is registered with pytree under the recorded name, as a
+# user whose namedtuple lives outside an importable module would: loads then give back this class.
 Pair = collections.namedtuple("Pair", ["left", "right"], module="serde.zoo")
+pytree._register_namedtuple(Pair, serialized_type_name="serde.zoo.Pair")
 
 
 class Pytrees(nn.Module):
