@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .diff import diff, diff_programs
 
-    a_all, b_all = read_artifacts(args.a), read_artifacts(args.b)
+    # payloads are read (and verified) only for the max abs difference of changed tensors
+    a_all, b_all = read_artifacts(args.a, lazy=True), read_artifacts(args.b, lazy=True)
     a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
     extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
     if list(a_all) == [None] and list(b_all) == [None]:

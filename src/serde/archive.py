@@ -205,26 +205,45 @@ class ArchiveContents:
     ``torch.frombuffer`` can wrap payloads without copying) and read-only when given ``bytes``.
     """
 
-    __slots__ = ("manifest", "names", "schema_version", "_views")
+    __slots__ = ("manifest", "names", "schema_version", "_views", "_pending", "_where")
 
-    def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview]) -> None:
+    def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview],
+                 pending: dict[str, int] | None = None, where: str = "<archive>") -> None:
         self.manifest = manifest
         self.names: tuple[str, ...] = tuple(sorted(views))
         self.schema_version: tuple[int, int] = (manifest.schema_version.major, manifest.schema_version.minor)
         self._views = views
+        # members read with lazy=True and not yet verified: name -> the CRC-32 the zip records
+        self._pending = dict(pending or {})
+        self._where = where
 
     def __contains__(self, name: object) -> bool:
         return name in self._views
 
     def member(self, name: str) -> memoryview:
-        """The bytes of member ``name``; MissingMemberError if there is no such member."""
+        """The bytes of member ``name``; MissingMemberError if there is no such member.
+
+        A member left unverified by ``read_archive(..., lazy=True)`` is verified (sha256 and CRC-32)
+        here, the first time it is asked for: ChecksumMismatchError if it is corrupt.
+        """
         try:
-            return self._views[name]
+            view = self._views[name]
         except KeyError:
             raise MissingMemberError(
                 f"archive member {name!r} is missing (the archive has {len(self._views)} members); "
                 f"the file is incomplete: {_FIX}"
             ) from None
+        crc = self._pending.get(name)
+        if crc is not None:
+            _check_digest(name, _sha256_and_crc32(view), self.manifest.members[name].sha256, crc, self._where)
+            self._pending.pop(name, None)
+        return view
+
+    def size(self, name: str) -> int:
+        """The byte length of member ``name``, without reading or verifying it."""
+        if name not in self._views:
+            self.member(name)  # raises MissingMemberError
+        return len(self._views[name])
 
 
 def write_archive(
@@ -268,6 +287,7 @@ def read_archive(
     *,
     limits: Limits = DEFAULT_LIMITS,
     mmap: bool = False,
+    lazy: bool = False,
 ) -> ArchiveContents:
     """Read and fully verify an archive (structure, names, sizes, manifest, sha256 of every member).
 
@@ -275,7 +295,13 @@ def read_archive(
         src: a path, a binary file object (read from its current position to the end) or the bytes.
         limits: caps on file size, member count, member size and JSON member size.
         mmap: map a path (or a real file at offset 0) copy-on-write instead of reading it; see
-            :func:`serde.load`. Other sources are read as usual.
+            :func:`serde.load`. Other sources are read as usual. The mapped members are verified
+            by reading the file (through the page cache), not through the mapping, so they take
+            no memory of this process until they are touched.
+        lazy: for tools that need the program, not the weights (``pt2serde show``, ``diff``):
+            the file is mapped as with ``mmap`` and everything is verified as usual except the
+            payloads (``data/...``) and extra files, which are neither read nor hashed here but
+            verified (sha256 and CRC-32) by :meth:`ArchiveContents.member` when first asked for.
 
     Returns:
         ArchiveContents whose members are memoryviews over one buffer holding the whole file.
@@ -285,22 +311,33 @@ def read_archive(
         MalformedArtifactError and UnsafeArtifactError subclasses defined in this module,
         FormatVersionError.
     """
-    buf = _read_all(src, limits, mmap)
     where = _describe(src)
-    records, cd_off = _central_directory(buf, limits, where)
-    _reject_foreign(records, where)
-    views = _check_members(buf, records, cd_off, limits, where)
-    manifest = _check_manifest(views, next(r.crc for r in records if r.name == MANIFEST)
-                               if MANIFEST in views else 0, where)
-    crcs = _verify_hashes(views, manifest, where)
-    _check_framing(buf, views, crcs, where)
-    return ArchiveContents(manifest, views)
+    buf, fd = _read_all(src, limits, mmap or lazy)
+    try:
+        records, cd_off = _central_directory(buf, limits, where)
+        _reject_foreign(records, where)
+        views, starts = _check_members(buf, records, cd_off, limits, where)
+        recorded = {r.name: r.crc for r in records}
+        manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
+        later = {n: recorded[n] for n in views if lazy and not _is_json_member(n)}
+        now = [n for n in sorted(manifest.members) if n not in later]
+        # A mapped member is hashed from the file, so that verifying does not map its pages
+        sources = [views[n] if fd is None else _FileSpan(fd, starts[n], len(views[n])) for n in now]
+        crcs = _verify_hashes(now, sources, manifest, where)
+        crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
+        # framing: a member not verified yet is framed with the CRC-32 the zip records, which
+        # member() checks against its bytes when they are first asked for
+        _check_framing(buf, views, {**later, **crcs}, where)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return ArchiveContents(manifest, views, later, where)
 
 
 def is_torch_export_archive(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview) -> bool:
     """True if ``src`` is a zip written by ``torch.export.save`` (or ``torch.save``); loads nothing."""
     try:
-        records, _ = _central_directory(_read_all(src, DEFAULT_LIMITS), DEFAULT_LIMITS, _describe(src))
+        records, _ = _central_directory(_read_all(src, DEFAULT_LIMITS)[0], DEFAULT_LIMITS, _describe(src))
     except SerializeError:
         return False
     return _torch_writer(records) is not None
@@ -600,14 +637,18 @@ def _describe(src: object) -> str:
     return repr(name) if isinstance(name, str) else "<archive bytes>"
 
 
+_ANON_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0) | getattr(mmap, "MAP_POPULATE", 0)
+
+
 def _aligned_buffer(n: int) -> memoryview:
     """A writable n-byte buffer whose first byte is 64-byte aligned in memory, so that aligned
     members stay aligned for torch."""
     if n >= _BIG_READ_BYTES:
-        # An anonymous mapping is page-aligned and its pages are zeroed lazily, on first write
-        # (by the read), where bytearray(n) memsets all n bytes first: on a 134 MB artifact that
-        # was 40% of the load.
-        return memoryview(mmap.mmap(-1, n))
+        # An anonymous mapping is page-aligned and needs no memset first (bytearray(n) zeroes all
+        # n bytes: 40% of a 134 MB load). Private, not the default shared (shmem) memory, and
+        # populated by the kernel in one call instead of one page fault per 4 kB page as the read
+        # first writes it: the read of a 134 MB artifact takes half the time.
+        return memoryview(mmap.mmap(-1, n, flags=_ANON_FLAGS))
     raw = bytearray(n + ALIGNMENT)
     if n == 0:
         return memoryview(raw)[:0]
@@ -616,11 +657,13 @@ def _aligned_buffer(n: int) -> memoryview:
     return memoryview(raw)[shift:shift + n]
 
 
-def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview:
+def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, int | None]:
+    """The whole archive in one buffer, and, when that buffer maps the file, a descriptor of the
+    file (the caller closes it) to verify the members by reading instead of through the mapping."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
-        return view
+        return view, None
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
@@ -633,9 +676,11 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> memoryview:
+def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, int | None]:
     mapped = _map_file(f, limits, where) if use_mmap else None
-    return mapped if mapped is not None else _read_file(f, limits, where)
+    if mapped is not None:
+        return mapped, os.dup(f.fileno())
+    return _read_file(f, limits, where), None
 
 
 def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
@@ -937,8 +982,9 @@ def _check_name(name: str, where: str) -> None:
 
 
 def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits: Limits,
-                   where: str) -> dict[str, memoryview]:
-    """Check each entry against its local header and lay out all entries without gap or overlap."""
+                   where: str) -> tuple[dict[str, memoryview], dict[str, int]]:
+    """Check each entry against its local header and lay out all entries without gap or overlap;
+    return each member's data and the file offset where it starts."""
     seen: set[str] = set()
     spans: list[tuple[int, int, int, str]] = []
     for rec in records:
@@ -975,6 +1021,7 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
             raise CorruptZipError(f"{at}: stored size {rec.csize} != size {rec.usize}; {_FIX}")
         spans.append((rec.offset, _local_data_start(buf, rec, at), rec.usize, rec.name))
     views: dict[str, memoryview] = {}
+    starts: dict[str, int] = {}
     pos = 0
     for start, data_start, size, name in sorted(spans):
         at = f"{where}: member {name!r}"
@@ -987,12 +1034,13 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
             raise CorruptZipError(f"{at}: {start - pos} unaccounted bytes before it (offset {pos}); {_FIX}")
         pos = data_start + size
         views[name] = buf[data_start:pos]
+        starts[name] = data_start
     if pos > cd_off:
         raise OverlappingMembersError(f"{where}: the last member ends at offset {pos}, inside the central "
                                       f"directory (which starts at {cd_off}); {_FIX}")
     if pos < cd_off:
         raise CorruptZipError(f"{where}: {cd_off - pos} unaccounted bytes before the central directory; {_FIX}")
-    return views
+    return views, starts
 
 
 def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
@@ -1075,7 +1123,7 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
 _PARALLEL_HASH_BYTES = 1 << 20
 
 
-def digest_all(fn: Callable[[memoryview], Any], views: list[memoryview | bytes], label: str = "hashing") -> list[Any]:
+def digest_all(fn: Callable[[Any], Any], views: list[Any], label: str = "hashing") -> list[Any]:
     """``[fn(v) for v in views]``, with the big views on several threads.
 
     hashlib and zlib release the GIL on large buffers, so sha256 and crc32 of big payloads run on
@@ -1119,30 +1167,66 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
         yield bar.update
 
 
-def _sha256_and_crc32(view: memoryview | bytes) -> tuple[str, int]:
-    # One pass in cache-sized pieces: each piece is hashed while it is still in cache.
-    h, crc, step = hashlib.sha256(), 0, 1 << 20
-    for lo in range(0, len(view), step):
-        piece = view[lo:lo + step]
+class _FileSpan:
+    """``size`` bytes of a file at offset ``start``, hashed by reading the file (see _pieces)."""
+
+    __slots__ = ("fd", "start", "size")
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self.fd, self.start, self.size = fd, start, size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+_PIECE = 1 << 20
+
+
+def _pieces(src: memoryview | bytes | _FileSpan) -> Iterator[memoryview | bytes]:
+    """``src`` in cache-sized pieces: each piece is hashed while it is still in cache. A file span
+    is read piece by piece into one small buffer (a file that shrank meanwhile yields fewer bytes,
+    which then fail their sha256)."""
+    if not isinstance(src, _FileSpan):
+        for lo in range(0, len(src), _PIECE):
+            yield src[lo:lo + _PIECE]
+        return
+    buf = memoryview(bytearray(min(_PIECE, src.size)))
+    off, end = src.start, src.start + src.size
+    while off < end:
+        n = os.preadv(src.fd, [buf[:min(_PIECE, end - off)]], off)
+        if n <= 0:
+            return
+        yield buf[:n]
+        off += n
+
+
+def _sha256_and_crc32(src: memoryview | bytes | _FileSpan) -> tuple[str, int]:
+    h, crc = hashlib.sha256(), 0
+    for piece in _pieces(src):
         h.update(piece)
         crc = zlib.crc32(piece, crc)
     return h.hexdigest(), crc
 
 
-def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> dict[str, int]:
-    """Check every member's sha256 against the manifest; return every member's CRC-32 (for the
-    framing check), the manifest's included."""
-    names = sorted(manifest.members)
-    digests = dict(zip(names, digest_all(_sha256_and_crc32, [views[n] for n in names], "verifying"), strict=True))
-    for name in names:
-        if digests[name][0] != manifest.members[name].sha256:
-            raise ChecksumMismatchError(
-                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name][0]}, but {MANIFEST} "
-                f"records {manifest.members[name].sha256}; {_FIX}"
-            )
-    crcs = {name: d[1] for name, d in digests.items()}
-    crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
-    return crcs
+def _check_digest(name: str, digest: tuple[str, int], sha256: str, crc: int | None, where: str) -> None:
+    """Raise ChecksumMismatchError unless ``digest`` (sha256 hex, CRC-32) is ``sha256`` and, when
+    given, ``crc``."""
+    if digest[0] != sha256:
+        raise ChecksumMismatchError(f"{where}: member {name!r} is corrupt: its sha256 is {digest[0]}, but "
+                                    f"{MANIFEST} records {sha256}; {_FIX}")
+    if crc is not None and digest[1] != crc:
+        raise ChecksumMismatchError(f"{where}: the CRC-32 the zip records for member {name!r} is not that of its "
+                                    f"bytes; the file was damaged or rewritten by another tool: {_FIX}")
+
+
+def _verify_hashes(names: list[str], sources: list[memoryview | _FileSpan], manifest: schema.Manifest,
+                   where: str) -> dict[str, int]:
+    """Check the sha256 of the members ``names`` (bytes from ``sources``) against the manifest;
+    return their CRC-32 (for the framing check)."""
+    digests = digest_all(_sha256_and_crc32, sources, "verifying")
+    for name, digest in zip(names, digests, strict=True):
+        _check_digest(name, digest, manifest.members[name].sha256, None, where)
+    return {name: d[1] for name, d in zip(names, digests, strict=True)}
 
 
 def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:
