@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from .diff import diff, diff_programs
 
     # payloads are read (and verified) only for the max abs difference of changed tensors
-    a_all, b_all = read_artifacts(args.a, lazy=True), read_artifacts(args.b, lazy=True)
+    a_all, b_all = read_artifacts(args.a, lazy=True, payload_crc=False), read_artifacts(args.b, lazy=True, payload_crc=False)
     a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
     extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
     if list(a_all) == [None] and list(b_all) == [None]:

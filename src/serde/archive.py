@@ -84,6 +84,7 @@ _JSON_MEMBERS = frozenset({MANIFEST, PROGRAM, WEIGHTS, DEBUG})
 # A program's name in a multi-program archive: what a Python identifier may be, and short.
 PROGRAM_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PROGRAM_MEMBER_RE = re.compile(r"programs/([A-Za-z_][A-Za-z0-9_]{0,63})/(program|weights|debug)\.json")
+_PAYLOAD_PREFIX = "data/"
 _PAYLOAD_RE = re.compile(r"data/[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a sha256 as the format writes it: 64 lowercase hex digits
 _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
@@ -208,12 +209,13 @@ class ArchiveContents:
     __slots__ = ("manifest", "names", "schema_version", "_views", "_pending", "_where")
 
     def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview],
-                 pending: dict[str, int] | None = None, where: str = "<archive>") -> None:
+                 pending: dict[str, int | None] | None = None, where: str = "<archive>") -> None:
         self.manifest = manifest
         self.names: tuple[str, ...] = tuple(sorted(views))
         self.schema_version: tuple[int, int] = (manifest.schema_version.major, manifest.schema_version.minor)
         self._views = views
         # members read with lazy=True and not yet verified: name -> the CRC-32 the zip records
+        # (None: not to be recomputed, see read_archive's payload_crc)
         self._pending = dict(pending or {})
         self._where = where
 
@@ -233,9 +235,10 @@ class ArchiveContents:
                 f"archive member {name!r} is missing (the archive has {len(self._views)} members); "
                 f"the file is incomplete: {_FIX}"
             ) from None
-        crc = self._pending.get(name)
-        if crc is not None:
-            _check_digest(name, _sha256_and_crc32(view), self.manifest.members[name].sha256, crc, self._where)
+        if name in self._pending:
+            crc = self._pending[name]
+            digest = _digest(_Job(view, crc is not None))
+            _check_digest(name, digest, self.manifest.members[name].sha256, crc, self._where)
             self._pending.pop(name, None)
         return view
 
@@ -288,6 +291,7 @@ def read_archive(
     limits: Limits = DEFAULT_LIMITS,
     mmap: bool = False,
     lazy: bool = False,
+    payload_crc: bool = True,
 ) -> ArchiveContents:
     """Read and fully verify an archive (structure, names, sizes, manifest, sha256 of every member).
 
@@ -302,6 +306,10 @@ def read_archive(
             the file is mapped as with ``mmap`` and everything is verified as usual except the
             payloads (``data/...``) and extra files, which are neither read nor hashed here but
             verified (sha256 and CRC-32) by :meth:`ArchiveContents.member` when first asked for.
+        payload_crc: recompute the zip's CRC-32 of the payloads too (``pt2serde check``). With
+            False (``serde.load``) a payload's bytes are verified by their sha256 alone, which
+            covers the same bytes, and its CRC-32 fields by agreeing between its local header and
+            the central directory: every flipped byte is still caught, at 60% of the hashing cost.
 
     Returns:
         ArchiveContents whose members are memoryviews over one buffer holding the whole file.
@@ -319,15 +327,18 @@ def read_archive(
         views, starts = _check_members(buf, records, cd_off, limits, where)
         recorded = {r.name: r.crc for r in records}
         manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
-        later = {n: recorded[n] for n in views if lazy and not _is_json_member(n)}
+        # the members whose CRC-32 is recomputed (the others' sha256 covers the same bytes)
+        crc_of = {n for n in views if payload_crc or not n.startswith(_PAYLOAD_PREFIX)}
+        later = {n: recorded[n] if n in crc_of else None for n in views if lazy and not _is_json_member(n)}
         now = [n for n in sorted(manifest.members) if n not in later]
-        # A mapped member is hashed from the file, so that verifying does not map its pages
-        sources = [views[n] if fd is None else _FileSpan(fd, starts[n], len(views[n])) for n in now]
-        crcs = _verify_hashes(now, sources, manifest, where)
+        # A mapped member is hashed from the file, so that verifying does not map its pages.
+        jobs = [_Job(views[n] if fd is None else _FileSpan(fd, starts[n], len(views[n])), n in crc_of) for n in now]
+        crcs = _verify_hashes(now, jobs, manifest, where)
         crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
-        # framing: a member not verified yet is framed with the CRC-32 the zip records, which
-        # member() checks against its bytes when they are first asked for
-        _check_framing(buf, views, {**later, **crcs}, where)
+        # A member whose CRC-32 is not computed (yet) is framed with the one the zip records: the
+        # local header must then agree with the central directory, so a flipped byte in either is
+        # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
+        _check_framing(buf, views, {**recorded, **crcs}, where)
     finally:
         if fd is not None:
             os.close(fd)
@@ -1167,6 +1178,18 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
         yield bar.update
 
 
+class _Job:
+    """Hash ``src`` (its sha256, and its CRC-32 when ``crc``)."""
+
+    __slots__ = ("src", "crc")
+
+    def __init__(self, src: memoryview | bytes | _FileSpan, crc: bool) -> None:
+        self.src, self.crc = src, crc
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
 class _FileSpan:
     """``size`` bytes of a file at offset ``start``, hashed by reading the file (see _pieces)."""
 
@@ -1208,6 +1231,15 @@ def _sha256_and_crc32(src: memoryview | bytes | _FileSpan) -> tuple[str, int]:
     return h.hexdigest(), crc
 
 
+def _digest(job: _Job) -> tuple[str, int | None]:
+    if job.crc:
+        return _sha256_and_crc32(job.src)
+    h = hashlib.sha256()
+    for piece in _pieces(job.src):
+        h.update(piece)
+    return h.hexdigest(), None
+
+
 def _check_digest(name: str, digest: tuple[str, int], sha256: str, crc: int | None, where: str) -> None:
     """Raise ChecksumMismatchError unless ``digest`` (sha256 hex, CRC-32) is ``sha256`` and, when
     given, ``crc``."""
@@ -1219,14 +1251,13 @@ def _check_digest(name: str, digest: tuple[str, int], sha256: str, crc: int | No
                                     f"bytes; the file was damaged or rewritten by another tool: {_FIX}")
 
 
-def _verify_hashes(names: list[str], sources: list[memoryview | _FileSpan], manifest: schema.Manifest,
-                   where: str) -> dict[str, int]:
-    """Check the sha256 of the members ``names`` (bytes from ``sources``) against the manifest;
-    return their CRC-32 (for the framing check)."""
-    digests = digest_all(_sha256_and_crc32, sources, "verifying")
+def _verify_hashes(names: list[str], jobs: list[_Job], manifest: schema.Manifest, where: str) -> dict[str, int]:
+    """Check the sha256 of the members ``names`` against the manifest; return the CRC-32 of
+    those whose job computed it (for the framing check)."""
+    digests = digest_all(_digest, jobs, "verifying")
     for name, digest in zip(names, digests, strict=True):
         _check_digest(name, digest, manifest.members[name].sha256, None, where)
-    return {name: d[1] for name, d in zip(names, digests, strict=True)}
+    return {name: d[1] for name, d in zip(names, digests, strict=True) if d[1] is not None}
 
 
 def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:

@@ -57,9 +57,9 @@ class SeveralProgramsError(SerializeError):
 
 
 def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False,
-                  lazy: bool = False) -> Artifact:
+                  lazy: bool = False, payload_crc: bool = True) -> Artifact:
     """Read, verify, upgrade and decode a single-program artifact (``mmap``: see :func:`serde.load`;
-    ``lazy``: payloads and extra files are verified when first read, see :func:`archive.read_archive`).
+    ``lazy`` and ``payload_crc``: see :func:`serde.archive.read_archive`).
 
     Raises:
         SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
@@ -67,7 +67,7 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         (outside the supported window), UpgradeError (no upgrader step), SeveralProgramsError
         (the artifact holds several programs: use :func:`read_artifacts`).
     """
-    programs = read_artifacts(src, limits=limits, mmap=mmap, lazy=lazy)
+    programs = read_artifacts(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
     if list(programs) != [None]:
         raise SeveralProgramsError(
             f"the artifact holds {len(programs)} programs ({', '.join(programs)}), and this handles one; "
@@ -76,10 +76,10 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
 
 
 def read_artifacts(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
-                   mmap: bool = False, lazy: bool = False) -> dict[str | None, Artifact]:
+                   mmap: bool = False, lazy: bool = False, payload_crc: bool = True) -> dict[str | None, Artifact]:
     """Every program of an artifact, by name (``{None: artifact}`` for a single-program one);
-    they share one verified archive (see :func:`read_artifact` for the errors and ``lazy``)."""
-    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy)
+    they share one verified archive (see :func:`read_artifact` for the errors and the options)."""
+    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
     version = contents.schema_version
     check_readable(version)
     names = archive.program_names(contents.names) or [None]
