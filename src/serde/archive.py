@@ -21,13 +21,16 @@ Layout (format_version 1; 2 when the archive has extra files):
 
 The same members always give byte-identical files, whatever the order of the input mapping.
 
-Reading never trusts the file: the whole file is read once into one private buffer, the zip
-structure is checked end to end (sizes, offsets, contiguity, alignment, names), then the manifest is
-decoded (after its CRC-32 is checked: no sha256 covers it) and every member's sha256 verified,
-and finally every byte of zip framing is compared with what :func:`write_archive` would write for
-those members (so the CRC-32 of every member, dates, versions, attributes and padding are exact),
-before any member is handed out as a zero-copy ``memoryview`` over that buffer. Each failure raises
-its own :class:`~serde.errors.SerializeError` subclass, defined below.
+Reading never trusts the file: the whole file is read once into one private buffer (or mapped,
+see :func:`read_archive`), the zip structure is checked end to end (sizes, offsets, contiguity,
+alignment, names), then the manifest is decoded (after its CRC-32 is checked: no sha256 covers it)
+and every member's sha256 verified, and finally every byte of zip framing is compared with what
+:func:`write_archive` would write for those members (so dates, versions, attributes, padding and
+the CRC-32 of every member are exact; a payload's CRC-32 is recomputed unless ``payload_crc=False``,
+and then must agree between its two copies), before any member is handed out as a zero-copy
+``memoryview`` over that buffer. ``lazy=True`` defers the payloads' and extra files' hashes to
+their first :meth:`ArchiveContents.member`. Each failure raises its own
+:class:`~serde.errors.SerializeError` subclass, defined below.
 """
 
 from __future__ import annotations
