@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _harness import base_parser, main_guard, ratio, time_interleaved
+from _harness import base_parser, graph_nodes, main_guard, ratio, time_interleaved
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,7 +66,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 # ---------------------------------------------------------------- goal: load speed
 
 
-def run_load(layers: int, width: int, repeats: int) -> dict:
+def run_load(layers: int, width: int, repeats: int, fresh: bool = True) -> dict:
     import torch
 
     import serde
@@ -88,7 +88,7 @@ def run_load(layers: int, width: int, repeats: int) -> dict:
         for fn in sides.values():  # untimed: first calls, and both files in the page cache
             fn()
         t = time_interleaved(sides, repeats)
-        fresh = _fresh_loads(ours, theirs, repeats)
+        firsts = _fresh_loads(ours, theirs, repeats) if fresh else None
         floor = [_floor(ours) for _ in range(repeats)]
         expected = ep.module()(*args)
         for side, ep2 in loaded.items():
@@ -97,13 +97,14 @@ def run_load(layers: int, width: int, repeats: int) -> dict:
         size = os.path.getsize(ours)
     return {
         "bench": "weights_load",
+        **graph_nodes(ep),
         "weights_bytes": _weights_bytes(ep),
         "serde_bytes": size,
         "repeats": repeats,
         "load_speedup": ratio(t["torch"], t["serde"]),
         "load_mmap_speedup": ratio(t["torch"], t["serde_mmap"]),
-        "first_load_speedup": _wall_ratio(fresh["torch"], fresh["serde"]),
-        "first_load_mmap_speedup": _wall_ratio(fresh["torch"], fresh["serde_mmap"]),
+        **({"first_load_speedup": _wall_ratio(firsts["torch"], firsts["serde"]),
+            "first_load_mmap_speedup": _wall_ratio(firsts["torch"], firsts["serde_mmap"])} if firsts else {}),
         # the best any eager verification could do: torch's load time over (read + sha256)
         "floor_speedup": _wall_ratio(t["torch"].wall, floor),
         "floor_vs_serde": _wall_ratio(t["serde"].wall, floor),
@@ -161,6 +162,7 @@ def run_tools(layers: int, width: int, repeats: int) -> dict:
     import serde
 
     ep, _ = _export(layers, width)
+    nodes = graph_nodes(ep)
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
         a, b = os.path.join(d, "a.pt2s"), os.path.join(d, "b.pt2s")
         serde.save(ep, a)
@@ -183,6 +185,7 @@ def run_tools(layers: int, width: int, repeats: int) -> dict:
         baseline = [_cli(["--version"], 0, pycache) for _ in range(repeats)]
     return {
         "bench": "weights_tools",
+        **nodes,
         "serde_bytes": size,
         "repeats": repeats,
         "show_seconds": _stats(secs["show"]),
@@ -216,7 +219,7 @@ def run_memory(layers: int, width: int, repeats: int) -> dict:
     import serde
 
     ep, _ = _export(layers, width)
-    weights = _weights_bytes(ep)
+    weights, nodes = _weights_bytes(ep), graph_nodes(ep)
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
         ours, theirs = os.path.join(d, "model.pt2s"), os.path.join(d, "model.pt2")
         serde.save(ep, ours)
@@ -227,6 +230,7 @@ def run_memory(layers: int, width: int, repeats: int) -> dict:
     frac = {side: round(r["peak_bytes"] / weights, 3) for side, r in out.items()}
     return {
         "bench": "weights_memory",
+        **nodes,
         "weights_bytes": weights,
         "peak_fraction": frac,
         "mmap_touched_fraction": round(out["serde_mmap"]["touched_bytes"] / weights, 3),
@@ -293,11 +297,14 @@ def main() -> int:
     p.add_argument("--child", choices=("load", "memory"), help=argparse.SUPPRESS)
     p.add_argument("--side", choices=("serde", "serde_mmap", "torch"))
     p.add_argument("--path")
+    p.add_argument("--no-fresh", action="store_true", help="load: skip the first loads of fresh processes")
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child, a.side, a.path)))
         return 0
-    body = {"load": run_load, "tools": run_tools, "memory": run_memory}[a.goal]
+    if a.goal == "load":
+        return main_guard(a.case, lambda: run_load(a.layers, a.width, a.repeats, fresh=not a.no_fresh))
+    body = {"tools": run_tools, "memory": run_memory}[a.goal]
     return main_guard(a.case, lambda: body(a.layers, a.width, a.repeats))
 
 
