@@ -204,7 +204,7 @@ def _weights_load_rows(r: dict[str, Any]) -> list[Row]:
 
 
 def _seconds(r: dict[str, float]) -> tuple[str, str]:
-    return f"{r['min']:.3f} s", f"med {r['median']:.3f} s"
+    return f"{r['min']:.3f} s", f"med {r['median']:.3f} s, cpu {r['cpu']:.3f} s"
 
 
 def _weights_tools_rows(r: dict[str, Any]) -> list[Row]:
@@ -212,7 +212,7 @@ def _weights_tools_rows(r: dict[str, Any]) -> list[Row]:
         (f"goal 5: pt2serde show, {_mb(r['serde_bytes'])} artifact", *_seconds(r["show_seconds"]), "show_seconds.min"),
         ("goal 5: pt2serde diff (one bias changed)", *_seconds(r["diff_seconds"]), "diff_seconds.min"),
         ("  pt2serde show, the same layers 64 wide (kB of weights)", *_seconds(r["show_small_seconds"]), ""),
-        ("  pt2serde --version (start-up)", *_seconds(r["startup_seconds"]), ""),
+        ("  pt2serde --help (start-up: imports, parser)", *_seconds(r["startup_seconds"]), ""),
         ("  pt2serde check (verifies every byte)", *_seconds(r["check_seconds"]), ""),
     ]
 

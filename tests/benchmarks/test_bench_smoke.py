@@ -100,8 +100,8 @@ def test_case_record_is_well_formed(smoke_run, name):
         _ratio_ok(r["load_mmap_speedup"])
         assert r["serde_bytes"] > r["weights_bytes"] > 0
     elif kind == "weights_tools":
-        for key in ("show_seconds", "diff_seconds", "check_seconds", "startup_seconds"):
-            assert 0 < r[key]["min"] <= r[key]["median"]
+        for key in ("show_seconds", "diff_seconds", "check_seconds", "startup_seconds", "show_small_seconds"):
+            assert 0 < r[key]["min"] <= r[key]["median"] and r[key]["cpu"] > 0
     elif kind == "weights_memory":
         assert r["weights_bytes"] > 0
         assert set(r["peak_fraction"]) == {"serde", "serde_mmap", "torch"}
