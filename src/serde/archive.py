@@ -309,6 +309,7 @@ def read_archive(
             the file is mapped as with ``mmap`` and everything is verified as usual except the
             payloads (``data/...``) and extra files, which are neither read nor hashed here but
             verified (sha256 and CRC-32) by :meth:`ArchiveContents.member` when first asked for.
+            As with ``mmap``, the file must not be truncated or rewritten in place meanwhile.
         payload_crc: recompute the zip's CRC-32 of the payloads too (``pt2serde check``). With
             False (``serde.load``) a payload's bytes are verified by their sha256 alone, which
             covers the same bytes, and its CRC-32 fields by agreeing between its local header and
