@@ -77,6 +77,19 @@ CASES: list[BenchCase] = [
               bars=(Bar("cost_fraction.min", "<=", 0.1, "canonicalization cost"),)),
     BenchCase("diff_locality", "bench_diff_locality.py", ("--size", "1000"), ("--size", "30"),
               bars=(Bar("changed_lines", "<=", 10, "diff locality", unit=""),), timed=False),
+    # Large weights (bench_weights.py): load speed, show/diff time, peak memory.
+    BenchCase("weights_134mb", "bench_weights.py", ("--goal", "load", "--layers", "8"),
+              ("--goal", "load", "--layers", "1", "--width", "256", "--no-fresh"),
+              bars=(Bar("load_speedup.min", ">=", 1.5, "goal 4: large-weight load"),
+                    Bar("load_mmap_speedup.min", ">=", 3.0, "goal 4: large-weight load"))),
+    BenchCase("weights_1gb_tools", "bench_weights.py", ("--goal", "tools", "--layers", "16", "--width", "4096"),
+              ("--goal", "tools", "--layers", "1", "--width", "256"),
+              bars=(Bar("show_seconds.min", "<=", 0.5, "goal 5: show/diff on 1 GB", unit=" s"),
+                    Bar("diff_seconds.min", "<=", 0.5, "goal 5: show/diff on 1 GB", unit=" s"))),
+    BenchCase("weights_1gb_memory", "bench_weights.py", ("--goal", "memory", "--layers", "16", "--width", "4096"),
+              ("--goal", "memory", "--layers", "1", "--width", "256"), timed=False,
+              bars=(Bar("peak_fraction.serde", "<=", 1.15, "goal 6: peak memory of a load"),
+                    Bar("peak_fraction.serde_mmap", "<=", 0.1, "goal 6: peak memory of a load"))),
     # Native emitter.
     BenchCase("native_chain_5000", "bench_native.py", ("--model", "chain", "--size", "5000"),
               ("--model", "chain", "--size", "30"), requires="native.emit"),
@@ -174,12 +187,56 @@ def _native_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _min_med(r: dict[str, float]) -> tuple[str, str]:  # a ratio without a cpu column
+    return f"{r['min']:.3f}x", f"med {r['median']:.3f}x"
+
+
+def _weights_load_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        ("goal 4: load speedup (torch.export.load / serde.load)", *_x(r["load_speedup"]), "load_speedup.min"),
+        ("goal 4: the same, serde.load(mmap=True)", *_x(r["load_mmap_speedup"]), "load_mmap_speedup.min"),
+        *([("  first load of a fresh process, plain", *_min_med(r["first_load_speedup"]), ""),
+           ("  first load of a fresh process, mmap=True", *_min_med(r["first_load_mmap_speedup"]), "")]
+          if "first_load_speedup" in r else []),
+        ("  floor: torch.export.load / (read + sha256, all cores)", *_min_med(r["floor_speedup"]), ""),
+        ("  serde.load / floor", *_min_med(r["floor_vs_serde"]), ""),
+    ]
+
+
+def _seconds(r: dict[str, float]) -> tuple[str, str]:
+    return f"{r['min']:.3f} s", f"med {r['median']:.3f} s, cpu {r['cpu']:.3f} s"
+
+
+def _weights_tools_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        (f"goal 5: pt2serde show, {_mb(r['serde_bytes'])} artifact", *_seconds(r["show_seconds"]), "show_seconds.min"),
+        ("goal 5: pt2serde diff (one bias changed)", *_seconds(r["diff_seconds"]), "diff_seconds.min"),
+        ("  pt2serde show, the same layers 64 wide (kB of weights)", *_seconds(r["show_small_seconds"]), ""),
+        ("  pt2serde --help (start-up: imports, parser)", *_seconds(r["startup_seconds"]), ""),
+        ("  pt2serde check (verifies every byte)", *_seconds(r["check_seconds"]), ""),
+    ]
+
+
+def _weights_memory_rows(r: dict[str, Any]) -> list[Row]:
+    f = r["peak_fraction"]
+    return [
+        (f"goal 6: peak RSS of serde.load / weights ({_mb(r['weights_bytes'])})", f"{f['serde']:.3f}x", "",
+         "peak_fraction.serde"),
+        ("goal 6: the same, mmap=True, weights untouched", f"{f['serde_mmap']:.3f}x", "", "peak_fraction.serde_mmap"),
+        ("  mmap=True after touching every weight", f"{r['mmap_touched_fraction']:.3f}x", "", ""),
+        ("  torch.export.load", f"{f['torch']:.3f}x", "", ""),
+    ]
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
     "canonicalize": _canonicalize_rows,
     "diff_locality": _diff_rows,
     "native": _native_rows,
+    "weights_load": _weights_load_rows,
+    "weights_tools": _weights_tools_rows,
+    "weights_memory": _weights_memory_rows,
 }
 
 

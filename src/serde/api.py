@@ -198,7 +198,8 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     """
     _check_not_at_end(f)
     with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
-        artifacts = read_artifacts(f, limits=limits, mmap=mmap)
+        # A payload's sha256 covers its bytes; its zip CRC-32 is left to `pt2serde check`.
+        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False)
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
         if list(artifacts) == [None]:

@@ -94,6 +94,17 @@ def test_case_record_is_well_formed(smoke_run, name):
         assert r["instructions"] >= r["kernel_calls"] >= 1
         assert r["emitted_bytes"] > 0 and r["artifact_bytes"] > 0
         assert math.isfinite(r["overhead_per_instruction"])
+    elif kind == "weights_load":
+        assert r["outputs_match"] is True
+        _ratio_ok(r["load_speedup"])
+        _ratio_ok(r["load_mmap_speedup"])
+        assert r["serde_bytes"] > r["weights_bytes"] > 0
+    elif kind == "weights_tools":
+        for key in ("show_seconds", "diff_seconds", "check_seconds", "startup_seconds", "show_small_seconds"):
+            assert 0 < r[key]["min"] <= r[key]["median"] and r[key]["cpu"] > 0
+    elif kind == "weights_memory":
+        assert r["weights_bytes"] > 0
+        assert set(r["peak_fraction"]) == {"serde", "serde_mmap", "torch"}
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -115,8 +126,10 @@ def test_every_bar_names_a_row_of_its_case():
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
              "bench_diff_locality.py": "diff_locality", "bench_native.py": "native"}
     for case in runner.CASES:
-        fmt = runner._ROWS[kinds[case.script]]
-        shown = {row[-1] for row in fmt(_fake_record(kinds[case.script]))}
+        # bench_weights.py: one kind per --goal
+        kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
+        fmt = runner._ROWS[kind]
+        shown = {row[-1] for row in fmt(_fake_record(kind))}
         for bar in case.bars:
             assert bar.metric in shown, f"{case.name}: bar on {bar.metric} is not in any row"
 
@@ -130,6 +143,11 @@ def _fake_record(kind: str) -> dict:
         "native": {"run_vs_eager": r, "arena_run_vs_eager": r, "emit_vs_torch_save": r,
                    "overhead_per_instruction": 0.1, "instructions": 2, "emitted_bytes": 1,
                    "artifact_bytes": 1, "emitted_vs_artifact_size": 1.0},
+        "weights_load": {"load_speedup": r, "load_mmap_speedup": r, "floor_speedup": r, "floor_vs_serde": r},
+        "weights_tools": {"serde_bytes": 1, **dict.fromkeys(
+            ("show_seconds", "diff_seconds", "show_small_seconds", "startup_seconds", "check_seconds"), r)},
+        "weights_memory": {"weights_bytes": 1, "mmap_touched_fraction": 1.0,
+                           "peak_fraction": {"serde": 1.0, "serde_mmap": 0.1, "torch": 1.0}},
     }[kind]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,117 @@ def test_parallel_read_reports_a_short_file(tmp_path):
         assert got == len(payload)  # the first range that came up short decides
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- what is verified when
+
+
+def _payload_spans(data: bytes) -> dict[str, tuple[int, int]]:
+    """Where each payload member sits in the intact file ``data``: name -> (start, end)."""
+    contents = archive.read_archive(data)
+    spans = {}
+    for name in contents.names:
+        if name.startswith("data/"):
+            start = data.index(bytes(contents.member(name)))
+            spans[name] = (start, start + contents.size(name))
+    return spans
+
+
+def _corrupt_every_payload(src: Path, dest: Path) -> None:
+    data = bytearray(src.read_bytes())
+    for start, end in _payload_spans(bytes(data)).values():
+        data[(start + end) // 2] ^= 0xFF
+    dest.write_bytes(bytes(data))
+
+
+def test_show_and_diff_do_not_read_payloads_but_check_and_load_do(wide, tmp_path, capsys):
+    from serde.cli import main
+
+    _, src = wide
+    bad = tmp_path / "bad.pt2s"
+    _corrupt_every_payload(src, bad)
+    assert main(["show", "--no-pager", str(bad)]) == 0
+    assert main(["show", "--no-pager", "--summary", str(bad)]) == 0
+    shown = capsys.readouterr().out
+    assert "a.weight" in shown or "parameters" in shown
+    assert main(["diff", str(src), str(bad)]) == 0  # weights.json is the same: nothing to read
+    assert main(["check", str(bad)]) == 2
+    assert "is corrupt" in capsys.readouterr().err
+    for mmap in (False, True):
+        with pytest.raises(ChecksumMismatchError, match="data/"):
+            serde.load(bad, mmap=mmap)
+
+
+def test_diff_verifies_the_payloads_it_reads(wide, tmp_path, capsys):
+    from serde.cli import main
+
+    ep, src = wide
+    with torch.no_grad():
+        ep.state_dict["scale"].add_(1.0)
+    try:
+        changed = tmp_path / "changed.pt2s"
+        serde.save(ep, changed)
+    finally:
+        with torch.no_grad():
+            ep.state_dict["scale"].sub_(1.0)
+    assert main(["diff", str(src), str(changed)]) == 1
+    assert "scale" in capsys.readouterr().out
+    bad = tmp_path / "bad.pt2s"
+    _corrupt_every_payload(changed, bad)
+    # the changed buffer's bytes are read for its max abs difference, and verified first
+    assert main(["diff", str(src), str(bad)]) == 2
+    assert "is corrupt" in capsys.readouterr().err
+
+
+def test_lazy_read_verifies_a_payload_each_time_it_is_asked_for_until_it_passes(wide, tmp_path):
+    _, src = wide
+    bad = tmp_path / "bad.pt2s"
+    _corrupt_every_payload(src, bad)
+    contents = archive.read_archive(bad, lazy=True)
+    payloads = [n for n in contents.names if n.startswith("data/")]
+    assert payloads
+    for name in payloads:
+        assert contents.size(name) > 0  # sizes come from the zip directory, nothing is read
+        for _ in range(2):
+            with pytest.raises(ChecksumMismatchError, match=name):
+                contents.member(name)
+    good = archive.read_archive(src, lazy=True)
+    assert all(bytes(good.member(n)) == bytes(archive.read_archive(src).member(n)) for n in payloads)
+
+
+def test_load_leaves_payload_crcs_to_check(wide):
+    """serde.load verifies a payload by its sha256 and its zip CRC-32 fields by their agreement
+    (local header and central directory); the default read (`pt2serde check`) recomputes them."""
+    ep, src = wide
+    data = src.read_bytes()
+    start, end = max(_payload_spans(data).values(), key=lambda span: span[1] - span[0])
+    crc = zlib.crc32(data[start:end]).to_bytes(4, "little")
+    assert data.count(crc) == 2  # once in the local header, once in the central directory
+    other = (int.from_bytes(crc, "little") ^ 1).to_bytes(4, "little")
+    both = data.replace(crc, other)  # what a tool rewriting only the CRCs would leave
+    assert_programs_equal(ep, serde.load(both))  # every tensor byte is still verified by sha256
+    with pytest.raises(archive.CorruptZipError, match="local header"):
+        archive.read_archive(both)  # the default, as `pt2serde check` reads: every CRC-32 recomputed
+    for copy in range(2):  # one copy alone flipped: serde.load catches it
+        at = data.index(crc) if copy == 0 else data.rindex(crc)
+        one = data[:at] + other + data[at + 4:]
+        with pytest.raises(archive.CorruptZipError):
+            serde.load(one)
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc (Linux)")
+def test_mmap_load_takes_no_memory_for_weights_until_they_are_touched(wide):
+    ep, path = wide
+    weights = sum(t.untyped_storage().nbytes() for t in ep.state_dict.values())
+    serde.load(path, mmap=True)  # first calls paid
+    before = _rss()
+    loaded = serde.load(path, mmap=True)
+    assert _rss() - before < weights // 4
+    for t in loaded.state_dict.values():
+        t.sum()
+    assert _rss() - before > weights // 2

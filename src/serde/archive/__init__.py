@@ -21,13 +21,16 @@ Layout (format_version 1; 2 when the archive has extra files):
 
 The same members always give byte-identical files, whatever the order of the input mapping.
 
-Reading never trusts the file: the whole file is read once into one private buffer, the zip
-structure is checked end to end (sizes, offsets, contiguity, alignment, names), then the manifest is
-decoded (after its CRC-32 is checked: no sha256 covers it) and every member's sha256 verified,
-and finally every byte of zip framing is compared with what :func:`write_archive` would write for
-those members (so the CRC-32 of every member, dates, versions, attributes and padding are exact),
-before any member is handed out as a zero-copy ``memoryview`` over that buffer. Each failure raises
-its own :class:`~serde.errors.SerializeError` subclass, defined below.
+Reading never trusts the file: the whole file is read once into one private buffer (or mapped,
+see :func:`read_archive`), the zip structure is checked end to end (sizes, offsets, contiguity,
+alignment, names), then the manifest is decoded (after its CRC-32 is checked: no sha256 covers it)
+and every member's sha256 verified, and finally every byte of zip framing is compared with what
+:func:`write_archive` would write for those members (so dates, versions, attributes, padding and
+the CRC-32 of every member are exact; a payload's CRC-32 is recomputed unless ``payload_crc=False``,
+and then must agree between its two copies), before any member is handed out as a zero-copy
+``memoryview`` over that buffer. ``lazy=True`` defers the payloads' and extra files' hashes to
+their first :meth:`ArchiveContents.member`. Each failure raises its own
+:class:`~serde.errors.SerializeError` subclass, defined below.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ _JSON_MEMBERS = frozenset({MANIFEST, PROGRAM, WEIGHTS, DEBUG})
 # A program's name in a multi-program archive: what a Python identifier may be, and short.
 PROGRAM_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PROGRAM_MEMBER_RE = re.compile(r"programs/([A-Za-z_][A-Za-z0-9_]{0,63})/(program|weights|debug)\.json")
+_PAYLOAD_PREFIX = "data/"
 _PAYLOAD_RE = re.compile(r"data/[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a sha256 as the format writes it: 64 lowercase hex digits
 _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
@@ -206,26 +210,47 @@ class ArchiveContents:
     ``torch.frombuffer`` can wrap payloads without copying) and read-only when given ``bytes``.
     """
 
-    __slots__ = ("manifest", "names", "schema_version", "_views")
+    __slots__ = ("manifest", "names", "schema_version", "_views", "_pending", "_where")
 
-    def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview]) -> None:
+    def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview],
+                 pending: dict[str, int | None] | None = None, where: str = "<archive>") -> None:
         self.manifest = manifest
         self.names: tuple[str, ...] = tuple(sorted(views))
         self.schema_version: tuple[int, int] = (manifest.schema_version.major, manifest.schema_version.minor)
         self._views = views
+        # members read with lazy=True and not yet verified: name -> the CRC-32 the zip records
+        # (None: not to be recomputed, see read_archive's payload_crc)
+        self._pending = dict(pending or {})
+        self._where = where
 
     def __contains__(self, name: object) -> bool:
         return name in self._views
 
     def member(self, name: str) -> memoryview:
-        """The bytes of member ``name``; MissingMemberError if there is no such member."""
+        """The bytes of member ``name``; MissingMemberError if there is no such member.
+
+        A member left unverified by ``read_archive(..., lazy=True)`` is verified (sha256 and CRC-32)
+        here, the first time it is asked for: ChecksumMismatchError if it is corrupt.
+        """
         try:
-            return self._views[name]
+            view = self._views[name]
         except KeyError:
             raise MissingMemberError(
                 f"archive member {name!r} is missing (the archive has {len(self._views)} members); "
                 f"the file is incomplete: {_FIX}"
             ) from None
+        if name in self._pending:
+            crc = self._pending[name]
+            digest = _digest(_Job(view, crc is not None))
+            _check_digest(name, digest, self.manifest.members[name].sha256, crc, self._where)
+            self._pending.pop(name, None)
+        return view
+
+    def size(self, name: str) -> int:
+        """The byte length of member ``name``, without reading or verifying it."""
+        if name not in self._views:
+            self.member(name)  # raises MissingMemberError
+        return len(self._views[name])
 
 
 def write_archive(
@@ -269,6 +294,8 @@ def read_archive(
     *,
     limits: Limits = DEFAULT_LIMITS,
     mmap: bool = False,
+    lazy: bool = False,
+    payload_crc: bool = True,
 ) -> ArchiveContents:
     """Read and fully verify an archive (structure, names, sizes, manifest, sha256 of every member).
 
@@ -276,7 +303,18 @@ def read_archive(
         src: a path, a binary file object (read from its current position to the end) or the bytes.
         limits: caps on file size, member count, member size and JSON member size.
         mmap: map a path (or a real file at offset 0) copy-on-write instead of reading it; see
-            :func:`serde.load`. Other sources are read as usual.
+            :func:`serde.load`. Other sources are read as usual. The mapped members are verified
+            by reading the file (through the page cache), not through the mapping, so they take
+            no memory of this process until they are touched.
+        lazy: for tools that need the program, not the weights (``pt2serde show``, ``diff``):
+            the file is mapped as with ``mmap`` and everything is verified as usual except the
+            payloads (``data/...``) and extra files, which are neither read nor hashed here but
+            verified (sha256 and CRC-32) by :meth:`ArchiveContents.member` when first asked for.
+            As with ``mmap``, the file must not be truncated or rewritten in place meanwhile.
+        payload_crc: recompute the zip's CRC-32 of the payloads too (``pt2serde check``). With
+            False (``serde.load``) a payload's bytes are verified by their sha256 alone, which
+            covers the same bytes, and its CRC-32 fields by agreeing between its local header and
+            the central directory: every flipped byte is still caught, at 60% of the hashing cost.
 
     Returns:
         ArchiveContents whose members are memoryviews over one buffer holding the whole file.
@@ -286,22 +324,36 @@ def read_archive(
         MalformedArtifactError and UnsafeArtifactError subclasses defined in this module,
         FormatVersionError.
     """
-    buf = _read_all(src, limits, mmap)
     where = _describe(src)
-    records, cd_off = _central_directory(buf, limits, where)
-    _reject_foreign(records, where)
-    views = _check_members(buf, records, cd_off, limits, where)
-    manifest = _check_manifest(views, next(r.crc for r in records if r.name == MANIFEST)
-                               if MANIFEST in views else 0, where)
-    crcs = _verify_hashes(views, manifest, where)
-    _check_framing(buf, views, crcs, where)
-    return ArchiveContents(manifest, views)
+    buf, fd = _read_all(src, limits, mmap or lazy)
+    try:
+        records, cd_off = _central_directory(buf, limits, where)
+        _reject_foreign(records, where)
+        views, starts = _check_members(buf, records, cd_off, limits, where)
+        recorded = {r.name: r.crc for r in records}
+        manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
+        # the members whose CRC-32 is recomputed (the others' sha256 covers the same bytes)
+        crc_of = {n for n in views if payload_crc or not n.startswith(_PAYLOAD_PREFIX)}
+        later = {n: recorded[n] if n in crc_of else None for n in views if lazy and not _is_json_member(n)}
+        now = [n for n in sorted(manifest.members) if n not in later]
+        # A mapped member is hashed from the file, so that verifying does not map its pages.
+        jobs = [_Job(views[n] if fd is None else _FileSpan(fd, starts[n], len(views[n])), n in crc_of) for n in now]
+        crcs = _verify_hashes(now, jobs, manifest, where)
+        crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
+        # A member whose CRC-32 is not computed (yet) is framed with the one the zip records: the
+        # local header must then agree with the central directory, so a flipped byte in either is
+        # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
+        _check_framing(buf, views, {**recorded, **crcs}, where)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return ArchiveContents(manifest, views, later, where)
 
 
 def is_torch_export_archive(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview) -> bool:
     """True if ``src`` is a zip written by ``torch.export.save`` (or ``torch.save``); loads nothing."""
     try:
-        records, _ = _central_directory(_read_all(src, DEFAULT_LIMITS), DEFAULT_LIMITS, _describe(src))
+        records, _ = _central_directory(_read_all(src, DEFAULT_LIMITS)[0], DEFAULT_LIMITS, _describe(src))
     except SerializeError:
         return False
     return _torch_writer(records) is not None
@@ -596,14 +648,18 @@ def _describe(src: object) -> str:
     return repr(name) if isinstance(name, str) else "<archive bytes>"
 
 
+_ANON_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0) | getattr(mmap, "MAP_POPULATE", 0)
+
+
 def _aligned_buffer(n: int) -> memoryview:
     """A writable n-byte buffer whose first byte is 64-byte aligned in memory, so that aligned
     members stay aligned for torch."""
     if n >= _BIG_READ_BYTES:
-        # An anonymous mapping is page-aligned and its pages are zeroed lazily, on first write
-        # (by the read), where bytearray(n) memsets all n bytes first: on a 134 MB artifact that
-        # was 40% of the load.
-        return memoryview(mmap.mmap(-1, n))
+        # An anonymous mapping is page-aligned and needs no memset first (bytearray(n) zeroes all
+        # n bytes: 40% of a 134 MB load). Private, not the default shared (shmem) memory, and
+        # populated by the kernel in one call instead of one page fault per 4 kB page as the read
+        # first writes it: the read of a 134 MB artifact takes half the time.
+        return memoryview(mmap.mmap(-1, n, flags=_ANON_FLAGS))
     raw = bytearray(n + ALIGNMENT)
     if n == 0:
         return memoryview(raw)[:0]
@@ -612,11 +668,13 @@ def _aligned_buffer(n: int) -> memoryview:
     return memoryview(raw)[shift:shift + n]
 
 
-def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview:
+def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, int | None]:
+    """The whole archive in one buffer, and, when that buffer maps the file, a descriptor of the
+    file (the caller closes it) to verify the members by reading instead of through the mapping."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
-        return view
+        return view, None
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
@@ -629,9 +687,11 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> memoryview
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> memoryview:
+def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, int | None]:
     mapped = _map_file(f, limits, where) if use_mmap else None
-    return mapped if mapped is not None else _read_file(f, limits, where)
+    if mapped is not None:
+        return mapped, os.dup(f.fileno())
+    return _read_file(f, limits, where), None
 
 
 def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
@@ -933,8 +993,9 @@ def _check_name(name: str, where: str) -> None:
 
 
 def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits: Limits,
-                   where: str) -> dict[str, memoryview]:
-    """Check each entry against its local header and lay out all entries without gap or overlap."""
+                   where: str) -> tuple[dict[str, memoryview], dict[str, int]]:
+    """Check each entry against its local header and lay out all entries without gap or overlap;
+    return each member's data and the file offset where it starts."""
     seen: set[str] = set()
     spans: list[tuple[int, int, int, str]] = []
     for rec in records:
@@ -971,6 +1032,7 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
             raise CorruptZipError(f"{at}: stored size {rec.csize} != size {rec.usize}; {_FIX}")
         spans.append((rec.offset, _local_data_start(buf, rec, at), rec.usize, rec.name))
     views: dict[str, memoryview] = {}
+    starts: dict[str, int] = {}
     pos = 0
     for start, data_start, size, name in sorted(spans):
         at = f"{where}: member {name!r}"
@@ -983,12 +1045,13 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
             raise CorruptZipError(f"{at}: {start - pos} unaccounted bytes before it (offset {pos}); {_FIX}")
         pos = data_start + size
         views[name] = buf[data_start:pos]
+        starts[name] = data_start
     if pos > cd_off:
         raise OverlappingMembersError(f"{where}: the last member ends at offset {pos}, inside the central "
                                       f"directory (which starts at {cd_off}); {_FIX}")
     if pos < cd_off:
         raise CorruptZipError(f"{where}: {cd_off - pos} unaccounted bytes before the central directory; {_FIX}")
-    return views
+    return views, starts
 
 
 def _local_data_start(buf: memoryview, rec: _Record, at: str) -> int:
@@ -1071,7 +1134,7 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
 _PARALLEL_HASH_BYTES = 1 << 20
 
 
-def digest_all(fn: Callable[[memoryview], Any], views: list[memoryview | bytes], label: str = "hashing") -> list[Any]:
+def digest_all(fn: Callable[[Any], Any], views: list[Any], label: str = "hashing") -> list[Any]:
     """``[fn(v) for v in views]``, with the big views on several threads.
 
     hashlib and zlib release the GIL on large buffers, so sha256 and crc32 of big payloads run on
@@ -1115,30 +1178,86 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
         yield bar.update
 
 
-def _sha256_and_crc32(view: memoryview | bytes) -> tuple[str, int]:
-    # One pass in cache-sized pieces: each piece is hashed while it is still in cache.
-    h, crc, step = hashlib.sha256(), 0, 1 << 20
-    for lo in range(0, len(view), step):
-        piece = view[lo:lo + step]
+class _Job:
+    """Hash ``src`` (its sha256, and its CRC-32 when ``crc``)."""
+
+    __slots__ = ("src", "crc")
+
+    def __init__(self, src: memoryview | bytes | _FileSpan, crc: bool) -> None:
+        self.src, self.crc = src, crc
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+class _FileSpan:
+    """``size`` bytes of a file at offset ``start``, hashed by reading the file (see _pieces)."""
+
+    __slots__ = ("fd", "start", "size")
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self.fd, self.start, self.size = fd, start, size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+_PIECE = 1 << 20
+
+
+def _pieces(src: memoryview | bytes | _FileSpan) -> Iterator[memoryview | bytes]:
+    """``src`` in cache-sized pieces: each piece is hashed while it is still in cache. A file span
+    is read piece by piece into one small buffer (a file that shrank meanwhile yields fewer bytes,
+    which then fail their sha256)."""
+    if not isinstance(src, _FileSpan):
+        for lo in range(0, len(src), _PIECE):
+            yield src[lo:lo + _PIECE]
+        return
+    buf = memoryview(bytearray(min(_PIECE, src.size)))
+    off, end = src.start, src.start + src.size
+    while off < end:
+        n = os.preadv(src.fd, [buf[:min(_PIECE, end - off)]], off)
+        if n <= 0:
+            return
+        yield buf[:n]
+        off += n
+
+
+def _sha256_and_crc32(src: memoryview | bytes | _FileSpan) -> tuple[str, int]:
+    h, crc = hashlib.sha256(), 0
+    for piece in _pieces(src):
         h.update(piece)
         crc = zlib.crc32(piece, crc)
     return h.hexdigest(), crc
 
 
-def _verify_hashes(views: dict[str, memoryview], manifest: schema.Manifest, where: str) -> dict[str, int]:
-    """Check every member's sha256 against the manifest; return every member's CRC-32 (for the
-    framing check), the manifest's included."""
-    names = sorted(manifest.members)
-    digests = dict(zip(names, digest_all(_sha256_and_crc32, [views[n] for n in names], "verifying"), strict=True))
-    for name in names:
-        if digests[name][0] != manifest.members[name].sha256:
-            raise ChecksumMismatchError(
-                f"{where}: member {name!r} is corrupt: its sha256 is {digests[name][0]}, but {MANIFEST} "
-                f"records {manifest.members[name].sha256}; {_FIX}"
-            )
-    crcs = {name: d[1] for name, d in digests.items()}
-    crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
-    return crcs
+def _digest(job: _Job) -> tuple[str, int | None]:
+    if job.crc:
+        return _sha256_and_crc32(job.src)
+    h = hashlib.sha256()
+    for piece in _pieces(job.src):
+        h.update(piece)
+    return h.hexdigest(), None
+
+
+def _check_digest(name: str, digest: tuple[str, int], sha256: str, crc: int | None, where: str) -> None:
+    """Raise ChecksumMismatchError unless ``digest`` (sha256 hex, CRC-32) is ``sha256`` and, when
+    given, ``crc``."""
+    if digest[0] != sha256:
+        raise ChecksumMismatchError(f"{where}: member {name!r} is corrupt: its sha256 is {digest[0]}, but "
+                                    f"{MANIFEST} records {sha256}; {_FIX}")
+    if crc is not None and digest[1] != crc:
+        raise ChecksumMismatchError(f"{where}: the CRC-32 the zip records for member {name!r} is not that of its "
+                                    f"bytes; the file was damaged or rewritten by another tool: {_FIX}")
+
+
+def _verify_hashes(names: list[str], jobs: list[_Job], manifest: schema.Manifest, where: str) -> dict[str, int]:
+    """Check the sha256 of the members ``names`` against the manifest; return the CRC-32 of
+    those whose job computed it (for the framing check)."""
+    digests = digest_all(_digest, jobs, "verifying")
+    for name, digest in zip(names, digests, strict=True):
+        _check_digest(name, digest, manifest.members[name].sha256, None, where)
+    return {name: d[1] for name, d in zip(names, digests, strict=True) if d[1] is not None}
 
 
 def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:

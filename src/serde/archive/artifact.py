@@ -58,8 +58,10 @@ class SeveralProgramsError(SerializeError):
     """A tool that handles one program was given an artifact holding several."""
 
 
-def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False) -> Artifact:
-    """Read, verify, upgrade and decode a single-program artifact (``mmap``: see :func:`serde.load`).
+def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False,
+                  lazy: bool = False, payload_crc: bool = True) -> Artifact:
+    """Read, verify, upgrade and decode a single-program artifact (``mmap``: see :func:`serde.load`;
+    ``lazy`` and ``payload_crc``: see :func:`serde.archive.read_archive`).
 
     Raises:
         SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
@@ -67,7 +69,7 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         (outside the supported window), UpgradeError (no upgrader step), SeveralProgramsError
         (the artifact holds several programs: use :func:`read_artifacts`).
     """
-    programs = read_artifacts(src, limits=limits, mmap=mmap)
+    programs = read_artifacts(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
     if list(programs) != [None]:
         raise SeveralProgramsError(
             f"the artifact holds {len(programs)} programs ({', '.join(programs)}), and this handles one; "
@@ -76,10 +78,10 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
 
 
 def read_artifacts(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
-                   mmap: bool = False) -> dict[str | None, Artifact]:
+                   mmap: bool = False, lazy: bool = False, payload_crc: bool = True) -> dict[str | None, Artifact]:
     """Every program of an artifact, by name (``{None: artifact}`` for a single-program one);
-    they share one verified archive (see :func:`read_artifact` for the errors)."""
-    contents = archive.read_archive(src, limits=limits, mmap=mmap)
+    they share one verified archive (see :func:`read_artifact` for the errors and the options)."""
+    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
     version = contents.schema_version
     check_readable(version)
     names = archive.program_names(contents.names) or [None]

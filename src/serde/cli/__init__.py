@@ -55,6 +55,19 @@ def _version() -> str:
             f"archive format {FORMAT_VERSION}; torch {dist('torch')})")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed versions only when asked: importlib.metadata would
+    cost every other command a tenth of a second of start-up."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        sys.stdout.write(_version() + "\n")
+        parser.exit()
+
+
 def _plugin_options() -> argparse.ArgumentParser:
     """Options every subcommand takes: make custom operators and classes known before loading."""
     p = argparse.ArgumentParser(add_help=False)
@@ -73,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pt2serde", description="Save, load, inspect and diff pickle-free torch.export artifacts.",
         epilog=EXIT_CODES,
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     plugins = _plugin_options()
     for name, modname in COMMANDS.items():

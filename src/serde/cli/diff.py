@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from serde.archive import write_atomic
     from serde.archive.artifact import read_artifacts
 
-    a_all, b_all = read_artifacts(args.a), read_artifacts(args.b)
+    # payloads are read (and verified) only for the max abs difference of changed tensors
+    a_all, b_all = read_artifacts(args.a, lazy=True, payload_crc=False), read_artifacts(args.b, lazy=True, payload_crc=False)
     a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
     extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
     if list(a_all) == [None] and list(b_all) == [None]:

@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from serde.archive.artifact import read_artifacts
 
-    arts = read_artifacts(args.file)
+    # the program and weights.json only: payloads are neither read nor hashed (`check` does that)
+    arts = read_artifacts(args.file, lazy=True, payload_crc=False)
     parts = []
     for name, art in arts.items():
         text = _one(art, args)
