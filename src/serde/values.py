@@ -11,7 +11,7 @@ from typing import Any
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import symbolic_shapes
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
@@ -269,7 +269,7 @@ class SymbolicContext:
             # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
             # machinery (half of a graph's load time): the meta kernel builds the tensor (and checks
             # the sizes and strides), FakeTensor wraps it with the stored device.
-            with in_kernel_invocation_manager(self.fake_mode):
+            with torch._C._DisableTorchDispatch():  # no mode may see it (load already sets modes aside)
                 elem = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
             return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
         with self.fake_mode:
