@@ -32,9 +32,8 @@ def run(sizes: list[int], repeats: int) -> dict:
         for size in sizes:
             ep, _ = export_chain(size)
             nodes = graph_nodes(ep)
-            t = time_interleaved({"save": lambda: serde.save(ep, path)}, repeats)["save"]
+            t = time_interleaved({"save": lambda ep=ep: serde.save(ep, path)}, repeats)["save"]
             t_load = time_interleaved({"load": lambda: serde.load(path)}, repeats)["load"]
-            del ep
             per_size.append({"size": size, **nodes,
                              "save_us_per_node": _per_node(t.wall, nodes["nodes"]),
                              "load_us_per_node": _per_node(t_load.wall, nodes["nodes"]),
