@@ -386,6 +386,7 @@ class GraphReader:
         self.root = torch.nn.Module()
         self.values: dict[str, torch.fx.Node] = {}
         self.args = ArgumentReader(self._lookup, self._subgraph)
+        self._targets: dict[str, Any] = {}
         self._g: schema.Graph | None = None
         self._subgraphs: dict[str, schema.Graph] = {}
 
@@ -506,7 +507,10 @@ class GraphReader:
         return node
 
     def _node(self, sn: schema.Node, where: str, refs: set[str]) -> None:
-        target = deserialize_target(sn.target, where=f"{where}.target")
+        target = self._targets.get(sn.target)
+        if target is None:
+            # A graph has few distinct targets: each is resolved (and checked) once per load.
+            target = self._targets[sn.target] = deserialize_target(sn.target, where=f"{where}.target")
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for j, na in enumerate(sn.inputs):
