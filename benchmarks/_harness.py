@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = [
     "Timing", "time_interleaved", "ratio", "emit", "main_guard", "base_parser",
-    "chain_length_for", "export_chain", "export_transformer", "graph_nodes",
+    "chain_length_for", "export_chain", "export_transformer", "export_wide", "export_zoo", "ZOO_PROGRAMS",
+    "graph_nodes", "calibrate",
 ]
 
 # torch warns about a missing numpy on import; the JSON line must be the only thing on stdout
@@ -42,8 +43,11 @@ class Timing:
     cpu: list[float]
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, Timing]:
+def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int, inner: int = 1) -> dict[str, Timing]:
     """Time each function ``repeats`` times, alternating between them.
+
+    With ``inner`` > 1 one sample is ``inner`` back-to-back calls (a program of 10 nodes loads in
+    about a millisecond: one call alone is mostly timer and scheduler noise).
 
     Alternating (a, b, a, b, ...) spreads the noise of a shared machine over both sides, so the
     ratio of the minima is fair even when the absolute times drift. A full ``gc.collect()`` runs
@@ -56,11 +60,20 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[st
         for name, fn in fns.items():
             gc.collect()
             c0, t0 = time.process_time(), time.perf_counter()
-            fn()
+            for _ in range(inner):
+                fn()
             t1, c1 = time.perf_counter(), time.process_time()
             wall[name].append(t1 - t0)
             cpu[name].append(c1 - c0)
     return {k: Timing(wall[k], cpu[k]) for k in fns}
+
+
+def calibrate(fn: Callable[[], Any], target: float = 0.05, cap: int = 200) -> int:
+    """How many back-to-back calls of ``fn`` make one sample of at least ``target`` seconds."""
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return max(1, min(cap, int(target / dt) + 1)) if dt < target else 1
 
 
 def ratio(num: Timing, den: Timing) -> dict[str, float]:
@@ -179,3 +192,30 @@ def graph_nodes(ep) -> dict[str, int]:
     """Node counts of the exported graph: all nodes and ``call_function`` nodes (ops)."""
     nodes = list(ep.graph.nodes)
     return {"nodes": len(nodes), "ops": sum(n.op == "call_function" for n in nodes)}
+
+
+# Small programs of the zoo, each a different kind of graph (8 to 18 nodes): a benchmark name ->
+# (zoo module, case name).
+ZOO_PROGRAMS = {
+    "mlp": ("zoo", "mlp"),                          # dynamic batch
+    "cond": ("zoo", "cond"),                        # torch.cond with two subgraphs, dynamic batch
+    "custom_op": ("zoo_breadth", "custom_ops"),     # custom ops of a test-local namespace
+    "mutation": ("zoo", "input_mutation_aten"),     # a buffer mutation in core ATen IR
+    "sym_ops": ("zoo", "dynamic_arith"),            # symbolic sizes and int ops on them (add, mul, floordiv)
+}
+
+
+def export_zoo(name: str):
+    """Export the small zoo program ``name`` (a key of ``ZOO_PROGRAMS``); returns (ep, args)."""
+    import importlib
+
+    import torch
+
+    module, case_name = ZOO_PROGRAMS[name]
+    zoo = importlib.import_module(f"tests.{module}")
+    case = zoo.get(case_name)
+    torch.manual_seed(0)
+    _, args, kwargs, _ = case.build()
+    if kwargs:
+        raise ValueError(f"zoo program {name!r} takes keyword inputs; the benchmark passes positional ones")
+    return zoo.export_case(case), args

@@ -19,9 +19,10 @@ import pstats
 import sys
 import tempfile
 
-from _harness import export_chain, export_transformer
+from _harness import ZOO_PROGRAMS, export_chain, export_transformer, export_zoo
 
-_MODELS = {"chain": export_chain, "transformer": export_transformer}
+_MODELS = {"chain": export_chain, "transformer": export_transformer,
+           **{name: lambda _size, name=name: export_zoo(name) for name in ZOO_PROGRAMS}}
 
 # Pipeline stages whose cumulative share is worth a line of its own (function name, file suffix).
 _STAGES = {
@@ -69,6 +70,7 @@ def main() -> int:
     p.add_argument("--model", choices=sorted(_MODELS), default="chain")
     p.add_argument("--size", type=int, default=5000, help="ops (chain) or blocks (transformer)")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--loops", type=int, default=1, help="calls per profile (small programs: 100 or so)")
     p.add_argument("--dump", help="also write <dump>.save.prof and <dump>.load.prof (for snakeviz etc.)")
     a = p.parse_args()
 
@@ -81,8 +83,8 @@ def main() -> int:
         small, _ = export(30 if a.model == "chain" else 1)
         serde.save(small, path)  # warm-up: imports and first-call caches
         serde.load(path)
-        results = {"save": profile(lambda: serde.save(ep, path)),
-                   "load": profile(lambda: serde.load(path))}
+        results = {"save": profile(lambda: [serde.save(ep, path) for _ in range(a.loops)]),
+                   "load": profile(lambda: [serde.load(path) for _ in range(a.loops)])}
     for what, stats in results.items():
         print(report(what, stats, a.top))
         if a.dump:

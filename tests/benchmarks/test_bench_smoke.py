@@ -76,6 +76,8 @@ def test_case_record_is_well_formed(smoke_run, name):
         assert r["outputs_match"] is True
         _ratio_ok(r["save_speedup"])
         _ratio_ok(r["load_speedup"])
+        _ratio_ok(r["load_vs_floor"])
+        _ratio_ok(r["load_call_speedup"])
         assert r["serde_bytes"] > 0 and r["torch_bytes"] > 0
         assert r["size_ratio"] == pytest.approx(r["serde_bytes"] / r["torch_bytes"], abs=1e-3)
     elif kind == "canonicalize":
@@ -105,6 +107,15 @@ def test_case_record_is_well_formed(smoke_run, name):
     elif kind == "weights_memory":
         assert r["weights_bytes"] > 0
         assert set(r["peak_fraction"]) == {"serde", "serde_mmap", "torch"}
+    elif kind == "scaling":
+        assert [x["size"] for x in r["sizes"]] == sorted(x["size"] for x in r["sizes"])
+        for x in r["sizes"]:
+            assert x["nodes"] > x["ops"] >= x["size"]
+            for side in ("save", "load"):
+                per_node = x[f"{side}_us_per_node"]
+                assert 0 < per_node["min"] <= per_node["median"] and math.isfinite(per_node["median"])
+        _ratio_ok(r["save_linearity"])
+        _ratio_ok(r["load_linearity"])
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -124,7 +135,8 @@ def test_bars_and_miss_factor():
 def test_every_bar_names_a_row_of_its_case():
     # A bar whose metric no table row shows would never be judged in the table.
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
-             "bench_diff_locality.py": "diff_locality", "bench_native.py": "native"}
+             "bench_diff_locality.py": "diff_locality", "bench_native.py": "native",
+             "bench_scaling.py": "scaling"}
     for case in runner.CASES:
         # bench_weights.py: one kind per --goal
         kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
@@ -137,7 +149,8 @@ def test_every_bar_names_a_row_of_its_case():
 def _fake_record(kind: str) -> dict:
     r = {"min": 1.0, "median": 1.0, "cpu": 1.0}
     return {
-        "save_load": {"save_speedup": r, "load_speedup": r, "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0},
+        "save_load": {"save_speedup": r, "load_speedup": r, "load_vs_floor": r, "load_call_speedup": r,
+                      "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0},
         "canonicalize": {"cost_fraction": r, "canonicalize_fraction": r, "encode_fraction": r},
         "diff_locality": {"changed_lines": 1, "show_lines": 2},
         "native": {"run_vs_eager": r, "arena_run_vs_eager": r, "emit_vs_torch_save": r,
@@ -148,7 +161,25 @@ def _fake_record(kind: str) -> dict:
             ("show_seconds", "diff_seconds", "show_small_seconds", "startup_seconds", "check_seconds"), r)},
         "weights_memory": {"weights_bytes": 1, "mmap_touched_fraction": 1.0,
                            "peak_fraction": {"serde": 1.0, "serde_mmap": 0.1, "torch": 1.0}},
+        "scaling": {"sizes": [{"nodes": 3, "save_us_per_node": r, "load_us_per_node": r}],
+                    "save_linearity": r, "load_linearity": r},
     }[kind]
+
+
+def test_goal_lines_judge_the_worst_case():
+    def rec(case, save, load):
+        return {"case": case, "bench": "save_load", "save_speedup": {"min": save, "median": save + 1},
+                "load_speedup": {"min": load, "median": load}, "load_vs_floor": {"min": 1.1, "median": 1.2}}
+
+    lines = runner.goal_lines([rec("chain_5000", 31.0, 7.0), rec("mlp", 9.0, 2.5),
+                               {"case": "cond", "error": "boom"}])
+    assert "goal 1: chain_5000 save: 31 (min), 32 (median) vs bar >= 30x: ok" in lines
+    assert "goal 2: every program, load: 2.5 (min), 2.5 (median) (worst: mlp) vs bar >= 3x: MISS" in lines
+    assert "goal 3: load / floor, every program: 1.1 (min), 1.2 (median) (worst: chain_5000) vs bar <= 1.3x floor: ok" \
+        in lines
+    assert "goal 7: save per-node time 20,000 / 1,000 nodes: not measured in this run" in lines
+    goals = {g.number for g in runner.GOALS}
+    assert goals == {1, 2, 3, 7}
 
 
 def test_a_crashing_case_is_reported_not_swallowed(tmp_path):

@@ -72,16 +72,43 @@ def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict
 # ---------------------------------------------------------------- operators
 
 
+class _OpFacts:
+    """What the binding check needs of an operator's schema, read once per operator (torch builds
+    new Python objects for ``_schema.arguments`` on every access)."""
+
+    __slots__ = ("params", "positional", "index", "required", "class_params", "tensor_params", "may_wrap")
+
+    def __init__(self, op: torch._ops.OpOverload) -> None:
+        params = op._schema.arguments
+        self.params = params
+        self.positional = sum(1 for a in params if not a.kwarg_only)
+        self.index = {a.name: i for i, a in enumerate(params)}
+        self.required = tuple((i, a.name) for i, a in enumerate(params) if not a.has_default_value())
+        self.class_params = frozenset(i for i, a in enumerate(params) if _is_class(a.type))
+        self.tensor_params = tuple(_is_tensor_type(a.type) for a in params)
+        # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
+        self.may_wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+
+
+_OP_FACTS: dict[torch._ops.OpOverload, _OpFacts] = {}
+
+
+def _op_facts(op: torch._ops.OpOverload) -> _OpFacts:
+    f = _OP_FACTS.get(op)
+    if f is None:
+        f = _OP_FACTS[op] = _OpFacts(op)
+    return f
+
+
 def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any],
               where: str) -> None:
     fs = op._schema
-    params = fs.arguments
-    positional = [a for a in params if not a.kwarg_only]
-    if len(args) > len(positional):
+    facts = _op_facts(op)
+    params, index = facts.params, facts.index
+    if len(args) > facts.positional:
         raise InconsistentProgramError(
-            f"{where}.inputs[{len(positional)}]: {node.target} takes at most {len(positional)} positional "
+            f"{where}.inputs[{facts.positional}]: {node.target} takes at most {facts.positional} positional "
             f"arguments ({fs}), the node passes {len(args)}; {_FIX}")
-    by_name = {a.name: a for a in params}
     for j, na in enumerate(node.inputs):
         if j < len(args):
             expected = params[j].name
@@ -90,28 +117,32 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                     f"{where}.inputs[{j}]: positional argument {j} of {node.target} is {expected!r}, the "
                     f"artifact names it {na.name!r}; {_FIX}")
         else:
-            a = by_name.get(na.name)
-            if a is None:
+            i = index.get(na.name)
+            if i is None:
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: {node.target} has no argument {na.name!r} ({fs}); {_FIX}")
-            if params.index(a) < len(args):
+            if i < len(args):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {na.name!r} of {node.target} is given twice; {_FIX}")
-    for i, a in enumerate(params):
-        if i >= len(args) and a.name not in kwargs and not a.has_default_value():
+    for i, name in facts.required:
+        if i >= len(args) and name not in kwargs:
             raise InconsistentProgramError(
-                f"{where}: {node.target} requires argument {a.name!r} ({fs}), which the node does not "
+                f"{where}: {node.target} requires argument {name!r} ({fs}), which the node does not "
                 f"pass; {_FIX}")
     # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
-    # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
-    wrap = (op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
-            and any(isinstance(v, torch.Tensor) for v in (*_values(args), *_values(kwargs).values())))
-    vals = [_as_argument(params[i], v, wrap) for i, v in enumerate(_values(args))]
-    kwvals = {k: _as_argument(by_name[k], v, wrap) for k, v in _values(kwargs).items()}
-    bound = [(params[i], v) for i, v in enumerate(vals)] + [(by_name[k], v) for k, v in kwvals.items()]
-    if any(_is_class(p.type) for p, _ in bound):
+    arg_vals, kw_vals = _values(args), _values(kwargs)
+    wrap = facts.may_wrap and any(isinstance(v, torch.Tensor) for v in (*arg_vals, *kw_vals.values()))
+    if wrap:
+        tensor_params = facts.tensor_params
+        vals = [_wrapped(tensor_params[i], v) for i, v in enumerate(arg_vals)]
+        kwvals = {k: _wrapped(tensor_params[index[k]], v) for k, v in kw_vals.items()}
+    else:
+        vals, kwvals = list(arg_vals), kw_vals
+    if facts.class_params and (any(i in facts.class_params for i in range(len(vals)))
+                               or any(index[k] in facts.class_params for k in kwvals)):
         # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
         # check that they go where the schema takes one, and leave the other types unchecked.
+        bound = [(params[i], v) for i, v in enumerate(vals)] + [(params[index[k]], v) for k, v in kwvals.items()]
         for j, (p, v) in enumerate(bound):
             if _is_class(p.type) != _is_custom_obj(v) and not (v is None and isinstance(p.type, torch.OptionalType)):
                 raise InconsistentProgramError(
@@ -131,15 +162,16 @@ _NUMBERS = (int, float, bool, complex, torch.SymInt, torch.SymFloat, torch.SymBo
 _SCALAR_TENSOR = torch.empty(())
 
 
-def _as_argument(param: Any, v: Any, wrap: bool) -> Any:
-    """A number passed for a ``Tensor`` parameter of the few ops (add, mul, ...) whose Python binding
-    wraps numbers in tensors."""
-    if not wrap:
-        return v
-    t = param.type
+def _is_tensor_type(t: Any) -> bool:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
-    return _SCALAR_TENSOR if isinstance(t, torch.TensorType) and isinstance(v, _NUMBERS) else v
+    return isinstance(t, torch.TensorType)
+
+
+def _wrapped(tensor_param: bool, v: Any) -> Any:
+    """A number passed for a ``Tensor`` parameter of the few ops (add, mul, ...) whose Python binding
+    wraps numbers in tensors."""
+    return _SCALAR_TENSOR if tensor_param and isinstance(v, _NUMBERS) else v
 
 
 def _is_class(t: Any) -> bool:

@@ -61,6 +61,28 @@ def _is_list_type(t: Any) -> bool:
 # ---------------------------------------------------------------- writing
 
 
+class _SchemaFacts:
+    """What the writer needs of an operator's schema, read once per operator: torch builds new
+    Python objects for ``_schema.arguments`` and ``.returns`` on every access."""
+
+    __slots__ = ("arguments", "positional", "returns_list")
+
+    def __init__(self, fs: torch.FunctionSchema) -> None:
+        self.arguments = tuple((a.name, a.kwarg_only, a.type) for a in fs.arguments)
+        self.positional = sum(1 for a in fs.arguments if not a.kwarg_only)
+        self.returns_list = tuple(_is_list_type(r.type) for r in fs.returns)  # one flag per return
+
+
+_FACTS: dict[torch._ops.OpOverload, _SchemaFacts] = {}
+
+
+def _schema_facts(op: torch._ops.OpOverload) -> _SchemaFacts:
+    facts = _FACTS.get(op)
+    if facts is None:
+        facts = _FACTS[op] = _SchemaFacts(op._schema)
+    return facts
+
+
 class GraphWriter:
     """Serializes one FX graph (and, recursively, the subgraphs its higher-order ops use)."""
 
@@ -79,6 +101,9 @@ class GraphWriter:
         self.args = ArgumentWriter(self._subgraph, _custom_obj_class)
         self._names = {n.name for n in gm.graph.nodes}
         self._target_names: dict[Any, str] = {}
+        # Concrete tensor metas already written: most nodes of a graph share a few (equal metas
+        # give equal Structs, which are frozen, so one object serves them all).
+        self._metas: dict[tuple, schema.TensorMeta] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -108,7 +133,7 @@ class GraphWriter:
         """Record the meta of a named value and return the argument that refers to it."""
         kind = value_kind(val)
         if kind == "tensor":
-            self.tensor_values[name] = serialize_tensor_meta(val, where)
+            self.tensor_values[name] = self._tensor_meta(val, where)
             return A(as_tensor=schema.TensorArgument(name=name))
         if kind == "sym_int":
             self.sym_int_values[name] = serialize_sym_int(val, where)
@@ -127,6 +152,20 @@ class GraphWriter:
         if kind == "none":
             return A(as_none=True)
         raise UnsupportedConstructError(f"{where}: a value of type {type(val).__qualname__} cannot be stored")
+
+    def _tensor_meta(self, t: torch.Tensor, where: str) -> schema.TensorMeta:
+        key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
+                             *t.stride())
+        try:
+            hash(key)
+        except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
+            key = None
+        meta = self._metas.get(key) if key is not None else None
+        if meta is None:
+            meta = serialize_tensor_meta(t, where)
+            if key is not None:
+                self._metas[key] = meta
+        return meta
 
     # -- node kinds
 
@@ -179,8 +218,9 @@ class GraphWriter:
             if isinstance(target, _CACHEABLE):
                 self._target_names[target] = name  # a graph has few distinct targets; naming one is not free
         if isinstance(target, torch._ops.OpOverload):
-            inputs = self._schema_inputs(node, target._schema, where)
-            outputs = self._schema_outputs(node, target._schema.returns, where)
+            facts = _schema_facts(target)
+            inputs = self._schema_inputs(node, facts, where)
+            outputs = self._schema_outputs(node, facts, where)
             single = None
         else:
             inputs = [schema.NamedArgument(name="", arg=self.args.write(a, f"{where}.args[{i}]"), kind=_POS)
@@ -204,34 +244,34 @@ class GraphWriter:
             is_hop_single_tensor_return=single, name=node.name,
         ))
 
-    def _schema_inputs(self, node: torch.fx.Node, fs: torch.FunctionSchema, where: str) -> list[schema.NamedArgument]:
+    def _schema_inputs(self, node: torch.fx.Node, facts: _SchemaFacts, where: str) -> list[schema.NamedArgument]:
         args, kwargs = node.args, node.kwargs
         out = []
         used_kw = 0
-        for i, a in enumerate(fs.arguments):
-            if i < len(args) and not a.kwarg_only:
+        for i, (a_name, kwarg_only, a_type) in enumerate(facts.arguments):
+            if i < len(args) and not kwarg_only:
                 v, kind = args[i], _POS
-            elif a.name in kwargs:
-                v, kind = kwargs[a.name], _KW
+            elif a_name in kwargs:
+                v, kind = kwargs[a_name], _KW
                 used_kw += 1
             else:
                 continue  # default value: not stored, so the loaded node is identical
             out.append(schema.NamedArgument(
-                name=a.name, arg=self.args.write(v, f"{where}.inputs[{a.name!r}]", a.type), kind=kind))
-        positional = sum(1 for a in fs.arguments if not a.kwarg_only)
-        if len(args) > positional or used_kw != len(kwargs):
-            unknown = sorted(set(kwargs) - {a.name for a in fs.arguments})
+                name=a_name, arg=self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type), kind=kind))
+        if len(args) > facts.positional or used_kw != len(kwargs):
+            unknown = sorted(set(kwargs) - {a[0] for a in facts.arguments})
             raise UnsupportedConstructError(
-                f"{where}: arguments of {node.target} do not match its schema {fs} "
+                f"{where}: arguments of {node.target} do not match its schema {node.target._schema} "
                 f"({len(args)} positional, unknown keywords {unknown})"
             )
         return out
 
-    def _schema_outputs(self, node: torch.fx.Node, returns: list, where: str) -> list[schema.Argument]:
+    def _schema_outputs(self, node: torch.fx.Node, facts: _SchemaFacts, where: str) -> list[schema.Argument]:
         val = node.meta.get("val")
+        returns = facts.returns_list
         if not returns:
             return []
-        if len(returns) == 1 and not _is_list_type(returns[0].type):
+        if len(returns) == 1 and not returns[0]:
             return [self._value(node.name, val, f"{where}.outputs[0]")]
         if len(returns) == 1:
             return [self._list_element(node, None, val, where)]
@@ -239,7 +279,7 @@ class GraphWriter:
             raise UnsupportedConstructError(
                 f"{where}: {node.target} declares {len(returns)} returns but its value is {type(val).__name__}"
             )
-        return self._elements(node, val, where, [_is_list_type(r.type) for r in returns])
+        return self._elements(node, val, where, list(returns))
 
     def _elements(self, node: torch.fx.Node, val: Any, where: str,
                   is_list: list[bool] | None = None) -> list[schema.Argument]:
@@ -346,6 +386,7 @@ class GraphReader:
         self.root = torch.nn.Module()
         self.values: dict[str, torch.fx.Node] = {}
         self.args = ArgumentReader(self._lookup, self._subgraph)
+        self._targets: dict[str, Any] = {}
         self._g: schema.Graph | None = None
         self._subgraphs: dict[str, schema.Graph] = {}
 
@@ -466,7 +507,10 @@ class GraphReader:
         return node
 
     def _node(self, sn: schema.Node, where: str, refs: set[str]) -> None:
-        target = deserialize_target(sn.target, where=f"{where}.target")
+        target = self._targets.get(sn.target)
+        if target is None:
+            # A graph has few distinct targets: each is resolved (and checked) once per load.
+            target = self._targets[sn.target] = deserialize_target(sn.target, where=f"{where}.target")
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for j, na in enumerate(sn.inputs):

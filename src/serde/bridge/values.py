@@ -11,7 +11,7 @@ from typing import Any
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import symbolic_shapes
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
@@ -266,9 +266,14 @@ class SymbolicContext:
 
     def _fake_tensor(self, sizes: list, strides: list, offset: Any, dtype: torch.dtype, device: torch.device,
                      requires_grad: bool) -> torch.Tensor:
+        if isinstance(offset, int) and offset == 0:
+            # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
+            # machinery (half of a graph's load time): the meta kernel builds the tensor (and checks
+            # the sizes and strides), FakeTensor wraps it with the stored device.
+            with torch._C._DisableTorchDispatch():  # no mode may see it (load already sets modes aside)
+                elem = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+            return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
         with self.fake_mode:
-            if isinstance(offset, int) and offset == 0:
-                return torch.empty_strided(sizes, strides, dtype=dtype, device=device, requires_grad=requires_grad)
             # A view into a larger storage (e.g. an output of split): keep its offset exactly.
             extent = offset + 1
             for size, stride in zip(sizes, strides, strict=True):

@@ -326,20 +326,26 @@ def _check_argument_names(a: schema.Argument, where: str, limits: Limits) -> Non
 
 
 def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]) -> None:
+    # Each entry is first checked by a fast predicate that builds no field path; only an entry it
+    # does not accept goes through the detailed checks, which raise naming the field.
     counter[0] += len(g.nodes)
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
+            if not _local_ok(name, limits):
+                check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     for name, meta in g.tensor_values.items():
-        _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
+        if not _shape_ok(meta.sizes, meta.strides, limits):
+            _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
     for i, a in enumerate(g.inputs):
         _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
         _check_argument_names(a, f"{where}.outputs[{i}]", limits)
     for i, n in enumerate(g.nodes):
+        if _node_ok(n, limits):
+            continue
         at = f"{where}.nodes[{i}]"
         check_local_name(n.name, f"{at}.name", limits)
         _check_list(n.inputs, f"{at}.inputs", limits)
@@ -354,6 +360,105 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
         for j, o in enumerate(n.outputs):
             _check_argument_names(o, f"{at}.outputs[{j}]", limits)
         _check_metadata(n.metadata, f"{at}.metadata", limits)
+
+
+# Argument members that hold no name, no list and no integer: the checks have nothing to look at.
+_PLAIN_ARGUMENTS = frozenset({"as_none", "as_float", "as_string", "as_scalar_type", "as_memory_format", "as_layout",
+                              "as_device", "as_bool", "as_operator", "as_complex"})
+
+
+def _local_ok(name: object, limits: Limits) -> bool:
+    """``check_local_name`` would accept ``name`` (a predicate: no message is built)."""
+    return (type(name) is str and len(name) <= limits.max_name_chars and _IDENT.match(name) is not None
+            and name not in _KEYWORDS and name not in RESERVED_LOCALS)
+
+
+def _text_ok(text: object, limits: Limits) -> bool:
+    return type(text) is str and len(text) <= limits.max_text_chars and _BAD_TEXT.search(text) is None
+
+
+def _fqn_ok(name: object, limits: Limits) -> bool:
+    """``check_fqn(name, root=True)`` would accept ``name``."""
+    if type(name) is not str or len(name) > limits.max_name_chars:
+        return False
+    if name == "":
+        return True
+    for seg in name.split("."):
+        if (_SEGMENT.match(seg) is None or seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES
+                or seg.startswith("__")):
+            return False
+    return True
+
+
+def _shape_ok(sizes: list, strides: list, limits: Limits) -> bool:
+    """``_check_shape`` would accept these sizes and strides."""
+    if len(sizes) > limits.max_tensor_rank or len(strides) > limits.max_tensor_rank:
+        return False
+    numel = 1
+    for s in sizes:
+        v = s if isinstance(s, int) else s.as_int
+        if v is not None:
+            if not -_INT64 <= v < _INT64:
+                return False
+            if v >= 0:
+                numel *= v
+    for s in strides:
+        v = s if isinstance(s, int) else s.as_int
+        if v is not None and not -_INT64 <= v < _INT64:
+            return False
+    return numel <= limits.max_tensor_elements
+
+
+def _argument_ok(a: schema.Argument, limits: Limits) -> bool:
+    """``_check_argument_names`` would accept ``a``; False for members it does not know (lists,
+    symbolic values, subgraphs): those take the detailed path."""
+    t = a.as_tensor
+    if t is not None:
+        return _local_ok(t.name, limits)
+    kind = a.kind
+    if kind in _PLAIN_ARGUMENTS:
+        return True
+    return kind == "as_int" and -_INT64 <= a.as_int < _INT64
+
+
+def _node_ok(n: schema.Node, limits: Limits) -> bool:
+    """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
+    cap = limits.max_list_len
+    if not _local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+        return False
+    for na in n.inputs:
+        if na.kind == schema.ArgumentKind.KEYWORD and not (
+                type(na.name) is str and len(na.name) <= limits.max_name_chars
+                and _IDENT.match(na.name) is not None and na.name not in _KEYWORDS):
+            return False
+        if not _argument_ok(na.arg, limits):
+            return False
+    for o in n.outputs:
+        if not _argument_ok(o, limits):
+            return False
+    return _metadata_ok(n.metadata, limits)
+
+
+def _metadata_ok(m: schema.NodeMetadata, limits: Limits) -> bool:
+    """``_check_metadata`` would accept ``m``."""
+    if m.stack_trace is not None and not _text_ok(m.stack_trace, limits):
+        return False
+    if m.custom is not None and not _text_ok(m.custom, limits):
+        return False
+    if m.nn_module_stack is not None:
+        if len(m.nn_module_stack) > limits.max_list_len:
+            return False
+        for e in m.nn_module_stack:
+            if not (_text_ok(e.key, limits) and _fqn_ok(e.path, limits)
+                    and (e.type_name is None or _text_ok(e.type_name, limits))):
+                return False
+    if m.source_fn_stack is not None:
+        if len(m.source_fn_stack) > limits.max_list_len:
+            return False
+        for sf in m.source_fn_stack:
+            if not (_text_ok(sf.name, limits) and _text_ok(sf.target, limits)):
+                return False
+    return m.torch_fn is None or (_text_ok(m.torch_fn.name, limits) and _text_ok(m.torch_fn.target, limits))
 
 
 def _check_metadata(m: schema.NodeMetadata, where: str, limits: Limits) -> None:
