@@ -1,12 +1,13 @@
 // pt2serde-run: load, verify and run a native program without Python.
 //
-//   pt2serde-run check PROGRAM          verify (container, header, indices, blobs, expressions, plan
+//   pt2serde-run check PROGRAM...       verify (container, header, indices, blobs, expressions, plan
 //                                       bounds) and resolve every operator; exit 0 when accepted
-//   pt2serde-run run PROGRAM [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]
+//   pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]
 //                                       run on inputs made from the program's input table (tensors
 //                                       of the declared dtype with every symbol at its minimum or 2)
 //
-// Exit status: 0 accepted/ran, 1 refused (one line on stderr naming the error kind), 2 usage.
+// Each refusal prints one line "error: <NativeFormatError|...>: message" (prefixed by the path
+// when several programs are given). Exit status: 0 all accepted/ran, 1 some refused, 2 usage.
 #include <ATen/ops/randn.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/zeros.h>
@@ -94,32 +95,20 @@ void print_value(const std::string& key, const c10::IValue& v) {
 }
 
 int usage() {
-  std::cerr << "usage: pt2serde-run check PROGRAM\n"
-               "       pt2serde-run run PROGRAM [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]\n";
+  std::cerr << "usage: pt2serde-run check PROGRAM...\n"
+               "       pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]\n";
   return 2;
 }
-}  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 3) return usage();
-  std::string cmd = argv[1], path = argv[2];
-  pt2n::Options o;
-  int repeat = 1;
-  uint64_t seed = 0;
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--arena") o.arena = true;
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--max-loop-iterations" && i + 1 < argc) o.max_loop_iterations = std::atoll(argv[++i]);
-    else return usage();
-  }
-  if (cmd != "check" && cmd != "run") return usage();
+// One program: 0 accepted (and ran), 1 refused. Errors are caught per program, so a list of
+// files (the fuzz test passes many) reports each one.
+int one(const std::string& cmd, const std::string& path, const pt2n::Options& o, int repeat, uint64_t seed, bool many) {
+  std::string tag = many ? path + ": " : "";
   try {
     pt2n::Method m(pt2n::load_file(path, path, true, o.limits), o);
     if (cmd == "check") {
-      std::cout << "ok: " << m.program().instructions.size() << " instructions, " << m.program().values.size()
-                << " values, format version " << m.program().format_version << "\n";
+      std::cout << tag << "ok: " << m.program().instructions.size() << " instructions, " << m.program().values.size()
+                << " values, format version " << m.program().format_version << std::endl;
       return 0;
     }
     auto inputs = make_inputs(m.program(), seed);
@@ -127,18 +116,39 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < std::max(repeat, 1); ++r) outs = m.run_flat(inputs);
     auto t1 = std::chrono::steady_clock::now();
-    for (size_t k = 0; k < outs.size(); ++k) print_value("output[" + std::to_string(k) + "]", outs[k]);
-    std::cerr << "time per run: " << std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(repeat, 1)
-              << " us\n";
+    for (size_t k = 0; k < outs.size(); ++k) print_value(tag + "output[" + std::to_string(k) + "]", outs[k]);
+    std::cout << tag << "time per run: "
+              << std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(repeat, 1) << " us" << std::endl;
     return 0;
   } catch (const pt2n::Error& e) {
-    std::cerr << "error: " << kind_name(e.kind) << ": " << e.what() << "\n";
-    return 1;
+    std::cout << tag << "error: " << kind_name(e.kind) << ": " << e.what() << std::endl;
   } catch (const c10::Error& e) {
-    std::cerr << "error: NativeRuntimeError: " << e.what_without_backtrace() << "\n";
-    return 1;
+    std::cout << tag << "error: NativeRuntimeError: " << e.what_without_backtrace() << std::endl;
   } catch (const std::exception& e) {
-    std::cerr << "error: NativeRuntimeError: " << e.what() << "\n";
-    return 1;
+    std::cout << tag << "error: NativeRuntimeError: " << e.what() << std::endl;
   }
+  return 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  std::string cmd = argv[1];
+  std::vector<std::string> paths;
+  pt2n::Options o;
+  int repeat = 1;
+  uint64_t seed = 0;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--arena") o.arena = true;
+    else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--max-loop-iterations" && i + 1 < argc) o.max_loop_iterations = std::atoll(argv[++i]);
+    else if (a.rfind("--", 0) == 0) return usage();
+    else paths.push_back(a);
+  }
+  if ((cmd != "check" && cmd != "run") || paths.empty()) return usage();
+  int rc = 0;
+  for (const auto& p : paths) rc |= one(cmd, p, o, repeat, seed, paths.size() > 1);
+  return rc;
 }
