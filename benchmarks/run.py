@@ -82,6 +82,12 @@ CASES: list[BenchCase] = [
               ("--model", "chain", "--size", "30"), requires="native.emit"),
     BenchCase("native_transformer", "bench_native.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1"), requires="native.emit"),
+    BenchCase("native_cpp_chain_5000", "bench_native_cpp.py", ("--model", "chain", "--size", "5000"),
+              ("--model", "chain", "--size", "30"), requires="native.cpp_engine",
+              bars=(Bar("cpp_vs_eager.min", "<=", 0.6, "C++ runtime"),
+                    Bar("overhead_us_per_instruction", "<=", 1.0, "C++ runtime", unit=" us"))),
+    BenchCase("native_cpp_transformer", "bench_native_cpp.py", ("--model", "transformer", "--size", "4"),
+              ("--model", "transformer", "--size", "1"), requires="native.cpp_engine"),
 ]
 
 
@@ -174,12 +180,24 @@ def _native_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _native_cpp_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        ("C++ runtime run / ep.module() run", *_x(r["cpp_vs_eager"]), "cpp_vs_eager.min"),
+        ("  with the arena memory plan", *_x(r["cpp_arena_vs_eager"]), "cpp_arena_vs_eager.min"),
+        ("  / Python runtime run", *_x(r["cpp_vs_python_runtime"]), "cpp_vs_python_runtime.min"),
+        ("C++ overhead per instruction beyond its kernels", f"{r['overhead_us_per_instruction']:.3f} us",
+         f"{r['instructions']} instructions, {r['us_per_instruction']:.2f} us with kernels",
+         "overhead_us_per_instruction"),
+    ]
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
     "canonicalize": _canonicalize_rows,
     "diff_locality": _diff_rows,
     "native": _native_rows,
+    "native_cpp": _native_cpp_rows,
 }
 
 

@@ -100,6 +100,13 @@ class PyMethod {
     return res;
   }
 
+  double kernel_floor(const py::sequence& leaves, int repeats) {
+    std::vector<IValue> in;
+    for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
+    py::gil_scoped_release release;
+    return guarded([&] { return m_->kernel_floor(std::move(in), repeats); });
+  }
+
   py::dict state_dict() const {
     py::dict d;
     for (const auto& [name, t] : m_->state()) d[py::str(name)] = to_py(t);
@@ -135,6 +142,7 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
            py::arg("max_arena_bytes"))
       .def("run_flat", &PyMethod::run_flat)
       .def("state_dict", &PyMethod::state_dict)
+      .def("kernel_floor", &PyMethod::kernel_floor)
       .def_property_readonly("in_spec", &PyMethod::in_spec)
       .def_property_readonly("out_spec", &PyMethod::out_spec)
       .def_property_readonly("num_outputs", &PyMethod::num_outputs)

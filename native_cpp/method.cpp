@@ -7,8 +7,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -537,6 +539,9 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   std::vector<IValue> values(initial_);
   bind(values, leaves);
   c10::AutoGradMode no_grad(false);
+  // As no_grad, and cheaper: kernels dispatch straight past the autograd layer (nothing here
+  // records a graph); view and version tracking (ADInplaceOrView) still run.
+  at::AutoDispatchBelowAutograd below_autograd;
   int64_t budget = opts_.max_loop_iterations;
   size_t pc = 0, n = code_.size();
   auto& stack = stack_;
@@ -565,6 +570,7 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
             for (size_t k = 0; k < s.out_slots.size(); ++k)
               stack.insert(stack.begin() + s.out_slots[k], IValue(arena_view(s.outs[k])));
           }
+          if (record_) record_->emplace_back(*s.op, stack);
           s.op->callBoxed(stack);
           if (s.simple_store && stack.size() == 1) {
             values[size_t(s.outs[0])] = std::move(stack[0]);
@@ -625,6 +631,29 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   outs.reserve(p.outputs.size());
   for (int64_t o : p.outputs) outs.push_back(values[size_t(o)]);
   return outs;
+}
+
+double Method::kernel_floor(std::vector<IValue> leaves, int repeats) {
+  std::vector<std::pair<c10::OperatorHandle, std::vector<IValue>>> calls;
+  record_ = &calls;
+  try {
+    run_flat(leaves);
+  } catch (...) {
+    record_ = nullptr;
+    throw;
+  }
+  record_ = nullptr;
+  c10::AutoGradMode no_grad(false);
+  at::AutoDispatchBelowAutograd below_autograd;
+  std::vector<IValue> stack;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < repeats; ++r)
+    for (auto& [op, args] : calls) {
+      stack = args;
+      op.callBoxed(stack);
+    }
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(t1 - t0).count() / std::max(repeats, 1);
 }
 
 }  // namespace pt2n

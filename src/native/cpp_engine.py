@@ -143,3 +143,8 @@ class CppMethod:
     def run_flat(self, leaves: Any) -> list:
         """Run on the flattened user inputs; returns the flattened user outputs."""
         return self._m.run_flat(list(leaves))
+
+    def kernel_floor(self, leaves: Any, repeats: int = 1) -> float:
+        """Seconds per run of only the kernel calls of one run on ``leaves``, replayed from C++
+        without the interpreter (for benchmarks: a run's time minus this is the runtime's own)."""
+        return self._m.kernel_floor(list(leaves), repeats)

@@ -94,6 +94,11 @@ def test_case_record_is_well_formed(smoke_run, name):
         assert r["instructions"] >= r["kernel_calls"] >= 1
         assert r["emitted_bytes"] > 0 and r["artifact_bytes"] > 0
         assert math.isfinite(r["overhead_per_instruction"])
+    elif kind == "native_cpp":
+        for key in ("cpp_vs_eager", "cpp_arena_vs_eager", "cpp_vs_python_runtime"):
+            _ratio_ok(r[key])
+        assert r["instructions"] >= r["kernel_calls"] >= 1
+        assert r["us_per_instruction"] > 0 and math.isfinite(r["overhead_us_per_instruction"])
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -113,7 +118,7 @@ def test_bars_and_miss_factor():
 def test_every_bar_names_a_row_of_its_case():
     # A bar whose metric no table row shows would never be judged in the table.
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
-             "bench_diff_locality.py": "diff_locality", "bench_native.py": "native"}
+             "bench_diff_locality.py": "diff_locality", "bench_native.py": "native", "bench_native_cpp.py": "native_cpp"}
     for case in runner.CASES:
         fmt = runner._ROWS[kinds[case.script]]
         shown = {row[-1] for row in fmt(_fake_record(kinds[case.script]))}
@@ -130,6 +135,8 @@ def _fake_record(kind: str) -> dict:
         "native": {"run_vs_eager": r, "arena_run_vs_eager": r, "emit_vs_torch_save": r,
                    "overhead_per_instruction": 0.1, "instructions": 2, "emitted_bytes": 1,
                    "artifact_bytes": 1, "emitted_vs_artifact_size": 1.0},
+        "native_cpp": {"cpp_vs_eager": r, "cpp_arena_vs_eager": r, "cpp_vs_python_runtime": r,
+                       "overhead_us_per_instruction": 0.1, "us_per_instruction": 1.0, "instructions": 2},
     }[kind]
 
 
