@@ -17,7 +17,15 @@ import os
 import sys
 import tempfile
 
-from _harness import base_parser, export_chain, export_transformer, graph_nodes, main_guard, ratio, time_interleaved
+from _harness import (
+    base_parser,
+    export_chain,
+    export_transformer,
+    graph_nodes,
+    main_guard,
+    ratio,
+    time_interleaved,
+)
 
 
 def run(model: str, size: int, repeats: int) -> dict:
