@@ -100,7 +100,7 @@ class PyMethod {
     return res;
   }
 
-  double kernel_floor(const py::sequence& leaves, int repeats) {
+  std::pair<double, double> kernel_floor(const py::sequence& leaves, int repeats) {
     std::vector<IValue> in;
     for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
     py::gil_scoped_release release;

@@ -570,8 +570,13 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
             for (size_t k = 0; k < s.out_slots.size(); ++k)
               stack.insert(stack.begin() + s.out_slots[k], IValue(arena_view(s.outs[k])));
           }
-          if (record_) record_->emplace_back(*s.op, stack);
-          s.op->callBoxed(stack);
+          if (kernel_time_) {
+            auto t0 = std::chrono::steady_clock::now();
+            s.op->callBoxed(stack);
+            *kernel_time_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          } else {
+            s.op->callBoxed(stack);
+          }
           if (s.simple_store && stack.size() == 1) {
             values[size_t(s.outs[0])] = std::move(stack[0]);
           } else if (!s.outs.empty()) {
@@ -633,27 +638,24 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   return outs;
 }
 
-double Method::kernel_floor(std::vector<IValue> leaves, int repeats) {
-  std::vector<std::pair<c10::OperatorHandle, std::vector<IValue>>> calls;
-  record_ = &calls;
-  try {
-    run_flat(leaves);
-  } catch (...) {
-    record_ = nullptr;
-    throw;
-  }
-  record_ = nullptr;
-  c10::AutoGradMode no_grad(false);
-  at::AutoDispatchBelowAutograd below_autograd;
-  std::vector<IValue> stack;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < repeats; ++r)
-    for (auto& [op, args] : calls) {
-      stack = args;
-      op.callBoxed(stack);
+std::pair<double, double> Method::kernel_floor(std::vector<IValue> leaves, int repeats) {
+  using clock = std::chrono::steady_clock;
+  double best_run = 1e300, best_kernels = 0;
+  for (int r = 0; r < std::max(repeats, 1); ++r) {
+    double kernels = 0;
+    kernel_time_ = &kernels;
+    auto t0 = clock::now();
+    try {
+      run_flat(leaves);
+    } catch (...) {
+      kernel_time_ = nullptr;
+      throw;
     }
-  auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double>(t1 - t0).count() / std::max(repeats, 1);
+    double run = std::chrono::duration<double>(clock::now() - t0).count();
+    kernel_time_ = nullptr;
+    if (run < best_run) { best_run = run; best_kernels = kernels; }
+  }
+  return {best_run, best_kernels};
 }
 
 }  // namespace pt2n

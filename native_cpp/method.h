@@ -31,10 +31,10 @@ class Method {
   // Flattened user inputs -> flattened user outputs (see runtime.py Method.run_flat).
   std::vector<c10::IValue> run_flat(std::vector<c10::IValue> leaves);
 
-  // For the benchmark: the wall time (seconds per run) of only the kernel calls of one run,
-  // replayed from recorded argument stacks without the interpreter around them. A run's time
-  // minus this is the runtime's own overhead.
-  double kernel_floor(std::vector<c10::IValue> leaves, int repeats);
+  // For the benchmark: over `repeats` timed runs, the fastest run's wall time and the time spent
+  // inside its kernel calls (each callBoxed timed), in seconds. The difference is the runtime's
+  // own overhead (clock reads included, so it is an upper bound).
+  std::pair<double, double> kernel_floor(std::vector<c10::IValue> leaves, int repeats);
 
   const Program& program() const { return lp_.program; }
   const std::vector<std::pair<std::string, at::Tensor>>& state() const { return state_; }
@@ -84,7 +84,7 @@ class Method {
   std::vector<std::optional<int64_t>> expr_cache_;
   std::vector<char> expr_done_;
   std::vector<c10::IValue> stack_;
-  std::vector<std::pair<c10::OperatorHandle, std::vector<c10::IValue>>>* record_ = nullptr;
+  double* kernel_time_ = nullptr;
 };
 
 // Schema enum values (serde.schema) -> c10 enums; nullopt for values torch has no counterpart for.

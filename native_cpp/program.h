@@ -131,4 +131,11 @@ std::optional<int64_t> evaluate(const std::vector<int64_t>& code, const std::vec
 
 size_t itemsize(int64_t scalar_type);  // 0: unknown scalar type
 
+// plan.cpp: the memory plan's lifetime proof (src/native/memory.py verify_plan).
+void verify_plan(const Program& p, const std::string& what);
+
+// Boxed lists nest at most this deep, so every walk over them is bounded (a C++ limit: the
+// emitter nests two or three levels).
+constexpr size_t kMaxListDepth = 64;
+
 }  // namespace pt2n

@@ -1,6 +1,6 @@
 // Structural validation (src/native/verify.py): after this every index the runtime follows is
 // in range, every weight view lies inside its blob and every expression is well formed.
-#include <regex>
+#include <algorithm>
 #include <set>
 
 #include "program.h"
@@ -77,6 +77,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
       v.bad(where, "dim " + std::to_string(s.dim) + " / scale " + std::to_string(s.scale) + " is invalid");
   }
   // values
+  std::vector<size_t> depth(p.values.size(), 0);
   for (size_t i = 0; i < p.values.size(); ++i) {
     const Value& val = p.values[i];
     std::string where = "values[" + std::to_string(i) + "]";
@@ -88,6 +89,8 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
         for (size_t j = 0; j < val.ints.size(); ++j)  // items come first, so boxed lists cannot form cycles
           if (val.ints[j] < 0 || uint64_t(val.ints[j]) >= i)
             v.bad(where + ".items[" + std::to_string(j) + "]", "value " + std::to_string(val.ints[j]) + " must precede the list itself");
+        for (int64_t it : val.ints) depth[i] = std::max(depth[i], depth[size_t(it)] + 1);
+        if (depth[i] > kMaxListDepth) v.bad(where, "lists nest more than " + std::to_string(kMaxListDepth) + " deep");
         break;
       case VK::SymInt: case VK::SymBool:
         if (val.i < -1 || val.i >= int64_t(p.exprs.size())) v.bad(where, "expression " + std::to_string(val.i) + " is out of range");
@@ -200,6 +203,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
   if (mp.arena_size != tight)
     v.bad("memory_plan.arena_size", std::to_string(mp.arena_size) + " bytes, but the allocations end at " +
                                         std::to_string(tight) + "; a plan asks for exactly the arena its slots use");
+  if (!mp.allocations.empty()) verify_plan(p, what);
 }
 
 }  // namespace pt2n

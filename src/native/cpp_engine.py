@@ -144,7 +144,8 @@ class CppMethod:
         """Run on the flattened user inputs; returns the flattened user outputs."""
         return self._m.run_flat(list(leaves))
 
-    def kernel_floor(self, leaves: Any, repeats: int = 1) -> float:
-        """Seconds per run of only the kernel calls of one run on ``leaves``, replayed from C++
-        without the interpreter (for benchmarks: a run's time minus this is the runtime's own)."""
+    def kernel_floor(self, leaves: Any, repeats: int = 1) -> tuple[float, float]:
+        """For benchmarks: seconds of the fastest of ``repeats`` runs on ``leaves``, and the time
+        that run spent inside its kernel calls (each timed in C++). The difference is the
+        runtime's own overhead."""
         return self._m.kernel_floor(list(leaves), repeats)

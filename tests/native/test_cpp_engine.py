@@ -247,6 +247,71 @@ def test_unknown_header_fields_are_ignored():
     assert_bitwise(m.run(*args, **kwargs), Method(native).run(*args, **kwargs), "outputs")
 
 
+def _int_edge_mutants(seed: int, per_case: int):
+    rng = random.Random(seed)
+    for case in ("mlp", "multi_output", "while_loop", "dynamic_arith", "cond", "map"):
+        native = emitted(case)
+        base = msgspec.to_builtins(native.program)
+        paths = list(_int_paths(base))
+        for _ in range(per_case):
+            doc = copy.deepcopy(base)
+            path = rng.choice(paths)
+            cur = doc
+            for k in path[:-1]:
+                cur = cur[k]
+            cur[path[-1]] = rng.choice(_EDGES)
+            yield f"{case} {path}={cur[path[-1]]}", _repack(native, doc)
+
+
+# What only the C++ loader refuses: integers beyond int64 anywhere (Python keeps them until a
+# kernel or the verifier trips), and kernel calls whose arguments do not fit the operator's
+# schema (bound at load in C++, at the call in Python).
+_CPP_ONLY_REFUSALS = ("an integer larger than int64", "arguments for a schema that takes",
+                      "is missing and has no default", "the out= variant has")
+
+
+@pytest.mark.parametrize("per_case", [pytest.param(40, id="fast"), pytest.param(400, id="thorough",
+                                                                                   marks=pytest.mark.slow)])
+def test_the_cpp_loader_accepts_no_file_the_python_loader_refuses(per_case):
+    from serde.errors import SerializeError
+
+    compared = 0
+    for label, data in _int_edge_mutants(0, per_case):
+        try:
+            load(data)
+            py_error = None
+        except SerializeError as e:
+            py_error = e
+        try:
+            load(data, engine="cpp")
+            cpp_error = None
+        except SerializeError as e:
+            cpp_error = e
+        compared += 1
+        if py_error is not None:
+            assert cpp_error is not None, f"{label}: the C++ loader accepts what Python refuses: {py_error}"
+        elif cpp_error is not None:
+            assert any(m in str(cpp_error) for m in _CPP_ONLY_REFUSALS), f"{label}: {cpp_error}"
+    assert compared == 6 * per_case
+
+
+def test_an_overlapping_memory_plan_is_refused_by_both_engines():
+    native = next((emitted(n) for n in ("mlp", "transformer_block", "multi_output") if n in CASES
+                   and len(emitted(n).program.memory_plan.allocations) >= 2), None)
+    if native is None:
+        pytest.skip("no case with two planned tensors")
+    doc = msgspec.to_builtins(native.program)
+    allocs = doc["memory_plan"][2]
+    # Every slot at offset 0: tensors live at the same time now share bytes.
+    for a in allocs:
+        a[1] = 0
+    doc["memory_plan"][0] = max(-(-a[2] // 64) * 64 for a in allocs)
+    data = _repack(native, doc)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match="live together"):
+            load(data, engine=engine)
+
+
 # ---------------------------------------------------------------- the CLI
 
 
