@@ -200,7 +200,10 @@ void program_field(const Ctx& c, Program& p, const std::string& key, const objec
   else if (key == "exprs") p.exprs = L([&](const object& x, const std::string& ww) { return ints(c, x, ww); });
   else if (key == "symbols") p.symbols = L([&](const object& x, const std::string& ww) {
     Fields f(c, x, ww, 3);
-    Symbol s{as_str(c, f[0], f.at(0)), as_int(c, f[1], f.at(1)), as_int(c, f[2], f.at(2))};
+    Symbol s;
+    s.name = as_str(c, f[0], f.at(0));
+    s.input = as_int(c, f[1], f.at(1));
+    s.dim = as_int(c, f[2], f.at(2));
     if (f.has(3)) s.scale = as_int(c, f[3], f.at(3));
     if (f.has(4)) s.offset = as_int(c, f[4], f.at(4));
     if (f.has(5)) s.min = opt_int(c, f[5], f.at(5));

@@ -71,7 +71,7 @@ struct Instruction {
 struct Operator { std::string name, overload; std::vector<std::vector<int64_t>> returns_alias; };
 struct Constant { std::string sha256; int64_t offset, nbytes; };
 struct Symbol {
-  std::string name; int64_t input, dim, scale = 1, offset = 0;
+  std::string name; int64_t input = -1, dim = -1, scale = 1, offset = 0;
   std::optional<int64_t> min, max;
 };
 struct Input { std::string name; int64_t value; bool constant = false; };
