@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+
 #include "method.h"
 
 namespace py = pybind11;
@@ -92,7 +94,10 @@ class PyMethod {
     for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
     std::vector<IValue> out;
     {
+      // The GIL is released while kernels run; a Method holds per-run state, so concurrent
+      // calls on one object take turns instead of racing.
       py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
       out = guarded([&] { return m_->run_flat(std::move(in)); });
     }
     py::list res;
@@ -104,6 +109,7 @@ class PyMethod {
     std::vector<IValue> in;
     for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
     return guarded([&] { return m_->kernel_floor(std::move(in), repeats); });
   }
 
@@ -120,6 +126,7 @@ class PyMethod {
 
  private:
   std::unique_ptr<pt2n::Method> m_;
+  std::mutex mu_;
 };
 
 }  // namespace

@@ -198,6 +198,32 @@ def test_a_failing_kernel_names_the_instruction():
         load(bad, engine="cpp").run(*args, **kwargs)
 
 
+def test_concurrent_runs_on_one_method_take_turns():
+    import threading
+
+    m = load(emitted("mlp"), engine="cpp")
+    (args, kwargs), *_ = inputs_of("mlp")
+    want = Method(emitted("mlp")).run(*args, **kwargs)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(50):
+                results.append(m.run(*args, **kwargs))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 200
+    for r in results:
+        assert_bitwise(r, want, "concurrent run")
+
+
 # ---------------------------------------------------------------- the loader refuses what the Python loader refuses
 
 
