@@ -109,6 +109,12 @@ CASES: list[BenchCase] = [
               ("--model", "chain", "--size", "30"), requires="native.emit"),
     BenchCase("native_transformer", "bench_native.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1"), requires="native.emit"),
+    BenchCase("native_cpp_chain_5000", "bench_native_cpp.py", ("--model", "chain", "--size", "5000"),
+              ("--model", "chain", "--size", "30"), requires="native.cpp_engine",
+              bars=(Bar("cpp_vs_eager.min", "<=", 0.6, "C++ runtime"),
+                    Bar("overhead_us_per_instruction", "<=", 1.0, "C++ runtime", unit=" us"))),
+    BenchCase("native_cpp_transformer", "bench_native_cpp.py", ("--model", "transformer", "--size", "4"),
+              ("--model", "transformer", "--size", "1"), requires="native.cpp_engine"),
 ]
 
 
@@ -292,6 +298,8 @@ def _weights_memory_rows(r: dict[str, Any]) -> list[Row]:
         ("  mmap=True after touching every weight", f"{r['mmap_touched_fraction']:.3f}x", "", ""),
         ("  torch.export.load", f"{f['torch']:.3f}x", "", ""),
     ]
+
+
 def _scaling_rows(r: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for s in r["sizes"]:
@@ -306,6 +314,17 @@ def _scaling_rows(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def _native_cpp_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        ("C++ runtime run / ep.module() run", *_x(r["cpp_vs_eager"]), "cpp_vs_eager.min"),
+        ("  with the arena memory plan", *_x(r["cpp_arena_vs_eager"]), "cpp_arena_vs_eager.min"),
+        ("  / Python runtime run", *_x(r["cpp_vs_python_runtime"]), "cpp_vs_python_runtime.min"),
+        ("C++ overhead per instruction beyond its kernels", f"{r['overhead_us_per_instruction']:.3f} us",
+         f"{r['instructions']} instructions, {r['us_per_instruction']:.2f} us with kernels",
+         "overhead_us_per_instruction"),
+    ]
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
@@ -316,6 +335,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "weights_tools": _weights_tools_rows,
     "weights_memory": _weights_memory_rows,
     "scaling": _scaling_rows,
+    "native_cpp": _native_cpp_rows,
 }
 
 

@@ -51,8 +51,19 @@ class _Freed:
 _FREED = _Freed()
 
 
-def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, **options: Any) -> Method:
-    """A :class:`Method` for a program object or file."""
+def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, engine: str = "python",
+         **options: Any) -> Method:
+    """A :class:`Method` for a program object or file.
+
+    ``engine="cpp"``: the C++ runtime (:mod:`native.cpp_engine`) loads, verifies and runs it
+    instead; the returned object has the same call interface.
+    """
+    if engine == "cpp":
+        from .cpp_engine import load as load_cpp
+
+        return load_cpp(src, **options)
+    if engine != "python":
+        raise ValueError(f"unknown engine {engine!r}: 'python' or 'cpp'")
     if not isinstance(src, P.NativeProgram):
         src = P.read_program(src)
     return Method(src, **options)

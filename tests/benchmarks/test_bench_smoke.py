@@ -116,6 +116,11 @@ def test_case_record_is_well_formed(smoke_run, name):
                 assert 0 < per_node["min"] <= per_node["median"] and math.isfinite(per_node["median"])
         _ratio_ok(r["save_linearity"])
         _ratio_ok(r["load_linearity"])
+    elif kind == "native_cpp":
+        for key in ("cpp_vs_eager", "cpp_arena_vs_eager", "cpp_vs_python_runtime"):
+            _ratio_ok(r[key])
+        assert r["instructions"] >= r["kernel_calls"] >= 1
+        assert r["us_per_instruction"] > 0 and math.isfinite(r["overhead_us_per_instruction"])
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -136,7 +141,7 @@ def test_every_bar_names_a_row_of_its_case():
     # A bar whose metric no table row shows would never be judged in the table.
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
              "bench_diff_locality.py": "diff_locality", "bench_native.py": "native",
-             "bench_scaling.py": "scaling"}
+             "bench_scaling.py": "scaling", "bench_native_cpp.py": "native_cpp"}
     for case in runner.CASES:
         # bench_weights.py: one kind per --goal
         kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
@@ -163,6 +168,8 @@ def _fake_record(kind: str) -> dict:
                            "peak_fraction": {"serde": 1.0, "serde_mmap": 0.1, "torch": 1.0}},
         "scaling": {"sizes": [{"nodes": 3, "save_us_per_node": r, "load_us_per_node": r}],
                     "save_linearity": r, "load_linearity": r},
+        "native_cpp": {"cpp_vs_eager": r, "cpp_arena_vs_eager": r, "cpp_vs_python_runtime": r,
+                       "overhead_us_per_instruction": 0.1, "us_per_instruction": 1.0, "instructions": 2},
     }[kind]
 
 

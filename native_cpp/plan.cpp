@@ -1,0 +1,253 @@
+// The memory plan's proof (src/native/memory.py verify_plan): storage classes and lifetimes from
+// the instructions alone, each slot exactly its tensor's upper bound over the allowed input
+// sizes, and no two slots live at the same time sharing bytes. Interval arithmetic saturates at
+// +-2**100, treated as unbounded: an expression that large bounds nothing a slot could hold.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "program.h"
+
+namespace pt2n {
+
+namespace {
+using I = __int128;
+const I kInf = I(1) << 100;
+
+I sat(I v) { return v >= kInf ? kInf : v <= -kInf ? -kInf : v; }
+I add(I a, I b) { return sat(a + b); }  // |a|, |b| <= 2**100: no int128 overflow
+I mul(I a, I b) {
+  if (a == 0 || b == 0) return 0;
+  I r;
+  if (__builtin_mul_overflow(a, b, &r)) return ((a < 0) != (b < 0)) ? -kInf : kInf;
+  return sat(r);
+}
+I floordiv(I a, I b) { I q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) --q; return q; }
+I ceildiv(I a, I b) { return -floordiv(-a, b); }
+
+struct Iv { I lo, hi; };
+
+Iv interval(int64_t op, const std::vector<Iv>& a) {
+  enum { PUSH, SYM, ADD, MUL, FLOORDIV, MOD, POW, MAX, MIN, EQ, NE, LT, LE, GT, GE, AND, OR, NOT, CEILDIV, WHERE };
+  switch (op) {
+    case ADD: { Iv r{0, 0}; for (auto& x : a) { r.lo = add(r.lo, x.lo); r.hi = add(r.hi, x.hi); } return r; }
+    case MUL: {
+      Iv r = a[0];
+      for (size_t k = 1; k < a.size(); ++k) {
+        I p[4] = {mul(r.lo, a[k].lo), mul(r.lo, a[k].hi), mul(r.hi, a[k].lo), mul(r.hi, a[k].hi)};
+        r = {*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
+      }
+      return r;
+    }
+    case MAX: case MIN: {
+      Iv r = a[0];
+      for (auto& x : a) {
+        r.lo = op == MAX ? std::max(r.lo, x.lo) : std::min(r.lo, x.lo);
+        r.hi = op == MAX ? std::max(r.hi, x.hi) : std::min(r.hi, x.hi);
+      }
+      return r;
+    }
+    case FLOORDIV: case CEILDIV:
+      if (a[0].lo >= 0 && a[1].lo > 0)
+        return {a[1].hi >= kInf ? 0 : floordiv(a[0].lo, a[1].hi), a[0].hi >= kInf ? kInf : ceildiv(a[0].hi, a[1].lo)};
+      break;
+    case MOD:
+      if (a[1].lo > 0) return {0, a[1].hi >= kInf ? kInf : a[1].hi - 1};
+      break;
+    case POW:
+      if (a[0].lo >= 0 && a[1].lo >= 0) {
+        auto pw = [](I b, I e) { I r = 1; for (I k = 0; k < e && r < kInf && r != 0; ++k) { r = mul(r, b); if (b == 1) break; } return e == 0 ? I(1) : r; };
+        I lo = a[1].lo >= kInf ? (a[0].lo > 1 ? kInf : a[0].lo) : pw(a[0].lo, a[1].lo);
+        I hi = (a[0].hi >= kInf || a[1].hi >= kInf) ? kInf : pw(a[0].hi, a[1].hi);
+        return {lo, hi};
+      }
+      break;
+    case WHERE: return {std::min(a[1].lo, a[2].lo), std::max(a[1].hi, a[2].hi)};
+    case EQ: case NE: case LT: case LE: case GT: case GE: case AND: case OR: case NOT: return {0, 1};
+    default: break;
+  }
+  return {-kInf, kInf};
+}
+
+Iv code_bounds(const std::vector<int64_t>& code, const std::vector<std::optional<Iv>>& ranges) {
+  static const bool imm[] = {true, true, true, true, false, false, false, true, true, false, false, false,
+                             false, false, false, true, true, false, false, false};
+  static const int arity[] = {0, 0, -1, -1, 2, 2, 2, -1, -1, 2, 2, 2, 2, 2, 2, -1, -1, 1, 2, 3};
+  std::vector<Iv> st;
+  for (size_t i = 0; i < code.size();) {
+    int64_t op = code[i];
+    if (op == 0) { st.push_back({sat(code[i + 1]), sat(code[i + 1])}); i += 2; continue; }
+    if (op == 1) {
+      const auto& r = ranges[size_t(code[i + 1])];
+      st.push_back(r ? *r : Iv{-kInf, kInf});
+      i += 2;
+      continue;
+    }
+    size_t k = size_t(imm[op] ? code[i + 1] : arity[op]);
+    std::vector<Iv> args(st.end() - std::ptrdiff_t(k), st.end());
+    st.resize(st.size() - k);
+    st.push_back(interval(op, args));
+    i += imm[op] ? 2 : 1;
+  }
+  return st[0];
+}
+
+struct UF {
+  std::vector<size_t> p;
+  explicit UF(size_t n) : p(n) { for (size_t i = 0; i < n; ++i) p[i] = i; }
+  size_t find(size_t x) { while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; } return x; }
+  void unite(size_t a, size_t b) { a = find(a); b = find(b); if (a != b) p[std::max(a, b)] = std::min(a, b); }
+};
+
+[[noreturn]] void plan_error(const std::string& what, const std::string& msg) {
+  fail(ErrorKind::Format, what + ": memory_plan: " + msg + "; the file is damaged or was not written by pt2serde");
+}
+}  // namespace
+
+void verify_plan(const Program& p, const std::string& what) {
+  const size_t nv = p.values.size(), n = p.instructions.size();
+  UF uf(nv);
+  std::vector<size_t> first(nv, n);
+  std::vector<int64_t> last(nv, -1);
+  std::vector<char> freed(nv, 0);
+  std::map<int64_t, size_t> producers;
+  std::vector<std::pair<size_t, size_t>> loops;
+  // Lists nest at most kMaxListDepth deep (validate_program), so these walks are bounded.
+  std::vector<int64_t> work;
+  auto touch = [&](int64_t v0, size_t pos) {
+    work.assign(1, v0);
+    while (!work.empty()) {
+      int64_t v = work.back();
+      work.pop_back();
+      first[size_t(v)] = std::min(first[size_t(v)], pos);
+      last[size_t(v)] = std::max(last[size_t(v)], int64_t(pos));
+      if (p.values[size_t(v)].kind == VK::List) for (int64_t it : p.values[size_t(v)].ints) work.push_back(it);
+    }
+  };
+  auto leaves = [&](int64_t v0) {
+    std::vector<int64_t> out, w{v0};
+    while (!w.empty()) {
+      int64_t v = w.back();
+      w.pop_back();
+      if (p.values[size_t(v)].kind == VK::List) for (int64_t it : p.values[size_t(v)].ints) w.push_back(it);
+      else out.push_back(v);
+    }
+    return out;
+  };
+  auto join = [&](int64_t a, int64_t b) {
+    auto la = leaves(a), lb = leaves(b);
+    for (int64_t s : la) for (int64_t d : lb) uf.unite(size_t(s), size_t(d));
+  };
+  for (size_t pos = 0; pos < n; ++pos) {
+    const Instruction& ins = p.instructions[pos];
+    switch (ins.kind) {
+      case IK::Kernel: {
+        const KernelCall& k = ins.k;
+        for (int64_t a : k.args) touch(a, pos);
+        const auto& aliases = p.operators[size_t(k.op)].returns_alias;
+        bool all_tensors = true, any = false;
+        for (size_t j = 0; j < k.outs.size(); ++j) {
+          int64_t o = k.outs[j];
+          if (o == -1) continue;
+          any = true;
+          all_tensors = all_tensors && p.values[size_t(o)].kind == VK::Tensor;
+          touch(o, pos);
+          if (j < aliases.size())
+            for (int64_t a : aliases[j]) if (a < int64_t(k.args.size())) join(k.args[size_t(a)], o);
+        }
+        if (k.out_op >= 0 && any && all_tensors)
+          for (int64_t o : k.outs) if (o != -1) producers.emplace(o, pos);
+        break;
+      }
+      case IK::Move: touch(ins.a, pos); touch(ins.b, pos); join(ins.a, ins.b); break;
+      case IK::JumpFalse:
+        touch(ins.a, pos);
+        if (size_t(ins.b) <= pos) loops.emplace_back(size_t(ins.b), pos);
+        break;
+      case IK::Free: touch(ins.a, pos); freed[size_t(ins.a)] = 1; break;
+      case IK::Alloc: touch(ins.a, pos); producers.emplace(ins.a, pos); break;
+    }
+  }
+  std::vector<size_t> root(nv);
+  std::map<size_t, int64_t> end;
+  for (size_t v = 0; v < nv; ++v) {
+    root[v] = uf.find(v);
+    if (last[v] < 0) continue;
+    auto it = end.find(root[v]);
+    int64_t e = freed[v] ? last[v] : int64_t(n);
+    if (it == end.end()) end[root[v]] = e; else it->second = std::max(it->second, e);
+  }
+  std::set<size_t> pinned;
+  for (const Input& in : p.inputs) pinned.insert(root[size_t(in.value)]);
+  for (const State& s : p.state) pinned.insert(root[size_t(s.value)]);
+  for (int64_t o : p.outputs) pinned.insert(root[size_t(o)]);
+
+  std::vector<std::optional<Iv>> ranges(p.symbols.size());
+  for (size_t k = 0; k < p.symbols.size(); ++k)
+    if (p.symbols[k].input >= 0 && p.symbols[k].min && p.symbols[k].max) ranges[k] = Iv{*p.symbols[k].min, *p.symbols[k].max};
+
+  struct Item { int64_t s, e; I lo, hi; int64_t v; };
+  std::vector<Item> items;
+  for (const Allocation& a : p.memory_plan.allocations) {
+    std::string slot = "allocation for value " + std::to_string(a.value);
+    auto pr = producers.find(a.value);
+    size_t r = root[size_t(a.value)];
+    bool plannable = pr != producers.end() && !pinned.count(r);
+    int64_t lo = 0, hi = 0;
+    if (plannable) {
+      lo = int64_t(pr->second);
+      hi = end.count(r) ? end[r] : -1;
+      for (auto [la, lb] : loops) {
+        if (la <= pr->second && pr->second <= lb) { plannable = false; break; }
+        if (lo <= int64_t(lb) && int64_t(la) <= hi) { lo = std::min(lo, int64_t(la)); hi = std::max(hi, int64_t(lb)); }
+      }
+    }
+    if (!plannable)
+      plan_error(what, slot + ": the value is not a fresh intermediate outside loops (inputs, state, outputs and loop "
+                              "bodies are never planned)");
+    // The tensor's upper bound in bytes.
+    const Value& t = p.values[size_t(a.value)];
+    bool bounded = true;
+    auto ub = [&](const Dim& d) -> I {
+      if (!d.sym) return d.v;
+      Iv b = code_bounds(p.exprs[size_t(d.v)], ranges);
+      if (b.lo <= -kInf || b.hi >= kInf || b.lo < 0) bounded = false;
+      return b.hi;
+    };
+    std::vector<I> sizes, strides;
+    for (auto& d : t.sizes) sizes.push_back(ub(d));
+    for (auto& d : t.strides) strides.push_back(ub(d));
+    I off = ub(t.storage_offset), nb = 0;
+    if (bounded) {
+      bool zero = false;
+      for (I s : sizes) zero = zero || s == 0;
+      if (!zero) {
+        I span = add(off, 1);
+        for (size_t k = 0; k < sizes.size(); ++k) span = add(span, mul(sizes[k] - 1, strides[k]));
+        nb = mul(span, I(itemsize(t.dtype)));
+        bounded = nb < kInf;
+      }
+    }
+    if (!bounded || nb > a.nbytes)
+      plan_error(what, slot + ": " + std::to_string(a.nbytes) + " bytes cannot hold the tensor's upper bound" +
+                           (bounded ? " of " + std::to_string(int64_t(nb)) + " bytes" : " (unbounded)"));
+    if (nb < a.nbytes)
+      plan_error(what, slot + ": " + std::to_string(a.nbytes) + " bytes is more than the tensor's upper bound of " +
+                           std::to_string(int64_t(nb)) + " bytes");
+    items.push_back({lo, hi, a.offset, I(a.offset) + a.nbytes, a.value});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+    return std::tie(x.s, x.e, x.lo, x.hi, x.v) < std::tie(y.s, y.e, y.lo, y.hi, y.v);
+  });
+  std::vector<Item> active;
+  for (const Item& it : items) {
+    active.erase(std::remove_if(active.begin(), active.end(), [&](const Item& a) { return a.e < it.s; }), active.end());
+    for (const Item& a : active)
+      if (it.lo < a.hi && a.lo < it.hi && it.hi > it.lo && a.hi > a.lo)
+        plan_error(what, "values " + std::to_string(a.v) + " and " + std::to_string(it.v) +
+                             " are live together but their arena bytes overlap");
+    active.push_back(it);
+  }
+}
+
+}  // namespace pt2n

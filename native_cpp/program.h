@@ -1,0 +1,141 @@
+// The native program (.pt2n) as C++ structs: a mirror of src/native/program.py.
+//
+// Format knowledge lives in three places only: this header (the tables), decode.cpp (how the
+// msgpack header maps onto them, read by key where the header is a map so new fields are
+// tolerated) and verify.cpp (the structural checks of src/native/verify.py). A format bump
+// changes kMaxFormatVersion and, where fields change, decode.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pt2n {
+
+constexpr char kMagic[9] = "PT2SNATV";
+constexpr uint32_t kMinFormatVersion = 2;
+constexpr uint32_t kMaxFormatVersion = 2;
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kDefaultMaxArenaBytes = uint64_t(1) << 36;  // serde.limits.Limits.max_arena_bytes
+constexpr uint64_t kMaxHeaderBytes = uint64_t(1) << 31;
+
+// The error kinds mirror src/native/errors.py; the binding maps each onto its Python class.
+enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime };
+
+struct Error : std::runtime_error {
+  ErrorKind kind;
+  Error(ErrorKind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
+};
+
+[[noreturn]] inline void fail(ErrorKind k, const std::string& msg) { throw Error(k, msg); }
+
+// A size, stride or offset: a constant or an expression index.
+struct Dim {
+  bool sym = false;
+  int64_t v = 0;  // the constant, or the index into Program::exprs
+};
+
+enum class VK {
+  None, Int, Float, Bool, String, IntList, FloatList, BoolList, StringList, Complex, ScalarType, Layout,
+  MemoryFormat, Device, Tensor, List, SymInt, SymFloat, SymBool
+};
+
+struct Value {
+  VK kind = VK::None;
+  int64_t i = 0;           // Int, Bool, ScalarType, Layout, MemoryFormat; SymInt/SymBool: expr; Device: index (-1 none)
+  double f = 0, imag = 0;  // Float; Complex (f = real)
+  std::string s;           // String; Device kind
+  std::vector<int64_t> ints;     // IntList, BoolList; List: item value indices
+  std::vector<double> floats;    // FloatList
+  std::vector<std::string> strs; // StringList
+  // Tensor
+  int64_t dtype = 0;
+  std::vector<Dim> sizes, strides;
+  Dim storage_offset;
+  int64_t data = -1;
+};
+
+struct KernelCall { int64_t op; std::vector<int64_t> args, outs; int64_t out_op = -1; };
+
+enum class IK { Kernel, Move, JumpFalse, Free, Alloc };
+
+struct Instruction {
+  IK kind;
+  KernelCall k;       // Kernel
+  int64_t a = 0;      // Move: src; JumpFalse: cond; Free/Alloc: value
+  int64_t b = 0;      // Move: dst; JumpFalse: target
+};
+
+struct Operator { std::string name, overload; std::vector<std::vector<int64_t>> returns_alias; };
+struct Constant { std::string sha256; int64_t offset, nbytes; };
+struct Symbol {
+  std::string name; int64_t input = -1, dim = -1, scale = 1, offset = 0;
+  std::optional<int64_t> min, max;
+};
+struct Input { std::string name; int64_t value; bool constant = false; };
+struct State { std::string name, kind; int64_t value; bool mutable_ = false; };
+struct Allocation { int64_t value, offset, nbytes; };
+struct MemoryPlan { int64_t arena_size = 0, naive_size = 0, unplanned = 0; std::vector<Allocation> allocations; };
+
+struct Program {
+  uint32_t format_version = 0;
+  std::vector<Value> values;
+  std::vector<Operator> operators;
+  std::vector<Instruction> instructions;
+  std::vector<std::vector<int64_t>> exprs;
+  std::vector<Symbol> symbols;
+  std::vector<Constant> constants;
+  std::vector<Input> inputs;
+  std::vector<int64_t> outputs;
+  std::vector<State> state;
+  MemoryPlan memory_plan;
+  std::optional<std::string> in_spec, out_spec;
+  std::vector<int64_t> guards;
+  std::vector<std::string> guard_texts;
+  std::string torch_version;
+};
+
+struct Limits { uint64_t max_arena_bytes = kDefaultMaxArenaBytes; };
+
+// A program file: checks the container, decodes the header and validates the program (and,
+// with verify_hashes, every blob's sha256). `segment` receives the byte range of the segment.
+struct Loaded {
+  Program program;
+  std::vector<uint8_t> bytes;  // the whole file
+  uint64_t segment_offset = 0, segment_length = 0;
+};
+
+Loaded load_file(const std::string& path, const std::string& what, bool verify_hashes = true, Limits limits = {});
+Loaded load_bytes(std::vector<uint8_t> bytes, const std::string& what, bool verify_hashes = true, Limits limits = {});
+
+// container.cpp
+struct ContainerView { uint32_t version; const uint8_t* header; uint64_t header_len; uint64_t seg_off, seg_len; };
+ContainerView unpack_container(const std::vector<uint8_t>& buf, const std::string& what);
+std::string sha256_hex(const uint8_t* data, size_t n);
+
+// decode.cpp
+Program decode_header(const uint8_t* data, size_t n, const std::string& what);
+
+// verify.cpp
+void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len, const std::string& what,
+                      bool verify_hashes, Limits limits);
+
+// exprs.cpp: postfix size expressions (src/native/exprs.py)
+void check_code(const std::vector<int64_t>& code, size_t n_symbols, const std::string& where);
+// Evaluates code; nullopt when an unbound (unbacked) symbol is used. Throws Error(Runtime) on
+// division by zero or int64 overflow.
+std::optional<int64_t> evaluate(const std::vector<int64_t>& code, const std::vector<std::optional<int64_t>>& syms,
+                                const std::string& where);
+
+size_t itemsize(int64_t scalar_type);  // 0: unknown scalar type
+
+// plan.cpp: the memory plan's lifetime proof (src/native/memory.py verify_plan).
+void verify_plan(const Program& p, const std::string& what);
+
+// Boxed lists nest at most this deep, so every walk over them is bounded (a C++ limit: the
+// emitter nests two or three levels).
+constexpr size_t kMaxListDepth = 64;
+
+}  // namespace pt2n

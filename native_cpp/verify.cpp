@@ -1,0 +1,209 @@
+// Structural validation (src/native/verify.py): after this every index the runtime follows is
+// in range, every weight view lies inside its blob and every expression is well formed.
+#include <algorithm>
+#include <set>
+
+#include "program.h"
+
+namespace pt2n {
+
+namespace {
+struct V {
+  const Program& p;
+  const std::string& what;
+  size_t nv;
+
+  [[noreturn]] void bad(const std::string& where, const std::string& msg) const {
+    fail(ErrorKind::Format, what + ": " + where + ": " + msg + "; the file is damaged or was not written by pt2serde");
+  }
+  void value(int64_t i, const std::string& where, bool allow_discard = false) const {
+    if (!((i >= 0 && uint64_t(i) < nv) || (allow_discard && i == -1)))
+      bad(where, "value " + std::to_string(i) + " is out of range (there are " + std::to_string(nv) + " values)");
+  }
+  void dim(const Dim& d, const std::string& where) const {
+    if (d.sym) {
+      if (d.v < 0 || uint64_t(d.v) >= p.exprs.size())
+        bad(where, "expression " + std::to_string(d.v) + " is out of range (there are " + std::to_string(p.exprs.size()) + ")");
+    } else if (d.v < 0) {
+      bad(where, std::to_string(d.v) + " is not a valid size");
+    }
+  }
+};
+
+bool hex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char ch : s) if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return false;
+  return true;
+}
+bool ident(const std::string& s, size_t b, size_t e, bool allow_empty, bool digit_first) {
+  if (b == e) return allow_empty;
+  for (size_t i = b; i < e; ++i) {
+    char ch = s[i];
+    bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_' || (ch >= '0' && ch <= '9');
+    if (!ok || (i == b && !digit_first && ch >= '0' && ch <= '9')) return false;
+  }
+  return true;
+}
+bool op_name(const std::string& s) {
+  size_t k = s.find("::");
+  return k != std::string::npos && ident(s, 0, k, false, false) && ident(s, k + 2, s.size(), false, false);
+}
+}  // namespace
+
+void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len, const std::string& what,
+                      bool verify_hashes, Limits limits) {
+  V v{p, what, p.values.size()};
+  // constants
+  for (size_t i = 0; i < p.constants.size(); ++i) {
+    const Constant& c = p.constants[i];
+    std::string where = "constants[" + std::to_string(i) + "]";
+    if (!hex64(c.sha256)) v.bad(where, "sha256 '" + c.sha256 + "' is not 64 lowercase hex digits");
+    if (c.offset < 0 || c.nbytes < 0 || c.offset % int64_t(kAlign) || uint64_t(c.offset) > seg_len ||
+        uint64_t(c.nbytes) > seg_len - uint64_t(c.offset))
+      fail(ErrorKind::Format, what + ": " + where + ": blob at offset " + std::to_string(c.offset) + " with " +
+                                  std::to_string(c.nbytes) + " bytes must start at a multiple of 64 and fit in the " +
+                                  std::to_string(seg_len) + "-byte segment; the file is damaged");
+    if (verify_hashes && sha256_hex(segment + c.offset, size_t(c.nbytes)) != c.sha256)
+      v.bad(where, "the blob's bytes do not hash to its sha256");
+  }
+  // exprs, symbols
+  for (size_t i = 0; i < p.exprs.size(); ++i) check_code(p.exprs[i], p.symbols.size(), what + ": exprs[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < p.symbols.size(); ++i) {
+    const Symbol& s = p.symbols[i];
+    std::string where = "symbols[" + std::to_string(i) + "]";
+    if (s.input != -1 && (s.input < 0 || uint64_t(s.input) >= p.inputs.size()))
+      v.bad(where, "input " + std::to_string(s.input) + " is out of range");
+    if (s.dim < -1 || s.scale < 1)
+      v.bad(where, "dim " + std::to_string(s.dim) + " / scale " + std::to_string(s.scale) + " is invalid");
+  }
+  // values
+  std::vector<size_t> depth(p.values.size(), 0);
+  for (size_t i = 0; i < p.values.size(); ++i) {
+    const Value& val = p.values[i];
+    std::string where = "values[" + std::to_string(i) + "]";
+    switch (val.kind) {
+      case VK::ScalarType: if (!itemsize(val.i)) v.bad(where, "unknown scalar type " + std::to_string(val.i)); break;
+      case VK::Layout: if (val.i < 0 || val.i > 7) v.bad(where, "unknown layout " + std::to_string(val.i)); break;
+      case VK::MemoryFormat: if (val.i < 0 || val.i > 4) v.bad(where, "unknown memory format " + std::to_string(val.i)); break;
+      case VK::List:
+        for (size_t j = 0; j < val.ints.size(); ++j)  // items come first, so boxed lists cannot form cycles
+          if (val.ints[j] < 0 || uint64_t(val.ints[j]) >= i)
+            v.bad(where + ".items[" + std::to_string(j) + "]", "value " + std::to_string(val.ints[j]) + " must precede the list itself");
+        for (int64_t it : val.ints) depth[i] = std::max(depth[i], depth[size_t(it)] + 1);
+        if (depth[i] > kMaxListDepth) v.bad(where, "lists nest more than " + std::to_string(kMaxListDepth) + " deep");
+        break;
+      case VK::SymInt: case VK::SymBool:
+        if (val.i < -1 || val.i >= int64_t(p.exprs.size())) v.bad(where, "expression " + std::to_string(val.i) + " is out of range");
+        break;
+      case VK::Tensor: {
+        size_t isz = itemsize(val.dtype);
+        if (!isz) v.bad(where, "unknown scalar type " + std::to_string(val.dtype));
+        if (val.sizes.size() != val.strides.size())
+          v.bad(where, std::to_string(val.sizes.size()) + " sizes but " + std::to_string(val.strides.size()) + " strides");
+        for (size_t k = 0; k < val.sizes.size(); ++k) v.dim(val.sizes[k], where + ".sizes[" + std::to_string(k) + "]");
+        for (size_t k = 0; k < val.strides.size(); ++k) v.dim(val.strides[k], where + ".strides[" + std::to_string(k) + "]");
+        v.dim(val.storage_offset, where + ".storage_offset");
+        if (val.data == -1) break;
+        if (val.data < 0 || uint64_t(val.data) >= p.constants.size())
+          v.bad(where, "constant " + std::to_string(val.data) + " is out of range");
+        bool any_sym = val.storage_offset.sym;
+        bool any_zero = false;
+        for (auto& d : val.sizes) { any_sym |= d.sym; any_zero |= (!d.sym && d.v == 0); }
+        for (auto& d : val.strides) any_sym |= d.sym;
+        if (any_sym) v.bad(where, "a weight must have concrete sizes, strides and offset");
+        // The end of the view in bytes, in 128-bit arithmetic so a hostile size cannot wrap.
+        __int128 end = val.storage_offset.v;
+        if (!any_zero) {
+          end += 1;
+          for (size_t k = 0; k < val.sizes.size(); ++k) {
+            end += __int128(val.sizes[k].v - 1) * val.strides[k].v;
+            if (end > (__int128(1) << 80)) break;
+          }
+        } 
+        end *= isz;
+        if (end > p.constants[size_t(val.data)].nbytes)
+          v.bad(where, "the view reaches beyond the end of its " + std::to_string(p.constants[size_t(val.data)].nbytes) + "-byte constant");
+        break;
+      }
+      default: break;
+    }
+  }
+  // operators
+  for (size_t i = 0; i < p.operators.size(); ++i) {
+    const Operator& op = p.operators[i];
+    std::string where = "operators[" + std::to_string(i) + "]";
+    if (!op_name(op.name) || !ident(op.overload, 0, op.overload.size(), true, true))
+      v.bad(where, "'" + op.name + "'.'" + op.overload + "' is not an operator name");
+    for (size_t j = 0; j < op.returns_alias.size(); ++j)
+      for (int64_t k : op.returns_alias[j])
+        if (k < 0) v.bad(where + ".returns_alias[" + std::to_string(j) + "]", "argument positions must be >= 0");
+  }
+  // instructions
+  const int64_t n_ops = int64_t(p.operators.size()), n_ins = int64_t(p.instructions.size());
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction& ins = p.instructions[i];
+    std::string where = "instructions[" + std::to_string(i) + "]";
+    switch (ins.kind) {
+      case IK::Kernel:
+        if (ins.k.op < 0 || ins.k.op >= n_ops || ins.k.out_op < -1 || ins.k.out_op >= n_ops)
+          v.bad(where, "operator " + std::to_string(ins.k.op) + "/" + std::to_string(ins.k.out_op) + " is out of range (" +
+                           std::to_string(n_ops) + " operators)");
+        for (size_t j = 0; j < ins.k.args.size(); ++j) v.value(ins.k.args[j], where + ".args[" + std::to_string(j) + "]");
+        for (size_t j = 0; j < ins.k.outs.size(); ++j) v.value(ins.k.outs[j], where + ".outs[" + std::to_string(j) + "]", true);
+        break;
+      case IK::Move: v.value(ins.a, where + ".src"); v.value(ins.b, where + ".dst"); break;
+      case IK::JumpFalse:
+        v.value(ins.a, where + ".cond");
+        if (ins.b < 0 || ins.b > n_ins)
+          v.bad(where, "jump target " + std::to_string(ins.b) + " is outside the " + std::to_string(n_ins) + " instructions");
+        break;
+      case IK::Free: v.value(ins.a, where + ".value"); break;
+      case IK::Alloc:
+        v.value(ins.a, where + ".value");
+        if (p.values[size_t(ins.a)].kind != VK::Tensor) v.bad(where, "only tensors can be allocated");
+        break;
+    }
+  }
+  // signature
+  if (p.guards.size() != p.guard_texts.size())
+    v.bad("guards", std::to_string(p.guards.size()) + " guards but " + std::to_string(p.guard_texts.size()) + " guard texts");
+  for (size_t i = 0; i < p.guards.size(); ++i)
+    if (p.guards[i] < 0 || uint64_t(p.guards[i]) >= p.exprs.size())
+      v.bad("guards[" + std::to_string(i) + "]", "expression " + std::to_string(p.guards[i]) + " is out of range");
+  for (size_t i = 0; i < p.inputs.size(); ++i) v.value(p.inputs[i].value, "inputs[" + std::to_string(i) + "].value");
+  for (size_t i = 0; i < p.outputs.size(); ++i) v.value(p.outputs[i], "outputs[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < p.state.size(); ++i) {
+    const State& s = p.state[i];
+    std::string where = "state[" + std::to_string(i) + "]";
+    v.value(s.value, where + ".value");
+    const Value& t = p.values[size_t(s.value)];
+    if (t.kind != VK::Tensor || t.data < 0) v.bad(where, "state must be a tensor backed by a constant");
+    if (s.kind != "parameter" && s.kind != "buffer" && s.kind != "constant") v.bad(where, "unknown kind '" + s.kind + "'");
+  }
+  // memory plan: bounds here; the runtime also checks each view against its slot
+  const MemoryPlan& mp = p.memory_plan;
+  if (mp.arena_size < 0 || uint64_t(mp.arena_size) > limits.max_arena_bytes)
+    fail(ErrorKind::ArenaTooLarge, what + ": memory_plan.arena_size: the arena is " + std::to_string(mp.arena_size) +
+                                       " bytes, more than max_arena_bytes = " + std::to_string(limits.max_arena_bytes));
+  std::set<int64_t> seen;
+  int64_t tight = 0;
+  for (size_t i = 0; i < mp.allocations.size(); ++i) {
+    const Allocation& a = mp.allocations[i];
+    std::string where = "memory_plan.allocations[" + std::to_string(i) + "]";
+    v.value(a.value, where);
+    if (p.values[size_t(a.value)].kind != VK::Tensor || !seen.insert(a.value).second)
+      v.bad(where, "an allocation must name a distinct tensor");
+    if (a.offset < 0 || a.nbytes < 0 || a.offset % int64_t(kAlign) || a.offset > mp.arena_size ||
+        a.nbytes > mp.arena_size - a.offset)
+      v.bad(where, "[" + std::to_string(a.offset) + ", +" + std::to_string(a.nbytes) + ") does not fit the " +
+                       std::to_string(mp.arena_size) + "-byte arena aligned");
+    int64_t end = (a.offset + a.nbytes + int64_t(kAlign) - 1) / int64_t(kAlign) * int64_t(kAlign);
+    tight = std::max(tight, end);
+  }
+  if (mp.arena_size != tight)
+    v.bad("memory_plan.arena_size", std::to_string(mp.arena_size) + " bytes, but the allocations end at " +
+                                        std::to_string(tight) + "; a plan asks for exactly the arena its slots use");
+  if (!mp.allocations.empty()) verify_plan(p, what);
+}
+
+}  // namespace pt2n

@@ -1,0 +1,486 @@
+"""The C++ runtime (``native.load(..., engine="cpp")`` and the ``pt2serde-run`` CLI).
+
+Every program runs on both engines and on eager ``ep.module()``: the C++ outputs, mutated inputs
+and state must equal the Python runtime's bit for bit (same kernels) and eager's as the Python
+runtime's tests require. The fuzz tests hand the CLI mutated files in a subprocess and count
+the runs a signal ended (crashes); there must be none.
+
+Without a built runtime (``make native``) every test here skips with the reason the build gave.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import resource
+import subprocess
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from _native_util import CASES, FAST, UNSUPPORTED, assert_same, emit_ep, emitted, exported, inputs_of
+
+from native import container, cpp_engine
+from native import program as P
+from native.errors import (
+    ArenaTooLargeError,
+    InputMismatchError,
+    NativeFormatError,
+    NativeRuntimeError,
+    NativeVersionError,
+)
+from native.runtime import Method, load
+from serde.errors import UnsupportedConstructError
+from serde.limits import Limits
+
+pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
+
+SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
+CLI = cpp_engine.cli_path()
+
+
+def _params(names):
+    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+
+
+def _export_or_skip(name):
+    try:
+        return exported(name)
+    except UnsupportedConstructError:
+        raise
+    except Exception as e:  # a breadth case torch itself cannot export today
+        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
+
+
+def assert_bitwise(got, want, where):
+    """Same structure, and every tensor equal bit for bit (dtype, shape and values, NaN == NaN)."""
+    g_leaves, g_spec = pytree.tree_flatten(got)
+    w_leaves, w_spec = pytree.tree_flatten(want)
+    assert g_spec == w_spec, f"{where}: structure {g_spec} != {w_spec}"
+    for k, (g, w) in enumerate(zip(g_leaves, w_leaves, strict=True)):
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor), f"{where}[{k}]: {type(g).__name__} instead of a tensor"
+            assert g.dtype == w.dtype and g.shape == w.shape, f"{where}[{k}]: {g.dtype}{list(g.shape)} != " \
+                                                              f"{w.dtype}{list(w.shape)}"
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=lambda m, k=k: f"{where}[{k}]: {m}")
+        else:
+            assert type(g) is type(w) and (g == w or g != g), f"{where}[{k}]: {g!r} != {w!r}"
+
+
+def run_three_ways(ep, native, inputs, *, arena):
+    """Eager, the Python runtime and the C++ runtime over ``inputs`` in order (state accumulates)."""
+    ref = copy.deepcopy(ep).module()
+    py = Method(native, arena=arena)
+    cpp = load(native, engine="cpp", arena=arena)
+    for i, (args, kwargs) in enumerate(inputs):
+        a_ref, a_py, a_cpp = (copy.deepcopy((args, kwargs)) for _ in range(3))
+        with torch.no_grad():
+            want = ref(*a_ref[0], **a_ref[1])
+        got_py = py.run(*a_py[0], **a_py[1])
+        got = cpp.run(*a_cpp[0], **a_cpp[1])
+        where = f"run {i}"
+        assert_bitwise(got, got_py, f"{where} outputs (C++ vs Python runtime)")
+        assert_same(got, want, f"{where} outputs (C++ vs eager)")
+        assert_bitwise(a_cpp, a_py, f"{where} inputs after the run (C++ vs Python runtime)")
+        assert_same(a_cpp, a_ref, f"{where} inputs after the run (C++ vs eager)")
+        py_state, cpp_state = py.state_dict(), cpp.state_dict()
+        assert sorted(cpp_state) == sorted(py_state)
+        for name in py_state:
+            assert_bitwise(cpp_state[name], py_state[name], f"{where} state {name!r}")
+    return cpp
+
+
+# ---------------------------------------------------------------- corpus
+
+
+@pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
+@pytest.mark.parametrize("name", _params(SUPPORTED))
+def test_zoo_case_runs_like_the_python_runtime(name, arena):
+    ep = _export_or_skip(name)
+    run_three_ways(ep, emitted(name), inputs_of(name), arena=arena)
+
+
+def _exportdb():
+    from torch._export.db.case import SupportLevel
+    from torch._export.db.examples import all_examples
+
+    return {n: ex for n, ex in sorted(all_examples().items()) if ex.support_level == SupportLevel.SUPPORTED}
+
+
+_EXPORTDB_FAST = ("cond_closed_over_variable", "dynamic_shape_view", "list_contains")
+
+
+@pytest.mark.parametrize("aten", [False, True], ids=["training", "decomposed"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in _EXPORTDB_FAST else pytest.mark.slow)
+                                  for n in _exportdb()])
+def test_exportdb_case_runs_like_the_python_runtime(name, aten):
+    ex = _exportdb()[name]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, args, kwargs = copy.deepcopy((ex.model, ex.example_args, ex.example_kwargs))
+    try:
+        ep = torch.export.export(model, args, kwargs, dynamic_shapes=ex.dynamic_shapes, strict=False)
+    except Exception as e:  # torch's own export: not this runtime's concern
+        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
+    if aten:
+        ep = ep.run_decompositions()
+    try:
+        native = emit_ep(ep)
+    except UnsupportedConstructError as e:  # the emitter's refusals are tested with the emitter
+        pytest.skip(f"the emitter refuses it: {str(e)[:100]}")
+    for arena in (False, True):
+        run_three_ways(ep, native, [copy.deepcopy((args, kwargs or {}))], arena=arena)
+
+
+# ---------------------------------------------------------------- behaviour shared with the Python runtime
+
+
+def test_buffer_mutations_persist_across_runs():
+    name = "effects_and_mutation_aten" if "effects_and_mutation_aten" in CASES else "input_mutation_aten"
+    run_three_ways(exported(name), emitted(name), inputs_of(name) * 3, arena=False)
+
+
+def test_input_checks_raise_the_python_runtimes_errors():
+    m = load(emitted("mlp"), engine="cpp")
+    (args, kwargs), *_ = inputs_of("mlp")
+    with pytest.raises(InputMismatchError, match="expected dtype torch.float32|expected dtype Float"):
+        m.run(*(a.double() for a in args), **kwargs)
+    with pytest.raises(InputMismatchError, match="dimensions"):
+        m.run(*(a[0] for a in args), **kwargs)
+    with pytest.raises(InputMismatchError, match="structure"):
+        m.run(*args, *args, **kwargs)
+
+
+def test_dynamic_sizes_are_checked_against_symbol_ranges():
+    from torch.export import Dim
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    ep = torch.export.export(M(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("n", min=2, max=8)},))
+    m = load(emit_ep(ep), engine="cpp")
+    assert torch.equal(m.run(torch.ones(5, 3)), torch.full((5, 3), 2.0))
+    with pytest.raises(InputMismatchError, match="outside its allowed range"):
+        m.run(torch.ones(9, 3))
+
+
+def test_a_loop_that_never_ends_fails_instead_of_hanging():
+    native = emitted("while_loop")
+    p = native.program
+    # The first conditional jump becomes an unconditional jump to itself: it never exits.
+    k = next(j for j, i in enumerate(p.instructions) if isinstance(i, P.JumpFalseCall))
+    falsy = len(p.values)
+    ins = list(p.instructions)
+    ins[k] = P.JumpFalseCall(falsy, k)
+    bad = P.NativeProgram(msgspec.structs.replace(p, values=[*p.values, P.Bool(False)], instructions=ins),
+                          native.segment)
+    m = load(bad, engine="cpp", max_loop_iterations=1000)
+    (args, kwargs), *_ = inputs_of("while_loop")
+    with pytest.raises(NativeRuntimeError, match="more than 1000 iterations"):
+        m.run(*args, **kwargs)
+
+
+def test_a_failing_kernel_names_the_instruction():
+    native = emitted("mlp")
+    p = native.program
+    k = next(j for j, i in enumerate(p.instructions) if isinstance(i, P.KernelCall))
+    ins = list(p.instructions)
+    # The first kernel now reads its first argument from a None value.
+    ins[k] = msgspec.structs.replace(ins[k], args=[len(p.values), *ins[k].args[1:]])
+    bad = P.NativeProgram(msgspec.structs.replace(p, values=[*p.values, P.NoneValue()], instructions=ins),
+                          native.segment)
+    (args, kwargs), *_ = inputs_of("mlp")
+    with pytest.raises(NativeRuntimeError, match=rf"instruction {k} \(aten::"):
+        load(bad, engine="cpp").run(*args, **kwargs)
+
+
+def test_concurrent_runs_on_one_method_take_turns():
+    import threading
+
+    m = load(emitted("mlp"), engine="cpp")
+    (args, kwargs), *_ = inputs_of("mlp")
+    want = Method(emitted("mlp")).run(*args, **kwargs)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(50):
+                results.append(m.run(*args, **kwargs))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 200
+    for r in results:
+        assert_bitwise(r, want, "concurrent run")
+
+
+# ---------------------------------------------------------------- the loader refuses what the Python loader refuses
+
+
+def _repack(native: P.NativeProgram, doc, version: int = P.FORMAT_VERSION) -> bytes:
+    return container.pack(P.MAGIC, version, msgspec.msgpack.encode(doc), native.segment)
+
+
+@pytest.mark.parametrize("version", [1, P.FORMAT_VERSION + 1])
+def test_other_format_versions_are_refused_by_both_engines(version):
+    native = emitted("mlp")
+    data = _repack(native, msgspec.to_builtins(native.program), version)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeVersionError, match=f"format version {version} is not supported"):
+            load(data, engine=engine)
+
+
+def test_a_damaged_file_is_refused_with_the_same_error_class():
+    data = bytearray(emitted("mlp").encode())
+    data[60] ^= 0xFF  # inside the header: the checksum catches it
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match="does not match its sha256"):
+            load(bytes(data), engine=engine)
+
+
+def test_out_of_range_indices_name_the_field():
+    native = emitted("mlp")
+    doc = msgspec.to_builtins(native.program)
+    doc["outputs"][0] = 10_000
+    with pytest.raises(NativeFormatError, match=r"outputs\[0\]: value 10000 is out of range"):
+        load(_repack(native, doc), engine="cpp")
+
+
+def test_an_arena_over_the_limit_is_refused_before_allocation():
+    native = emitted("mlp")
+    if native.program.memory_plan.arena_size == 0:
+        pytest.skip("mlp has no planned tensors")
+    with pytest.raises(ArenaTooLargeError):
+        load(native, engine="cpp", arena=True, limits=Limits(max_arena_bytes=1))
+
+
+def test_unknown_header_fields_are_ignored():
+    native = emitted("mlp")
+    doc = msgspec.to_builtins(native.program)
+    doc["a_field_of_a_newer_minor_format"] = [1, 2, 3]
+    m = load(_repack(native, doc), engine="cpp")
+    (args, kwargs), *_ = inputs_of("mlp")
+    assert_bitwise(m.run(*args, **kwargs), Method(native).run(*args, **kwargs), "outputs")
+
+
+def _int_edge_mutants(seed: int, per_case: int):
+    rng = random.Random(seed)
+    for case in ("mlp", "multi_output", "while_loop", "dynamic_arith", "cond", "map"):
+        native = emitted(case)
+        base = msgspec.to_builtins(native.program)
+        paths = list(_int_paths(base))
+        for _ in range(per_case):
+            doc = copy.deepcopy(base)
+            path = rng.choice(paths)
+            cur = doc
+            for k in path[:-1]:
+                cur = cur[k]
+            cur[path[-1]] = rng.choice(_EDGES)
+            yield f"{case} {path}={cur[path[-1]]}", _repack(native, doc)
+
+
+# What only the C++ loader refuses: integers beyond int64 anywhere (Python keeps them until a
+# kernel or the verifier trips), and kernel calls whose arguments do not fit the operator's
+# schema (bound at load in C++, at the call in Python).
+_CPP_ONLY_REFUSALS = ("an integer larger than int64", "arguments for a schema that takes",
+                      "is missing and has no default", "the out= variant has")
+
+
+@pytest.mark.parametrize("per_case", [pytest.param(40, id="fast"), pytest.param(400, id="thorough",
+                                                                                   marks=pytest.mark.slow)])
+def test_the_cpp_loader_accepts_no_file_the_python_loader_refuses(per_case):
+    from serde.errors import SerializeError
+
+    compared = 0
+    for label, data in _int_edge_mutants(0, per_case):
+        try:
+            load(data)
+            py_error = None
+        except SerializeError as e:
+            py_error = e
+        try:
+            load(data, engine="cpp")
+            cpp_error = None
+        except SerializeError as e:
+            cpp_error = e
+        compared += 1
+        if py_error is not None:
+            assert cpp_error is not None, f"{label}: the C++ loader accepts what Python refuses: {py_error}"
+        elif cpp_error is not None:
+            assert any(m in str(cpp_error) for m in _CPP_ONLY_REFUSALS), f"{label}: {cpp_error}"
+    assert compared == 6 * per_case
+
+
+def test_an_overlapping_memory_plan_is_refused_by_both_engines():
+    native = next((emitted(n) for n in ("mlp", "transformer_block", "multi_output") if n in CASES
+                   and len(emitted(n).program.memory_plan.allocations) >= 2), None)
+    if native is None:
+        pytest.skip("no case with two planned tensors")
+    doc = msgspec.to_builtins(native.program)
+    allocs = doc["memory_plan"][2]
+    # Every slot at offset 0: tensors live at the same time now share bytes.
+    for a in allocs:
+        a[1] = 0
+    doc["memory_plan"][0] = max(-(-a[2] // 64) * 64 for a in allocs)
+    data = _repack(native, doc)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match="live together"):
+            load(data, engine=engine)
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_runs_and_checks_without_python(tmp_path):
+    path = tmp_path / "mlp.pt2n"
+    P.write_program(path, emitted("mlp"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    out = subprocess.run([str(CLI), "check", str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ok:" in out.stdout
+    out = subprocess.run([str(CLI), "run", str(path), "--arena"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "output[0]: Float[" in out.stdout
+    # No Python in the process: the binary links libtorch, never libpython.
+    libs = subprocess.run(["ldd", str(CLI)], capture_output=True, text=True).stdout
+    assert "libtorch_cpu" in libs and "libpython" not in libs and "torch_python" not in libs
+
+
+def test_cli_reports_a_refusal_with_its_kind(tmp_path):
+    path = tmp_path / "cut.pt2n"
+    path.write_bytes(emitted("mlp").encode()[:100])
+    out = subprocess.run([str(CLI), "check", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stdout.startswith("error: NativeFormatError:"), out.stdout
+
+
+# ---------------------------------------------------------------- fuzz: hostile files never crash the C++ loader
+
+_EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
+_FUZZ_CASES = ("mlp", "cond", "while_loop", "dynamic_arith", "map", "unbacked_item")
+
+
+def _int_paths(x, path=()):
+    if isinstance(x, bool):
+        return
+    if isinstance(x, int):
+        yield path
+    elif isinstance(x, list):
+        for i, y in enumerate(x):
+            yield from _int_paths(y, (*path, i))
+    elif isinstance(x, dict):
+        for k, y in x.items():
+            yield from _int_paths(y, (*path, k))
+
+
+def _mutants(rng: random.Random, n: int):
+    """``n`` hostile variants: truncations, byte flips, and re-encoded headers (valid checksum)
+    with edge integers, self jumps, dropped or duplicated list items and swapped tags."""
+    natives = {c: emitted(c) for c in _FUZZ_CASES if c in CASES}
+    for _ in range(n):
+        native = natives[rng.choice(sorted(natives))]
+        data = native.encode()
+        kind = rng.randrange(6)
+        if kind == 0:
+            yield "truncate", data[:rng.randrange(len(data))]
+            continue
+        if kind == 1:
+            buf = bytearray(data)
+            for _ in range(rng.randint(1, 8)):
+                buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+            yield "flip", bytes(buf)
+            continue
+        doc = msgspec.to_builtins(native.program)
+        if kind == 2:  # an integer anywhere set to an edge value
+            path = rng.choice(list(_int_paths(doc)))
+            cur = doc
+            for k in path[:-1]:
+                cur = cur[k]
+            cur[path[-1]] = rng.choice(_EDGES)
+        elif kind == 3:  # a jump to itself, or a jump anywhere
+            ins = doc["instructions"]
+            k = rng.randrange(len(ins))
+            ins[k] = ["jump_false", rng.randrange(len(doc["values"])), rng.choice([k, 0, len(ins)])]
+        elif kind == 4:  # a list item dropped or duplicated somewhere
+            lists = [p for p in _list_paths(doc) if p]
+            cur = doc
+            path = rng.choice(lists)
+            for k in path[:-1]:
+                cur = cur[k]
+            lst = cur[path[-1]]
+            if lst and rng.random() < 0.5:
+                del lst[rng.randrange(len(lst))]
+            else:
+                lst.append(copy.deepcopy(lst[0]) if lst else 0)
+        else:  # a tag swapped for another of its union, or a value replaced by a huge tensor
+            vals = doc["values"]
+            k = rng.randrange(len(vals))
+            vals[k] = rng.choice([["tensor", 7, [1 << 40, 1 << 40], [1 << 40, 1], 0, -1], ["symint", 0],
+                                  ["list", [k]], ["str", "x"], ["tensor", 7, [], [], 0, 0], ["device", "nonsense"]])
+        yield f"header{kind}", _repack(native, doc)
+
+
+def _list_paths(x, path=()):
+    if isinstance(x, list):
+        yield path
+        for i, y in enumerate(x):
+            yield from _list_paths(y, (*path, i))
+    elif isinstance(x, dict):
+        for k, y in x.items():
+            yield from _list_paths(y, (*path, k))
+
+
+def _limit_memory():
+    # A hostile size must fail as an allocation error, not by exhausting the machine.
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
+def _fuzz(tmp_path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    files = []
+    for i, (kind, data) in enumerate(_mutants(rng, n)):
+        f = tmp_path / f"m{i:05d}_{kind}.pt2n"
+        f.write_bytes(data)
+        files.append(f)
+    crashes, refused, accepted = [], 0, 0
+    batch = 50
+    for cmd in ("check", "run"):
+        for b in range(0, len(files), batch):
+            chunk = files[b:b + batch]
+            out = subprocess.run([str(CLI), cmd, *map(str, chunk), "--max-loop-iterations", "1000"],
+                                 capture_output=True, text=True, timeout=600, preexec_fn=_limit_memory)
+            if out.returncode < 0 or out.returncode > 1:
+                last = out.stdout.strip().splitlines()[-1:] if out.stdout.strip() else []
+                crashes.append((cmd, chunk[0].name, out.returncode, last, out.stderr[-500:]))
+                continue
+            for line in out.stdout.splitlines():
+                if ": error: " in line:
+                    assert any(f": error: {k}:" in line for k in ("NativeFormatError", "NativeVersionError",
+                                                                  "ArenaTooLargeError", "InputMismatchError",
+                                                                  "NativeRuntimeError")), line
+                    refused += cmd == "check"
+                elif ": ok:" in line:
+                    accepted += 1
+    assert not crashes, f"{len(crashes)} crashed batches: {crashes[:3]}"
+    assert refused > n // 2  # the mutations really are hostile
+    assert accepted + refused == n
+
+
+def test_fuzz_the_cli_with_hostile_files(tmp_path):
+    _fuzz(tmp_path, 150, seed=0)
+
+
+@pytest.mark.slow
+def test_fuzz_the_cli_with_hostile_files_thoroughly(tmp_path):
+    _fuzz(tmp_path, 2000, seed=1)
