@@ -36,7 +36,7 @@ def run(model: str, size: int, repeats: int) -> dict:
     from native.emit import emit
     from native.program import decode
     from native.runtime import Method
-    from serde.artifact import read_artifact
+    from serde.archive.artifact import read_artifact
 
     if not cpp_engine.available():
         return {"bench": "native_cpp", "skipped": cpp_engine.unavailable_reason()}

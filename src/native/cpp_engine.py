@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from serde import schema, wire
-from serde.limits import DEFAULT_LIMITS, Limits
+from serde.core import schema, wire
+from serde.core.limits import DEFAULT_LIMITS, Limits
 
 from . import program as P
 from .errors import InputMismatchError, NativeFormatError

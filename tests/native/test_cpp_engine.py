@@ -34,7 +34,7 @@ from native.errors import (
 )
 from native.runtime import Method, load
 from serde.errors import UnsupportedConstructError
-from serde.limits import Limits
+from serde.core.limits import Limits
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
 
