@@ -38,7 +38,7 @@ def run(model: str, size: int, repeats: int) -> dict:
 
     import serde
     from native.emit import emit
-    from native.program import decode
+    from native.verify import decode
     from native.runtime import Method
     from serde.artifact import read_artifact
 

@@ -24,6 +24,7 @@ from serde.operators import PREDISPATCH_TARGETS
 
 from . import program as P
 from .exprs import affine_in, symbols_of, tree_of
+from .lower import HOP_LOWERINGS, Scope
 from .memory import frees_after, plan_memory
 from .prim import TARGET_TO_PRIM, prim_name
 from .tables import Binding, ProgramBuilder
@@ -83,10 +84,10 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
 SUPPORTED_HOPS = ("cond", "map_impl", "scan", "while_loop", "invoke_subgraph", "wrap_with_set_grad_enabled",
                   "with_effects", "auto_functionalized", "auto_functionalized_v2")
 
-Scope = dict[str, int]
-
 
 class _Emitter:
+    """Walks one canonical program into a :class:`~native.tables.ProgramBuilder` (see the module docstring)."""
+
     def __init__(self, program: schema.ExportedProgram, weights: schema.Weights, payload: Payload) -> None:
         self.ep = program
         self.weights = weights
@@ -226,8 +227,6 @@ class _Emitter:
     def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
         t = node.target
         if t.startswith(_HOP_PREFIX):
-            from .lower import HOP_LOWERINGS
-
             hop = t[len(_HOP_PREFIX):]
             lower = HOP_LOWERINGS.get(hop)
             if lower is None:

@@ -36,15 +36,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Union
+from typing import Union
 
 import msgspec
 
 from serde.archive import write_atomic
-from serde.limits import DEFAULT_LIMITS, Limits
 
 from . import container
-from .errors import NativeFormatError
 
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION",
@@ -53,7 +51,7 @@ __all__ = [
     "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
     "KernelCall", "MoveCall", "JumpFalseCall", "FreeCall", "AllocCall", "Instruction", "INSTRUCTION_TYPES",
     "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "Program",
-    "NativeProgram", "encode", "decode", "write_program", "read_program",
+    "NativeProgram", "encode", "write_program",
 ]
 
 MAGIC = b"PT2SNATV"
@@ -278,39 +276,11 @@ class NativeProgram:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Program)
 
 
 def encode(p: NativeProgram) -> bytes:
     """The binary file contents of ``p``."""
     return container.pack(MAGIC, FORMAT_VERSION, _encoder.encode(p.program), p.segment)
-
-
-def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,
-           limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
-    """Parse and validate a native program file.
-
-    Args:
-        verify: also check the sha256 of every constant blob.
-        limits: ``max_arena_bytes`` bounds the memory plan before any runtime allocates it.
-
-    Raises:
-        NativeFormatError: damaged, truncated or hostile file (names the field).
-        NativeVersionError: written in a format version this reader does not support.
-        ArenaTooLargeError: the memory plan asks for more than ``limits.max_arena_bytes``.
-    """
-    from .verify import validate_program
-
-    _, header, segment = container.unpack(buf, MAGIC, range(MIN_FORMAT_VERSION, FORMAT_VERSION + 1), what)
-    try:
-        program = _decoder.decode(header)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
-    except UnicodeDecodeError as e:
-        raise NativeFormatError(f"{what}: the header holds a string that is not UTF-8 ({e.reason}); "
-                                "the file is damaged") from None
-    validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
-    return NativeProgram(program, segment)
 
 
 def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
@@ -320,10 +290,3 @@ def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
         ArtifactIOError: the OS refused the write; nothing changed at ``path``.
     """
     write_atomic(path, [encode(p)])
-
-
-def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True,
-                 limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
-    """Read and validate a native program file (see :func:`decode`)."""
-    what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
-    return decode(container.read_bytes(src, what), what=what, verify=verify, limits=limits)

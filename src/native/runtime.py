@@ -37,6 +37,7 @@ from . import program as P
 from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
 from .prim import NAMESPACE, PRIM_OPS
+from .verify import read_program
 
 __all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
 
@@ -54,7 +55,7 @@ _FREED = _Freed()
 def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, **options: Any) -> Method:
     """A :class:`Method` for a program object or file."""
     if not isinstance(src, P.NativeProgram):
-        src = P.read_program(src)
+        src = read_program(src)
     return Method(src, **options)
 
 

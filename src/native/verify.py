@@ -1,4 +1,4 @@
-"""Structural validation of a decoded native program: every index, size and blob is checked.
+"""Reading an untrusted native program file: decode, then check every index, size and blob.
 
 A program file is untrusted input. After :func:`validate_program` the runtime can index its
 tables without further checks: a damaged file fails here with a message naming the field.
@@ -7,18 +7,26 @@ tables without further checks: a damaged file fails here with a message naming t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from typing import BinaryIO
+
+import msgspec
 
 from serde import schema
 from serde.limits import DEFAULT_LIMITS, Limits, too_large
 from serde.weights import ITEMSIZE
 
+from . import container
 from . import program as P
 from .container import ALIGN, check_blob
 from .errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from .exprs import check_code
+from .memory import verify_plan
 
-__all__ = ["validate_program"]
+__all__ = ["decode", "read_program", "validate_program"]
+
+_decoder = msgspec.msgpack.Decoder(P.Program)
 
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -27,6 +35,38 @@ _INT64_MAX = (1 << 63) - 1
 _SCALAR_TYPES = frozenset(int(s) for s in ITEMSIZE)
 _LAYOUTS = frozenset(int(x) for x in schema.Layout)
 _FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
+
+
+def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,
+           limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+    """Parse and validate a native program file.
+
+    Args:
+        verify: also check the sha256 of every constant blob.
+        limits: ``max_arena_bytes`` bounds the memory plan before any runtime allocates it.
+
+    Raises:
+        NativeFormatError: damaged, truncated or hostile file (names the field).
+        NativeVersionError: written in a format version this reader does not support.
+        ArenaTooLargeError: the memory plan asks for more than ``limits.max_arena_bytes``.
+    """
+    _, header, segment = container.unpack(buf, P.MAGIC, range(P.MIN_FORMAT_VERSION, P.FORMAT_VERSION + 1), what)
+    try:
+        program = _decoder.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
+    except UnicodeDecodeError as e:
+        raise NativeFormatError(f"{what}: the header holds a string that is not UTF-8 ({e.reason}); "
+                                "the file is damaged") from None
+    validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
+    return P.NativeProgram(program, segment)
+
+
+def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True,
+                 limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+    """Read and validate a native program file (see :func:`decode`)."""
+    what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
+    return decode(container.read_bytes(src, what), what=what, verify=verify, limits=limits)
 
 
 def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_hashes: bool = True,
@@ -201,8 +241,6 @@ class _Validator:
             self.fail("memory_plan.arena_size", f"{mp.arena_size} bytes, but the allocations end at {tight}; a plan "
                                                 "asks for exactly the arena its slots use")
         if mp.allocations:
-            from .memory import verify_plan
-
             try:
                 verify_plan(self.p)
             except MemoryPlanError as e:  # only the plan's own findings: a bug elsewhere stays a bug

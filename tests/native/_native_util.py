@@ -10,6 +10,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from native import program as P
+from native.verify import decode
 from native.emit import emit
 from native.runtime import Method
 from serde import zoo, zoo_breadth
@@ -60,7 +61,7 @@ def emit_ep(ep: torch.export.ExportedProgram, **kw: Any) -> P.NativeProgram:
     """Canonicalize (as save does), emit, and pass through the binary encoding."""
     program, weights, payloads, _ = artifact_parts(ep)
     native = emit(program, weights, lambda sha: payloads[payload_name(sha)], **kw)
-    return P.decode(native.encode())
+    return decode(native.encode())
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_
 from torch.export import Dim
 
 from native import program as P
+from native.verify import decode
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
 
@@ -110,7 +111,7 @@ def test_checker_catches_overlapping_live_tensors():
     with pytest.raises(MemoryPlanError, match=rf"values {a.value} and {b.value} are live together"):
         verify_plan(broken)
     with pytest.raises(NativeFormatError, match=r"memory_plan: values \d+ and \d+ are live together"):
-        P.decode(P.NativeProgram(broken, native.segment).encode())
+        decode(P.NativeProgram(broken, native.segment).encode())
 
 
 def test_checker_catches_slots_smaller_than_the_bound_and_planned_outputs():
@@ -143,12 +144,12 @@ def test_a_one_tib_arena_is_refused_before_anything_allocates():
     huge = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, arena_size=1 << 40))
     with pytest.raises(ArenaTooLargeError, match=r"memory_plan\.arena_size: the arena is 1099511627776, more than "
                                                  r"Limits\.max_arena_bytes=68719476736"):
-        P.decode(P.NativeProgram(huge, native.segment).encode())
+        decode(P.NativeProgram(huge, native.segment).encode())
     # Under the cap, an arena bigger than its slots is refused too: a plan asks for exactly what it uses.
     padded = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(
         p.memory_plan, arena_size=p.memory_plan.arena_size + 64))
     with pytest.raises(NativeFormatError, match=r"memory_plan\.arena_size: \d+ bytes, but the allocations end at"):
-        P.decode(P.NativeProgram(padded, native.segment).encode())
+        decode(P.NativeProgram(padded, native.segment).encode())
 
 
 def test_a_slot_bigger_than_its_tensor_is_refused():
@@ -159,4 +160,4 @@ def test_a_slot_bigger_than_its_tensor_is_refused():
     plan = msgspec.structs.replace(p.memory_plan, allocations=big,
                                    arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
     with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):
-        P.decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())
+        decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())

@@ -11,7 +11,8 @@ from _native_util import emit_ep, emitted, exported
 
 from native import program as P
 from native.errors import NativeFormatError, NativeVersionError
-from native.program import MAGIC, decode, read_program, write_program
+from native.program import MAGIC, write_program
+from native.verify import decode, read_program
 from serde.errors import MalformedArtifactError, SchemaVersionError
 
 
@@ -158,7 +159,7 @@ def test_decoding_and_listing_do_not_import_torch(tmp_path):
 
     path = tmp_path / "m.pt2n"
     write_program(path, emitted("cond"))
-    code = ("import sys\nfrom native.program import read_program\nfrom native.render import render\n"
+    code = ("import sys\nfrom native.verify import read_program\nfrom native.render import render\n"
             f"p = read_program({str(path)!r})\nassert 'jump_false' in render(p.program)\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
