@@ -193,10 +193,12 @@ class _Emitter:
         frees = frees_after(g.nodes, keep)
         for idx, node in enumerate(g.nodes):
             nwhere = f"{where}.nodes[{idx}] ({node.name!r}, {node.target})"
-            self.node(node, g, scope, nwhere, defined)
-            for name in frees[idx]:
+            h = self.node(node, g, scope, nwhere, defined)
+            outer, self.b.handle = self.b.handle, h
+            for name in frees[idx]:  # a value's last use: its free belongs to that node
                 if name in defined:
                     self.b.emit(P.FreeCall(scope[name]))
+            self.b.handle = outer
         return {scope[n] for n in defined}
 
     def subgraph(self, ga: schema.GraphArgument, operands: list[int], where: str) -> tuple[list[int], set[int]]:
@@ -224,7 +226,18 @@ class _Emitter:
 
     # ------------------------------------------------------------ nodes
 
-    def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+    def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> int:
+        """Emit ``node``'s instructions under a debug handle of their own; returns the handle."""
+        stack = node.metadata.nn_module_stack
+        outer = self.b.handle
+        h = self.b.handle = self.b.new_handle(P.DebugHandle(node.name, node.target, stack[-1].path if stack else ""))
+        try:
+            self.node_body(node, g, scope, where, defined)
+        finally:
+            self.b.handle = outer
+        return h
+
+    def node_body(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
         t = node.target
         if t.startswith(_HOP_PREFIX):
             hop = t[len(_HOP_PREFIX):]

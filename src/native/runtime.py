@@ -10,7 +10,11 @@ holds, so they persist across runs exactly as with ``ep.module()``.
 Options:
 
 - ``arena=True``: tensors with a slot in the memory plan are written by the op's out= variant
-  into one preallocated arena, at their planned offsets.
+  into one arena. With fixed sizes the arena and its views are made once; with symbolic sizes the
+  slots are re-packed for each distinct set of input sizes (:func:`native.memory.pack`, cached),
+  so the arena is as large as that run needs and never larger than the plan's bound. A file whose
+  operators declare fewer aliases than this process's kernels may produce is refused, and a
+  functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``).
 - ``max_loop_iterations`` (default 10,000,000; None: no limit): a run whose loops jump back more
   often than this fails with NativeRuntimeError instead of hanging on a loop whose condition never
   becomes false (the program is untrusted input).
@@ -34,8 +38,10 @@ from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORM
 from serde.weights import ITEMSIZE
 
 from . import program as P
-from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
+from . import memory
+from .errors import ArenaAliasError, InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
+from .kernels import actual_aliases, resolve_overload
 from .prim import NAMESPACE, PRIM_OPS
 from .verify import read_program
 
@@ -84,12 +90,28 @@ class Method:
                 t = self._initial[s.value] = t.clone()
             self._state[s.name] = t
         self._alloc = {a.value: a for a in p.memory_plan.allocations} if arena else {}
-        self._arena = torch.empty(p.memory_plan.arena_size if arena else 0, dtype=torch.uint8)
+        if self._alloc:
+            _check_aliases(p)
+        self._dynamic_plan = any(_symbolic(p.values[v]) for v in self._alloc)
+        self._offsets = {v: a.offset for v, a in self._alloc.items()}
+        self._order = sorted(self._alloc.values(), key=lambda a: (-a.nbytes, a.start, a.value))
+        self._plans: dict[tuple, tuple[dict[int, int], int]] = {}
+        self._arena = torch.empty(0 if self._dynamic_plan else p.memory_plan.arena_size, dtype=torch.uint8)
+        self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
         self._static_views: dict[int, torch.Tensor] = {}
+        self._may_see_arena = _arena_readers(p) if self._alloc else set()
         self.executed: set[int] = set()  # instructions run so far (check=True only)
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
         self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
+        for pc in self._may_see_arena:
+            self._code[pc] = _guarded(self, pc, self._code[pc])
+        if check:
+            runs_out = memory.out_calls(p) if self._alloc else set()
+            for pc, ins in enumerate(p.instructions):
+                if isinstance(ins, P.KernelCall) and pc not in runs_out \
+                        and not p.operators[ins.op].name.startswith(NAMESPACE + "::"):
+                    self._code[pc] = _alias_checked(self, ins, pc, self._code[pc])
         if not check:
             self._code = _fuse_frees(self, self._code)
         self._in_spec = self._out_spec = None
@@ -133,6 +155,8 @@ class Method:
         p = self.program
         values = list(self._initial)
         self._bind(values, leaves)
+        if self._dynamic_plan:
+            self._replan()
         code = self._code
         pc, n = 0, len(code)
         limit = self.max_loop_iterations
@@ -150,17 +174,55 @@ class Method:
         except (InputMismatchError, NativeRuntimeError):
             raise
         except Exception as e:
-            raise NativeRuntimeError(f"instruction {pc} ({self.describe(pc)}) failed: {type(e).__name__}: {e}") from e
+            raise NativeRuntimeError(f"{self.where(pc)} failed: {type(e).__name__}: {e}") from e
         if self.check:
             self._check_leaks(values)
         return [values[o] for o in p.outputs]
 
     def describe(self, pc: int) -> str:
-        ins = self.program.instructions[pc]
+        """The instruction's operator (or kind), node and module, e.g. ``aten::linear.default, node
+        'linear_1' in module 'layers.0'``."""
+        p = self.program
+        ins = p.instructions[pc]
         if isinstance(ins, P.KernelCall):
-            op = self.program.operators[ins.op]
-            return f"{op.name}.{op.overload}"
-        return type(ins).__name__
+            op = p.operators[ins.op]
+            what = f"{op.name}.{op.overload}"
+        else:
+            what = type(ins).__name__
+        h = p.instruction_handles[pc] if pc < len(p.instruction_handles) else -1
+        if h < 0:
+            return what
+        d = p.debug_handles[h]
+        return f"{what}, node {d.node!r}" + (f" in module {d.module!r}" if d.module else "")
+
+    def where(self, pc: int) -> str:
+        return f"instruction {pc} ({self.describe(pc)})"
+
+    def _replan(self) -> None:
+        """Slot offsets and arena size for this run's sizes (cached per distinct set of symbols)."""
+        key = tuple(self._syms)
+        plan = self._plans.get(key)
+        if plan is None:
+            sizes = []
+            for a in self._order:
+                sizes.append((self._span_bytes(a.value), a.start, a.end))
+            offsets, size = memory.pack(sizes)
+            if size > self.program.memory_plan.arena_size:  # first-fit is not monotone: keep the bound
+                plan = ({v: a.offset for v, a in self._alloc.items()}, self.program.memory_plan.arena_size)
+            else:
+                plan = ({a.value: off for a, off in zip(self._order, offsets, strict=True)}, size)
+            self._plans[key] = plan
+        self._offsets, size = plan
+        if size > self._arena.numel():
+            self._arena = torch.empty(size, dtype=torch.uint8)
+            ptr = self._arena.data_ptr()
+            self._arena_span = (ptr, ptr + size)
+
+    def _span_bytes(self, value: int) -> int:
+        t = self.program.values[value]
+        sizes, strides, offset = self._dims(t)
+        span = 0 if 0 in sizes else (offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True)))
+        return span * ITEMSIZE[schema.ScalarType(t.dtype)]
 
     # ------------------------------------------------------------ inputs, sizes
 
@@ -253,15 +315,14 @@ class Method:
         if span * itemsize > a.nbytes:
             raise NativeRuntimeError(f"value {value} needs {span * itemsize} bytes but its arena slot has "
                                      f"{a.nbytes}; the program's size bounds are wrong")
-        return torch.empty(0, dtype=dtype).set_(self._arena.untyped_storage(), a.offset // itemsize + offset,
-                                                sizes, strides)
+        return torch.empty(0, dtype=dtype).set_(self._arena.untyped_storage(),
+                                                self._offsets[value] // itemsize + offset, sizes, strides)
 
     def _arena_view(self, value: int) -> torch.Tensor:
         t = self._static_views.get(value)
         if t is None:
             t = self._new_tensor(value)
-            meta = self.program.values[value]
-            if not any(isinstance(d, P.Sym) for d in (*meta.sizes, *meta.strides, meta.storage_offset)):
+            if not self._dynamic_plan:  # offsets never change: one view serves every run
                 self._static_views[value] = t
         return t
 
@@ -269,7 +330,7 @@ class Method:
 
     def _check_out(self, pc: int, value: int, got: Any) -> None:
         meta = self.program.values[value]
-        where = f"instruction {pc} ({self.describe(pc)})"
+        where = self.where(pc)
         if isinstance(meta, P.Tensor):
             if not isinstance(got, torch.Tensor):
                 raise NativeRuntimeError(f"{where}: returned {type(got).__name__} for tensor value {value}")
@@ -282,11 +343,11 @@ class Method:
                 return
             if list(got.shape) != sizes:
                 raise NativeRuntimeError(f"{where}: value {value} has sizes {list(got.shape)}, declared {sizes}")
-            if self.use_arena and value not in self._alloc and got.numel() and self._arena.numel() \
+            if self._alloc and value not in self._alloc and got.numel() and self._arena.numel() \
                     and got.untyped_storage().data_ptr() == self._arena.untyped_storage().data_ptr():
                 aliases = self.program.operators[self.program.instructions[pc].op].returns_alias
                 if not any(aliases):
-                    raise NativeRuntimeError(f"{where}: a functional kernel returned arena memory")
+                    raise ArenaAliasError(f"{where}: a functional kernel returned arena memory")
         elif isinstance(meta, (P.SymInt, P.SymBool)) and meta.expr >= 0:
             try:
                 want = self._eval(meta.expr)
@@ -391,6 +452,101 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
     return call_kw
 
 
+def _symbolic(t: P.Tensor) -> bool:
+    return any(isinstance(d, P.Sym) for d in (*t.sizes, *t.strides, t.storage_offset))
+
+
+def _check_aliases(p: P.Program) -> None:
+    """Refuse a plan built on fewer aliases than this process's kernels may produce."""
+    called = {ins.op for ins in p.instructions if isinstance(ins, P.KernelCall)}  # out= variants return ``out``
+    for i, op in enumerate(p.operators):
+        if i not in called or op.name.startswith(NAMESPACE + "::"):
+            continue
+        overload = resolve_overload(op.name, op.overload)
+        if overload is None:
+            continue  # _resolve names the missing operator
+        for j, may in enumerate(actual_aliases(overload)):
+            have = set(op.returns_alias[j]) if j < len(op.returns_alias) else set()
+            if not set(may) <= have:
+                raise NativeFormatError(
+                    f"native program: operators[{i}] ({op.name}.{op.overload}): return {j} may share storage with "
+                    f"arguments {list(may)} in this process's kernels, but the file declares {sorted(have)}; its "
+                    "memory plan could reuse live memory. Re-emit the program with this torch version, or run it "
+                    "with arena=False")
+
+
+def _leaves(p: P.Program, v: int) -> list[int]:
+    val = p.values[v]
+    return [x for i in val.items for x in _leaves(p, i)] if isinstance(val, P.List) else [v]
+
+
+def _arena_readers(p: P.Program) -> dict[int, tuple[int, ...]]:
+    """Functional calls that may read arena memory, with their results that claim fresh storage.
+
+    These are where a kernel that hands back an input its operator does not declare would leak
+    arena memory into a value the plan does not track: the runtime checks their results.
+    """
+    lt = memory.analyze(p)
+    runs_out = memory.out_calls(p)
+    roots = {lt.root[a.value] for a in p.memory_plan.allocations}
+    found: dict[int, tuple[int, ...]] = {}
+    for pos, ins in enumerate(p.instructions):
+        if not isinstance(ins, P.KernelCall) or pos in runs_out:
+            continue
+        aliases = p.operators[ins.op].returns_alias
+        fresh = tuple(x for j, o in enumerate(ins.outs) if o >= 0 and not (j < len(aliases) and aliases[j])
+                      for x in _leaves(p, o) if isinstance(p.values[x], P.Tensor))
+        if fresh and any(lt.root[x] in roots for a in ins.args for x in _leaves(p, a)):
+            found[pos] = fresh
+    return found
+
+
+def _guarded(m: Method, pc: int, inner: Callable) -> Callable:
+    fresh = m._may_see_arena[pc]
+
+    def guarded(values: list, pc: int) -> int:
+        nxt = inner(values, pc)
+        lo, hi = m._arena_span
+        for o in fresh:
+            t = values[o]
+            if isinstance(t, torch.Tensor) and t.numel() and lo <= t.data_ptr() < hi:
+                raise ArenaAliasError(f"{m.where(pc)}: the kernel returned arena memory (value {o}) although its "
+                                      "operator declares a fresh result; the plan would reuse that memory while the "
+                                      "value is alive. Run with arena=False")
+        return nxt
+    return guarded
+
+
+def _storages(x: Any) -> set[int]:
+    if isinstance(x, torch.Tensor):
+        return {x.untyped_storage().data_ptr()} if x.numel() else set()
+    if isinstance(x, (list, tuple)):
+        return set().union(*(_storages(y) for y in x)) if x else set()
+    return set()
+
+
+def _alias_checked(m: Method, ins: P.KernelCall, pc: int, inner: Callable) -> Callable:
+    """(check=True) Results the operator declares fresh must not share storage with any argument.
+
+    This is the invariant the memory plan relies on, checked on what kernels actually return.
+    """
+    p = m.program
+    aliases = p.operators[ins.op].returns_alias
+    fresh = [o for j, o in enumerate(ins.outs) if o >= 0 and not (j < len(aliases) and aliases[j])]
+    getters = [_getter(m, a) for a in ins.args]
+
+    def checked(values: list, pc: int) -> int:
+        before = _storages([g(values) for g in getters])
+        nxt = inner(values, pc)
+        for o in fresh:
+            got = _storages([values[x] for x in _leaves(p, o)])
+            if got & before:
+                raise ArenaAliasError(f"{m.where(pc)}: value {o} shares storage with an argument, but the operator "
+                                      "declares a fresh result; the memory plan relies on that declaration")
+        return nxt
+    return checked
+
+
 def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
     """Fold each run of FreeCalls into the instruction before it (one closure call instead of many).
 
@@ -407,7 +563,8 @@ def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
             k += 1
         if k and not isinstance(p.instructions[pc], P.JumpFalseCall):
             frees = tuple(p.instructions[pc + 1 + j].value for j in range(k))
-            out[pc] = _simple_kernel(m, p.instructions[pc], frees) or _with_frees(code[pc], frees)
+            fast = None if pc in m._may_see_arena else _simple_kernel(m, p.instructions[pc], frees)
+            out[pc] = fast or _with_frees(code[pc], frees)
         pc += 1 + k
     return out
 
@@ -498,7 +655,7 @@ def _storer(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, Any], None
         meta = values_meta[o]
         if isinstance(meta, P.List):
             if len(r) != len(meta.items):
-                raise NativeRuntimeError(f"instruction {pc} ({m.describe(pc)}): returned {len(r)} tensors, the "
+                raise NativeRuntimeError(f"{m.where(pc)}: returned {len(r)} tensors, the "
                                          f"program expects {len(meta.items)}")
             for item, x in zip(meta.items, r, strict=True):
                 put(values, item, x)
@@ -544,7 +701,7 @@ def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
             return pc + 1
         if budget[0] == 0:
             raise NativeRuntimeError(
-                f"instruction {pc}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
+                f"{m.where(pc)}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
                 "may never become false. Pass Method(..., max_loop_iterations=N) (None: no limit) if the "
                 "program really loops that often")
         budget[0] -= 1

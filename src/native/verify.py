@@ -86,6 +86,7 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
     v.operators()
     v.instructions()
     v.signature()
+    v.handles()
     v.memory_plan()
 
 
@@ -221,6 +222,16 @@ class _Validator:
                 self.fail(f"state[{i}]", "state must be a tensor backed by a constant")
             if s.kind not in ("parameter", "buffer", "constant"):
                 self.fail(f"state[{i}]", f"unknown kind {s.kind!r}")
+
+    def handles(self) -> None:
+        p = self.p
+        if len(p.instruction_handles) != len(p.instructions):
+            self.fail("instruction_handles", f"{len(p.instruction_handles)} handles for {len(p.instructions)} "
+                                             "instructions")
+        n = len(p.debug_handles)
+        for i, h in enumerate(p.instruction_handles):
+            if not -1 <= h < n:
+                self.fail(f"instruction_handles[{i}]", f"handle {h} is out of range (there are {n})")
 
     def memory_plan(self) -> None:
         mp = self.p.memory_plan

@@ -106,7 +106,7 @@ def test_checker_catches_overlapping_live_tensors():
     # Two tensors live at the same time (a producer and its reader's output) must not share bytes.
     a, b = next((x, y) for x, y in zip(allocs, allocs[1:], strict=False)
                 if lt.interval(x.value)[1] >= lt.interval(y.value)[0] and x.offset != y.offset)
-    bad = [P.Allocation(x.value, a.offset if x.value == b.value else x.offset, x.nbytes) for x in allocs]
+    bad = [msgspec.structs.replace(x, offset=a.offset if x.value == b.value else x.offset) for x in allocs]
     broken = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=bad))
     with pytest.raises(MemoryPlanError, match=rf"values {a.value} and {b.value} are live together"):
         verify_plan(broken)
@@ -117,7 +117,7 @@ def test_checker_catches_overlapping_live_tensors():
 def test_checker_catches_slots_smaller_than_the_bound_and_planned_outputs():
     p = emitted("mlp").program
     a = p.memory_plan.allocations[0]
-    small = [P.Allocation(a.value, a.offset, a.nbytes - 4)] + p.memory_plan.allocations[1:]
+    small = [msgspec.structs.replace(a, nbytes=a.nbytes - 4)] + p.memory_plan.allocations[1:]
     with pytest.raises(MemoryPlanError, match=r"cannot hold the tensor's upper bound of 4096 bytes"):
         verify_plan(msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=small)))
     out = [*p.memory_plan.allocations, P.Allocation(p.outputs[0], p.memory_plan.arena_size, 1 << 20)]
@@ -156,7 +156,7 @@ def test_a_slot_bigger_than_its_tensor_is_refused():
     native = emitted("mlp")
     p = native.program
     a = p.memory_plan.allocations[-1]
-    big = [*p.memory_plan.allocations[:-1], P.Allocation(a.value, a.offset, a.nbytes + 1)]
+    big = [*p.memory_plan.allocations[:-1], msgspec.structs.replace(a, nbytes=a.nbytes + 1)]
     plan = msgspec.structs.replace(p.memory_plan, allocations=big,
                                    arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
     with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):

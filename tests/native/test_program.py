@@ -78,8 +78,19 @@ def test_version_1_files_are_refused_naming_both_versions():
     old = struct.pack("<8sIIQQQ", MAGIC, 1, 0, len(header), seg_off, len(native.segment)) + header
     old += bytes(seg_off - len(old)) + bytes(native.segment)
     with pytest.raises(NativeVersionError, match=r"native program format version 1 is not supported; this reader "
-                                                 r"handles versions 2\.\.2\. Re-emit it"):
+                                                 r"handles versions 3\.\.3\. Re-emit it"):
         decode(old)
+
+
+def test_version_2_files_are_refused_naming_both_versions():
+    # Version 2 plans trusted op schemas that composite kernels break (an identity-returning op
+    # could share an arena slot with a live tensor): such a file is re-emitted, never run.
+    native = emitted("mlp")
+    data = bytearray(native.encode())
+    struct.pack_into("<I", data, 8, 2)
+    with pytest.raises(NativeVersionError, match=r"native program format version 2 is not supported; this reader "
+                                                 r"handles versions 3\.\.3\. Re-emit it"):
+        decode(bytes(data))
 
 
 def test_damaged_header_fails_its_checksum():

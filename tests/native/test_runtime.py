@@ -211,7 +211,7 @@ def test_check_mode_reports_wrong_declared_sizes():
     broken = P.Program(**{**{f: getattr(p, f) for f in p.__struct_fields__}, "values": values,
                           "memory_plan": P.MemoryPlan()})
     args, _ = inputs_of("mlp")[0]
-    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default\): value \d+ has sizes "
+    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default, node .fc1_linear. in module .fc1.\): value \d+ has sizes "
                                                  r"\[8, 32\], declared \[8, 31\]"):
         Method(P.NativeProgram(broken, native.segment), check=True).run(*args)
 
@@ -225,7 +225,8 @@ def test_kernel_failures_name_the_instruction():
     values[w] = P.Tensor(t.dtype, [16, 32], [32, 1], t.storage_offset, t.data)
     broken = P.Program(**{**{f: getattr(p, f) for f in p.__struct_fields__}, "values": values})
     args, _ = inputs_of("mlp")[0]
-    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default\) failed: RuntimeError"):
+    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default, node 'fc1_linear' in module 'fc1'\) failed: "
+                                                 r"RuntimeError"):
         Method(P.NativeProgram(broken, native.segment)).run(*copy.deepcopy(args))
 
 
