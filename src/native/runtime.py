@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
@@ -150,8 +151,25 @@ class Method:
         outs = self.run_flat(leaves)
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
 
-    def run_flat(self, leaves: Sequence[Any]) -> list[Any]:
-        """Run on the flattened user inputs; returns the flattened user outputs."""
+    def run_profiled(self, *args: Any, **kwargs: Any) -> tuple[Any, list[tuple[int, int]]]:
+        """:meth:`run`, also returning (instruction index, nanoseconds) per executed instruction.
+
+        Summarize with :func:`native.profile.summarize`. Frees that follow a kernel are timed with it.
+        """
+        import torch.utils._pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise InputMismatchError(f"the inputs have structure {spec} but the program takes {self._in_spec}")
+        timings: list[tuple[int, int]] = []
+        outs = self.run_flat(leaves, timings=timings)
+        return (pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs), timings
+
+    def run_flat(self, leaves: Sequence[Any], *, timings: list[tuple[int, int]] | None = None) -> list[Any]:
+        """Run on the flattened user inputs; returns the flattened user outputs.
+
+        ``timings``: when given, (instruction index, nanoseconds) of every executed step is appended.
+        """
         p = self.program
         values = list(self._initial)
         self._bind(values, leaves)
@@ -163,7 +181,14 @@ class Method:
         self._loop_budget[0] = -1 if limit is None else limit
         try:
             with torch.no_grad():
-                if self.check:
+                if timings is not None:
+                    clock = time.perf_counter_ns
+                    while pc < n:
+                        t0 = clock()
+                        nxt = code[pc](values, pc)
+                        timings.append((pc, clock() - t0))
+                        pc = nxt
+                elif self.check:
                     executed = self.executed
                     while pc < n:
                         executed.add(pc)
