@@ -49,6 +49,11 @@ from .verify import read_program
 __all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
 
 DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
+# Below this many bytes a planned tensor is allocated by its functional kernel rather than written
+# out= into its slot (unless the op's functional form may alias: then out= is required). Calling
+# the out= variant from Python costs a few microseconds of argument checks, more than a small
+# allocation; above the allocator's mmap threshold (128 KiB) each allocation costs page faults.
+OUT_MIN_BYTES = 128 * 1024
 
 
 class _Freed:
@@ -100,17 +105,23 @@ class Method:
         self._arena = torch.empty(0 if self._dynamic_plan else p.memory_plan.arena_size, dtype=torch.uint8)
         self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
         self._static_views: dict[int, torch.Tensor] = {}
-        self._may_see_arena = _arena_readers(p) if self._alloc else set()
+        # Calls with slots for all outputs. Those whose functional form may alias an argument must
+        # run out= (the plan has no alias edge there); the others run out= only when it pays
+        # (``OUT_MIN_BYTES``): for small tensors the out= checks cost more than an allocation, and
+        # their functional results are fresh, so the plan's lifetimes hold either way.
+        self._out_calls = memory.out_calls(p) if self._alloc else set()
+        self._required_out = {pc for pc in self._out_calls if any(p.operators[p.instructions[pc].op].returns_alias)}
+        self._use_out: set[int] = set(self._required_out)
+        if self._alloc and not self._dynamic_plan:
+            self._use_out = self._choose_out()
+        self._may_see_arena = _arena_readers(p, self._required_out, self._placed()) if self._alloc else {}
         self.executed: set[int] = set()  # instructions run so far (check=True only)
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
         self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
-        for pc in self._may_see_arena:
-            self._code[pc] = _guarded(self, pc, self._code[pc])
         if check:
-            runs_out = memory.out_calls(p) if self._alloc else set()
             for pc, ins in enumerate(p.instructions):
-                if isinstance(ins, P.KernelCall) and pc not in runs_out \
+                if isinstance(ins, P.KernelCall) and pc not in self._out_calls \
                         and not p.operators[ins.op].name.startswith(NAMESPACE + "::"):
                     self._code[pc] = _alias_checked(self, ins, pc, self._code[pc])
         if not check:
@@ -223,8 +234,23 @@ class Method:
     def where(self, pc: int) -> str:
         return f"instruction {pc} ({self.describe(pc)})"
 
+    def _placed(self) -> set[int]:
+        """Values that may be put in the arena in some run: outputs of out= calls and allocated values."""
+        p = self.program
+        calls = self._use_out if not self._dynamic_plan else self._out_calls
+        placed = {o for pc in calls for o in p.instructions[pc].outs}
+        return placed | {ins.value for ins in p.instructions if isinstance(ins, P.AllocCall) and ins.value in self._alloc}
+
+    def _choose_out(self) -> set[int]:
+        """The out= calls to run out= for the current sizes (all of them with ``check=True``)."""
+        if self.check:
+            return set(self._out_calls)
+        p = self.program
+        return self._required_out | {pc for pc in self._out_calls
+                                     if all(self._span_bytes(o) >= OUT_MIN_BYTES for o in p.instructions[pc].outs)}
+
     def _replan(self) -> None:
-        """Slot offsets and arena size for this run's sizes (cached per distinct set of symbols)."""
+        """Slot offsets, arena size and out= calls for this run's sizes (cached per set of symbols)."""
         key = tuple(self._syms)
         plan = self._plans.get(key)
         if plan is None:
@@ -236,12 +262,15 @@ class Method:
                 plan = ({v: a.offset for v, a in self._alloc.items()}, self.program.memory_plan.arena_size)
             else:
                 plan = ({a.value: off for a, off in zip(self._order, offsets, strict=True)}, size)
+            plan = (*plan, self._choose_out(), {})
             self._plans[key] = plan
-        self._offsets, size = plan
+        self._offsets, size, self._use_out, self._static_views = plan
         if size > self._arena.numel():
             self._arena = torch.empty(size, dtype=torch.uint8)
             ptr = self._arena.data_ptr()
             self._arena_span = (ptr, ptr + size)
+            for other in self._plans.values():  # their views point into the old arena
+                other[3].clear()
 
     def _span_bytes(self, value: int) -> int:
         t = self.program.values[value]
@@ -344,11 +373,10 @@ class Method:
                                                 self._offsets[value] // itemsize + offset, sizes, strides)
 
     def _arena_view(self, value: int) -> torch.Tensor:
+        """The value's view of the arena, made once per plan (one per distinct set of sizes)."""
         t = self._static_views.get(value)
         if t is None:
-            t = self._new_tensor(value)
-            if not self._dynamic_plan:  # offsets never change: one view serves every run
-                self._static_views[value] = t
+            t = self._static_views[value] = self._new_tensor(value)
         return t
 
     # ------------------------------------------------------------ checks (check=True)
@@ -453,11 +481,32 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
         npos = len(ins.args)
     kw_pairs = list(zip(kw, range(npos, len(ins.args)), strict=False))
     store = _storer(m, ins, pc)
-    if ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs):
-        return _out_variant(m, ins, getters, npos, kw_pairs, store)
+    if pc in m._out_calls:
+        out = _out_variant(m, ins, getters, npos, kw_pairs, store)
+        if pc in m._required_out or (not m._dynamic_plan and pc in m._use_out):
+            return out
+        functional = _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
+        if not m._dynamic_plan:
+            return functional
+
+        def choose(values: list, pc: int) -> int:
+            return (out if pc in m._use_out else functional)(values, pc)
+        return choose
+    return _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
+
+
+def _functional(m: Method, ins: P.KernelCall, pc: int, fn: Callable, simple: bool, npos: int, kw_pairs: list,
+                getters: list, store: Callable) -> Callable[[list, int], int]:
+    plain = bool(ins.outs) and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List)
+    call = _functional_call(ins, fn, simple, npos, kw_pairs, getters, store, plain)
+    return _guarded(m, pc, call) if pc in m._may_see_arena else call
+
+
+def _functional_call(ins: P.KernelCall, fn: Callable, simple: bool, npos: int, kw_pairs: list, getters: list,
+                     store: Callable, plain: bool) -> Callable[[list, int], int]:
     if simple and not kw_pairs:
         idx = tuple(ins.args)
-        if len(ins.outs) == 1 and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List):
+        if len(ins.outs) == 1 and ins.outs[0] >= 0 and plain:
             o = ins.outs[0]
 
             def call1(values: list, pc: int) -> int:
@@ -505,15 +554,14 @@ def _leaves(p: P.Program, v: int) -> list[int]:
     return [x for i in val.items for x in _leaves(p, i)] if isinstance(val, P.List) else [v]
 
 
-def _arena_readers(p: P.Program) -> dict[int, tuple[int, ...]]:
+def _arena_readers(p: P.Program, runs_out: set[int], placed: set[int]) -> dict[int, tuple[int, ...]]:
     """Functional calls that may read arena memory, with their results that claim fresh storage.
 
     These are where a kernel that hands back an input its operator does not declare would leak
     arena memory into a value the plan does not track: the runtime checks their results.
     """
     lt = memory.analyze(p)
-    runs_out = memory.out_calls(p)
-    roots = {lt.root[a.value] for a in p.memory_plan.allocations}
+    roots = {lt.root[v] for v in placed}
     found: dict[int, tuple[int, ...]] = {}
     for pos, ins in enumerate(p.instructions):
         if not isinstance(ins, P.KernelCall) or pos in runs_out:
@@ -588,8 +636,7 @@ def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
             k += 1
         if k and not isinstance(p.instructions[pc], P.JumpFalseCall):
             frees = tuple(p.instructions[pc + 1 + j].value for j in range(k))
-            fast = None if pc in m._may_see_arena else _simple_kernel(m, p.instructions[pc], frees)
-            out[pc] = fast or _with_frees(code[pc], frees)
+            out[pc] = _simple_kernel(m, p.instructions[pc], pc, frees) or _with_frees(code[pc], frees)
         pc += 1 + k
     return out
 
@@ -605,16 +652,31 @@ def _with_frees(inner: Callable, frees: tuple[int, ...]) -> Callable:
     return fused
 
 
-def _simple_kernel(m: Method, ins: P.Instruction, frees: tuple[int, ...]) -> Callable | None:
+def _simple_kernel(m: Method, ins: P.Instruction, pc: int, frees: tuple[int, ...]) -> Callable | None:
     """The hot path: a kernel with plain arguments and one plain result, then frees."""
-    if not isinstance(ins, P.KernelCall) or (ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs)):
+    if not isinstance(ins, P.KernelCall) or pc in m._may_see_arena:
         return None
+    if pc in m._out_calls:
+        if m._dynamic_plan:
+            return None
+        if pc in m._use_out:
+            return _static_out(m, ins, frees)
     fn, npos, kw = m._ops[ins.op]
     vals = m.program.values
-    if kw and npos >= 0 and len(ins.args) > npos or len(ins.outs) != 1 or ins.outs[0] < 0 \
+    if len(ins.outs) != 1 or ins.outs[0] < 0 \
             or isinstance(vals[ins.outs[0]], P.List) or any(isinstance(vals[a], P.List) for a in ins.args):
         return None
+    fn = getattr(fn, "_op", fn)  # OpOverload.__call__ only forwards to it: one Python frame less per call
     o, step, idx = ins.outs[0], 1 + len(frees), tuple(ins.args)
+    if kw and npos >= 0 and len(idx) > npos:
+        pos, kw_items = idx[:npos], tuple(zip(kw, idx[npos:], strict=False))
+
+        def kkw(values: list, pc: int) -> int:
+            values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return kkw
     if len(idx) == 1 and len(frees) == 1:
         (a,), (f,) = idx, frees
 
@@ -640,23 +702,68 @@ def _simple_kernel(m: Method, ins: P.Instruction, frees: tuple[int, ...]) -> Cal
     return kn
 
 
+def _static_out(m: Method, ins: P.KernelCall, frees: tuple[int, ...]) -> Callable | None:
+    """An out= call with plain arguments and one result, then frees.
+
+    With a fixed plan the arena view is made once; the call goes to the operator's C++ entry directly, because forwarding
+    keywords through ``OpOverload.__call__`` costs more than the allocation the arena saves.
+    """
+    vals = m.program.values
+    _, npos, kw = m._ops[ins.op]
+    if m.check or len(ins.outs) != 1 or any(isinstance(vals[a], P.List) for a in ins.args):
+        return None
+    out_fn = m._ops[ins.out_op][0]
+    raw = getattr(out_fn, "_op", out_fn)
+    name = next(a.name for a in out_fn._schema.arguments if a.is_out)
+    npos = len(ins.args) if npos < 0 else npos
+    idx, o, step = tuple(ins.args[:npos]), ins.outs[0], 1 + len(frees)
+    kw_items = tuple(zip(kw, ins.args[npos:], strict=False))
+    if m._dynamic_plan:  # the view changes with the sizes: look it up per run (cached per plan)
+        view_of = m._arena_view
+
+        def outd(values: list, pc: int) -> int:
+            kwargs = {k: values[i] for k, i in kw_items}
+            kwargs[name] = view_of(o)
+            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return outd
+    view = m._arena_view(o)
+    if kw_items:
+        def outkw(values: list, pc: int) -> int:
+            kwargs = {k: values[i] for k, i in kw_items}
+            kwargs[name] = view
+            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return outkw
+    kwargs = {name: view}
+    if len(idx) == 1 and len(frees) == 1:
+        (a,), (f,) = idx, frees
+
+        def out1(values: list, pc: int) -> int:
+            values[o] = raw(values[a], **kwargs)
+            values[f] = None
+            return pc + step
+        return out1
+
+    def outn(values: list, pc: int) -> int:
+        values[o] = raw(*[values[i] for i in idx], **kwargs)
+        for v in frees:
+            values[v] = None
+        return pc + step
+    return outn
+
+
 def _out_variant(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pairs: list, store: Callable) -> Callable:
     out_fn = m._ops[ins.out_op][0]
     out_names = [a.name for a in out_fn._schema.arguments if a.is_out]
     outs = list(ins.outs)
-    vals = m.program.values
-    static = all(not isinstance(d, P.Sym) for o in outs for d in (*vals[o].sizes, *vals[o].strides,
-                                                                     vals[o].storage_offset))
-    if static and not kw_pairs and not m.check and all(not isinstance(vals[a], P.List) for a in ins.args) \
-            and len(outs) == 1:
-        # Fixed sizes: the arena view is made once and reused by every run.
-        idx, o = tuple(ins.args), outs[0]
-        views = {out_names[0]: m._arena_view(o)}
-
-        def call_static(values: list, pc: int) -> int:
-            values[o] = out_fn(*[values[i] for i in idx], **views)
-            return pc + 1
-        return call_static
+    fast = _static_out(m, ins, ())
+    if fast is not None:
+        return fast
 
     def call_out(values: list, pc: int) -> int:
         args = [g(values) for g in getters]
