@@ -15,6 +15,8 @@ Options:
   so the arena is as large as that run needs and never larger than the plan's bound. A file whose
   operators declare fewer aliases than this process's kernels may produce is refused, and a
   functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``).
+- ``out_min_bytes`` (default ``OUT_MIN_BYTES``): planned tensors smaller than this in a run are
+  allocated by their functional kernel instead (0: every planned tensor is written out=).
 - ``max_loop_iterations`` (default 10,000,000; None: no limit): a run whose loops jump back more
   often than this fails with NativeRuntimeError instead of hanging on a loop whose condition never
   becomes false (the program is untrusted input).
@@ -80,7 +82,8 @@ class Method:
     """An executable native program with its weights and state (see the module docstring)."""
 
     def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False,
-                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS) -> None:
+                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS,
+                 out_min_bytes: int = OUT_MIN_BYTES) -> None:
         self.program = p = native.program
         self.check = check
         self.max_loop_iterations = max_loop_iterations
@@ -102,19 +105,29 @@ class Method:
         self._offsets = {v: a.offset for v, a in self._alloc.items()}
         self._order = sorted(self._alloc.values(), key=lambda a: (-a.nbytes, a.start, a.value))
         self._plans: dict[tuple, tuple[dict[int, int], int]] = {}
-        self._arena = torch.empty(0 if self._dynamic_plan else p.memory_plan.arena_size, dtype=torch.uint8)
-        self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
         self._static_views: dict[int, torch.Tensor] = {}
-        # Calls with slots for all outputs. Those whose functional form may alias an argument must
-        # run out= (the plan has no alias edge there); the others run out= only when it pays
-        # (``OUT_MIN_BYTES``): for small tensors the out= checks cost more than an allocation, and
-        # their functional results are fresh, so the plan's lifetimes hold either way.
-        self._out_calls = memory.out_calls(p) if self._alloc else set()
-        self._required_out = {pc for pc in self._out_calls if any(p.operators[p.instructions[pc].op].returns_alias)}
-        self._use_out: set[int] = set(self._required_out)
+        # Calls with slots for all outputs run out= only when it pays (``OUT_MIN_BYTES``): for
+        # small tensors the out= checks cost more than an allocation. Run functionally, their
+        # results are fresh as declared, or (ops whose functional form may hand back an argument,
+        # where the plan has no alias edge because it expects out=) copied out of the arena when
+        # they land there: the plan's lifetimes hold either way. ``_out_calls``: the calls that
+        # run out= for some allowed sizes (by the slots' upper bounds); the rest run functionally
+        # whatever the sizes. With ``check=True`` every planned call runs out=.
+        self._planned_calls = planned = memory.out_calls(p) if self._alloc else set()
+        self._out_calls = planned if check else {
+            pc for pc in planned if all(self._alloc[o].nbytes >= out_min_bytes for o in p.instructions[pc].outs)}
+        self._out_min_bytes = out_min_bytes
+        if not self._out_calls and not any(isinstance(i, P.AllocCall) and i.value in self._alloc
+                                           for i in p.instructions):
+            self._alloc = {}  # nothing is ever placed: no arena at all, the heap mode's code
+            self._dynamic_plan = False
+        static_size = p.memory_plan.arena_size if self._alloc and not self._dynamic_plan else 0
+        self._arena = torch.empty(static_size, dtype=torch.uint8)
+        self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
+        self._use_out: set[int] = set()
         if self._alloc and not self._dynamic_plan:
             self._use_out = self._choose_out()
-        self._may_see_arena = _arena_readers(p, self._required_out, self._placed()) if self._alloc else {}
+        self._may_see_arena = _arena_readers(p, planned, self._placed()) if self._alloc else {}
         self.executed: set[int] = set()  # instructions run so far (check=True only)
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
@@ -246,8 +259,8 @@ class Method:
         if self.check:
             return set(self._out_calls)
         p = self.program
-        return self._required_out | {pc for pc in self._out_calls
-                                     if all(self._span_bytes(o) >= OUT_MIN_BYTES for o in p.instructions[pc].outs)}
+        return {pc for pc in self._out_calls
+                                     if all(self._span_bytes(o) >= self._out_min_bytes for o in p.instructions[pc].outs)}
 
     def _replan(self) -> None:
         """Slot offsets, arena size and out= calls for this run's sizes (cached per set of symbols)."""
@@ -483,7 +496,7 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
     store = _storer(m, ins, pc)
     if pc in m._out_calls:
         out = _out_variant(m, ins, getters, npos, kw_pairs, store)
-        if pc in m._required_out or (not m._dynamic_plan and pc in m._use_out):
+        if not m._dynamic_plan and pc in m._use_out:
             return out
         functional = _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
         if not m._dynamic_plan:
@@ -554,28 +567,36 @@ def _leaves(p: P.Program, v: int) -> list[int]:
     return [x for i in val.items for x in _leaves(p, i)] if isinstance(val, P.List) else [v]
 
 
-def _arena_readers(p: P.Program, runs_out: set[int], placed: set[int]) -> dict[int, tuple[int, ...]]:
-    """Functional calls that may read arena memory, with their results that claim fresh storage.
+def _arena_readers(p: P.Program, planned: set[int], placed: set[int]) -> dict[int, tuple[tuple, tuple]]:
+    """Calls that, run functionally, may read arena memory: (results that claim fresh storage,
+    results to copy out of the arena).
 
-    These are where a kernel that hands back an input its operator does not declare would leak
-    arena memory into a value the plan does not track: the runtime checks their results.
+    A result declared fresh that lands in the arena is a kernel breaking its promise: the run
+    stops. A planned call (the plan expects it to run out=, so it has no alias edge) whose op may
+    hand back an argument gets its result copied when that result is arena memory.
     """
     lt = memory.analyze(p)
     roots = {lt.root[v] for v in placed}
-    found: dict[int, tuple[int, ...]] = {}
+    found: dict[int, tuple[tuple, tuple]] = {}
     for pos, ins in enumerate(p.instructions):
-        if not isinstance(ins, P.KernelCall) or pos in runs_out:
+        if not isinstance(ins, P.KernelCall) or not any(lt.root[x] in roots for a in ins.args for x in _leaves(p, a)):
             continue
         aliases = p.operators[ins.op].returns_alias
-        fresh = tuple(x for j, o in enumerate(ins.outs) if o >= 0 and not (j < len(aliases) and aliases[j])
-                      for x in _leaves(p, o) if isinstance(p.values[x], P.Tensor))
-        if fresh and any(lt.root[x] in roots for a in ins.args for x in _leaves(p, a)):
-            found[pos] = fresh
+        fresh, copy = [], []
+        for j, o in enumerate(ins.outs):
+            if o < 0:
+                continue
+            may_alias = j < len(aliases) and bool(aliases[j])
+            if may_alias and pos not in planned:
+                continue  # a declared alias: the plan keeps the argument alive as long
+            (copy if may_alias else fresh).extend(x for x in _leaves(p, o) if isinstance(p.values[x], P.Tensor))
+        if fresh or copy:
+            found[pos] = (tuple(fresh), tuple(copy))
     return found
 
 
 def _guarded(m: Method, pc: int, inner: Callable) -> Callable:
-    fresh = m._may_see_arena[pc]
+    fresh, copy = m._may_see_arena[pc]
 
     def guarded(values: list, pc: int) -> int:
         nxt = inner(values, pc)
@@ -586,6 +607,10 @@ def _guarded(m: Method, pc: int, inner: Callable) -> Callable:
                 raise ArenaAliasError(f"{m.where(pc)}: the kernel returned arena memory (value {o}) although its "
                                       "operator declares a fresh result; the plan would reuse that memory while the "
                                       "value is alive. Run with arena=False")
+        for o in copy:
+            t = values[o]
+            if isinstance(t, torch.Tensor) and t.numel() and lo <= t.data_ptr() < hi:
+                values[o] = t.clone()
         return nxt
     return guarded
 

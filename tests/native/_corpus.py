@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from _native_util import CASES, exported, inputs_of
+from _native_util import CASES, assert_runs_like_eager, exported, inputs_of
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,11 @@ def make(c: Case) -> tuple[torch.export.ExportedProgram, list[tuple[tuple, dict]
 
 
 def outcome(c: Case) -> tuple[str, Any]:
-    """("ok", None) or (stage, error) for export, save, emit or run."""
+    """("ok", None) or (stage, error): the first of export, save, emit, heap or arena run that failed."""
     from native.emit import emit
+    from native.verify import decode
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
-
-    from _native_util import assert_runs_like_eager
 
     try:
         ep, inputs = make(c)
@@ -68,8 +67,6 @@ def outcome(c: Case) -> tuple[str, Any]:
         native = emit(program, weights, lambda sha: payloads[payload_name(sha)])
     except Exception as e:
         return "emit", e
-    from native.verify import decode
-
     native = decode(native.encode())
     for arena in (False, True):
         try:

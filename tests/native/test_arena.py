@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from native import program as P
 from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError
 from native.memory import plan_memory, verify_plan
-from native.runtime import Method
+from native.runtime import OUT_MIN_BYTES, Method
 from native.verify import decode
 
 
@@ -45,18 +45,22 @@ def _all_engines_agree(ep: torch.export.ExportedProgram, inputs: list[tuple], *,
     """
     native = emit_ep(ep)
     eager = copy.deepcopy(ep).module()
-    methods = {(arena, check): Method(native, arena=arena, check=check) for arena in (False, True)
-               for check in (False, True)}
+    # Arena runs: the default (small tensors allocated by their kernels), every planned tensor
+    # written out= into the arena, and with the runtime's checks (also all out=).
+    methods = {(arena, check, m): Method(native, arena=arena, check=check, out_min_bytes=m)
+               for arena, check, m in ((False, False, 0), (False, True, 0), (True, False, OUT_MIN_BYTES),
+                                       (True, False, 0), (True, True, OUT_MIN_BYTES))}
     for i, args in enumerate(inputs):
         with torch.no_grad():
             want = eager(*copy.deepcopy(args))
-        heap = methods[False, False].run(*copy.deepcopy(args))
+        heap = methods[False, False, 0].run(*copy.deepcopy(args))
         if eager_bitwise:
             _bitwise(heap, want, f"input set {i}, heap against eager")
         else:
             torch.testing.assert_close(heap, want, rtol=1e-5, atol=1e-5)
-        for (arena, check), m in methods.items():
-            _bitwise(m.run(*copy.deepcopy(args)), heap, f"input set {i}, arena={arena}, check={check} against heap")
+        for (arena, check, min_bytes), m in methods.items():
+            _bitwise(m.run(*copy.deepcopy(args)), heap,
+                     f"input set {i}, arena={arena}, check={check}, out_min_bytes={min_bytes} against heap")
     return native
 
 
@@ -165,7 +169,7 @@ def test_a_kernel_returning_arena_memory_stops_the_run_naming_the_node():
     x = torch.randn(4, 16)
     with pytest.raises(ArenaAliasError, match=r"instruction \d+ \(pt2serde_arena_test::passthrough.default, node "
                                               r"'dropout' in module 'drop'\): the kernel returned arena memory"):
-        Method(nat, arena=True).run(x)
+        Method(nat, arena=True, out_min_bytes=0).run(x)
     with pytest.raises(ArenaAliasError, match=r"node 'dropout' in module 'drop'\): value \d+ shares storage"):
         Method(nat, check=True).run(x)
 
