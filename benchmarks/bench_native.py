@@ -44,8 +44,8 @@ def run(model: str, size: int, repeats: int) -> dict:
 
     import serde
     from native.emit import emit
-    from native.verify import decode
     from native.runtime import Method
+    from native.verify import decode
     from serde.artifact import read_artifact
 
     ep, args = export_chain(size) if model == "chain" else export_transformer(size)
@@ -117,14 +117,17 @@ def run_zoo(limit: int, repeats: int) -> dict:
     torch.set_num_threads(1)
     programs = {}
     refused = []
+    counts = {"nodes": 0, "ops": 0}
     for case in zoo.CASES[:limit or None]:
         ep = zoo.export_case(case)
         try:
             program, weights, payloads, _ = to_artifact_parts(ep)
-            native = decode(emit(program, weights, lambda sha: payloads[payload_name(sha)]).encode())
+            native = decode(emit(program, weights, lambda sha, payloads=payloads: payloads[payload_name(sha)]).encode())
         except SerializeError:  # not a native program (loss outputs, custom objects, ...): listed
             refused.append(case.name)
             continue
+        for k, v in graph_nodes(ep).items():
+            counts[k] += v
         torch.manual_seed(0)
         _, args, kwargs, _ = case.build()
         module = copy.deepcopy(ep).module()
@@ -155,6 +158,7 @@ def run_zoo(limit: int, repeats: int) -> dict:
     worst = max(programs, key=lambda k: programs[k]["arena_vs_heap"])
     return {
         "bench": "native_zoo",
+        **counts,
         "programs": programs,
         "refused": refused,
         "repeats": repeats,

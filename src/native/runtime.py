@@ -40,8 +40,8 @@ from serde import schema, wire
 from serde.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
 from serde.weights import ITEMSIZE
 
-from . import program as P
 from . import memory
+from . import program as P
 from .errors import ArenaAliasError, InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
 from .kernels import actual_aliases, resolve_overload

@@ -10,9 +10,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from native import program as P
-from native.verify import decode
 from native.emit import emit
 from native.runtime import Method
+from native.verify import decode
 from serde import zoo, zoo_breadth
 from serde.api import to_artifact_parts
 from serde.archive import payload_name

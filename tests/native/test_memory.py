@@ -9,9 +9,9 @@ from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_
 from torch.export import Dim
 
 from native import program as P
-from native.verify import decode
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
+from native.verify import decode
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
