@@ -2,6 +2,7 @@
 
     python benchmarks/bench_native.py --case native_chain_5000 --size 5000
     python benchmarks/bench_native.py --case native_transformer --model transformer --size 4
+    python benchmarks/bench_native.py --case native_zoo --model zoo --size 0
 
 Models: the pointwise chain (``--size`` ops; per-instruction overhead dominates) or ``--size``
 transformer blocks with dynamic batch and sequence (kernels dominate). Untimed: export,
@@ -13,6 +14,11 @@ transformer blocks with dynamic batch and sequence (kernels dominate). Untimed: 
 - emit: ``emit`` on the decoded artifact, against ``torch.export.save`` of the same program.
 
 Sizes: the emitted program file against the artifact. Prints one JSON line.
+
+``--model zoo``: every program of the model zoo the native emitter supports (``--size N`` > 0:
+the first N), each exported and timed like the run above: heap and arena ``Method.run`` against
+``ep.module()`` per program (minimum wall time of calls of ~50 ms each, one intra-op thread),
+their geometric means, and the worst arena / heap ratio.
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ def run(model: str, size: int, repeats: int) -> dict:
 
     import serde
     from native.emit import emit
-    from native.program import decode
     from native.runtime import Method
+    from native.verify import decode
     from serde.archive.artifact import read_artifact
 
     ep, args = export_chain(size) if model == "chain" else export_transformer(size)
@@ -79,6 +85,7 @@ def run(model: str, size: int, repeats: int) -> dict:
         "kernel_calls": kernels,
         "run_vs_eager": ratio(t["native"], t["eager"]),
         "arena_run_vs_eager": ratio(t["arena"], t["eager"]),
+        "arena_vs_heap": ratio(t["arena"], t["native"]),
         "overhead_per_instruction": round(overhead / eager_per_op, 3),
         "emit_vs_torch_save": ratio(t["emit"], t["torch_save"]),
         "emitted_vs_artifact_size": round(emitted_bytes / artifact_bytes, 3),
@@ -90,11 +97,87 @@ def run(model: str, size: int, repeats: int) -> dict:
     }
 
 
+def run_zoo(limit: int, repeats: int) -> dict:
+    import copy
+    import math
+    import time
+
+    import torch
+
+    from native.emit import emit
+    from native.runtime import Method
+    from native.verify import decode
+    from tests import zoo
+    from serde.api import to_artifact_parts
+    from serde.archive import payload_name
+    from serde.errors import SerializeError
+
+    # One intra-op thread for every side: on a loaded machine a parallel kernel waits for its
+    # descheduled sibling thread, which swamps the differences this case measures.
+    torch.set_num_threads(1)
+    programs = {}
+    refused = []
+    counts = {"nodes": 0, "ops": 0}
+    for case in zoo.CASES[:limit or None]:
+        ep = zoo.export_case(case)
+        try:
+            program, weights, payloads, _ = to_artifact_parts(ep)
+            native = decode(emit(program, weights, lambda sha, payloads=payloads: payloads[payload_name(sha)]).encode())
+        except SerializeError:  # not a native program (loss outputs, custom objects, ...): listed
+            refused.append(case.name)
+            continue
+        for k, v in graph_nodes(ep).items():
+            counts[k] += v
+        torch.manual_seed(0)
+        _, args, kwargs, _ = case.build()
+        module = copy.deepcopy(ep).module()
+        heap, arena = Method(native), Method(native, arena=True)
+        with torch.no_grad():  # warm up, and size the inner loop so one timed call takes ~50 ms
+            for f in (module, heap.run, arena.run):
+                f(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            t0 = time.perf_counter()
+            heap.run(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            inner = max(3, min(500, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
+
+        def runs(f, args=args, kwargs=kwargs, inner=inner):
+            def go():
+                with torch.no_grad():
+                    for _ in range(inner):
+                        f(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            return go
+        t = time_interleaved({"eager": runs(module), "native": runs(heap.run), "arena": runs(arena.run)},
+                             max(repeats, 9))
+        programs[case.name] = {"run_vs_eager": ratio(t["native"], t["eager"])["min"],
+                               "arena_run_vs_eager": ratio(t["arena"], t["eager"])["min"],
+                               "arena_vs_heap": ratio(t["arena"], t["native"])["min"],
+                               "instructions": len(native.program.instructions)}
+
+    def geomean(key: str) -> float:
+        return round(math.exp(sum(math.log(r[key]) for r in programs.values()) / len(programs)), 3)
+
+    worst = max(programs, key=lambda k: programs[k]["arena_vs_heap"])
+    return {
+        "bench": "native_zoo",
+        **counts,
+        "programs": programs,
+        "refused": refused,
+        "repeats": repeats,
+        "run_vs_eager_geomean": geomean("run_vs_eager"),
+        "arena_run_vs_eager_geomean": geomean("arena_run_vs_eager"),
+        "arena_vs_heap_geomean": geomean("arena_vs_heap"),
+        "arena_vs_heap_worst": programs[worst]["arena_vs_heap"],
+        "arena_vs_heap_worst_program": worst,
+    }
+
+
 def main() -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("chain", "transformer"), default="chain")
-    p.add_argument("--size", type=int, required=True, help="ops in the chain, or transformer blocks")
+    p.add_argument("--model", choices=("chain", "transformer", "zoo"), default="chain")
+    p.add_argument("--size", type=int, required=True,
+                   help="ops in the chain, transformer blocks, or zoo programs (0: all)")
     a = p.parse_args()
+    if a.model == "zoo":
+        return main_guard(a.case, lambda: run_zoo(a.size, a.repeats))
     return main_guard(a.case, lambda: run(a.model, a.size, a.repeats))
 
 

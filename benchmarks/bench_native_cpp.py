@@ -34,7 +34,7 @@ def run(model: str, size: int, repeats: int) -> dict:
     import serde
     from native import cpp_engine
     from native.emit import emit
-    from native.program import decode
+    from native.verify import decode
     from native.runtime import Method
     from serde.archive.artifact import read_artifact
 

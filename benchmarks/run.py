@@ -115,6 +115,9 @@ CASES: list[BenchCase] = [
                     Bar("overhead_us_per_instruction", "<=", 1.0, "C++ runtime", unit=" us"))),
     BenchCase("native_cpp_transformer", "bench_native_cpp.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1"), requires="native.cpp_engine"),
+    # Every supported zoo program: heap and arena against ep.module(), per program and geomean.
+    BenchCase("native_zoo", "bench_native.py", ("--model", "zoo", "--size", "0"),
+              ("--model", "zoo", "--size", "3"), requires="native.emit"),
 ]
 
 
@@ -251,6 +254,7 @@ def _native_rows(r: dict[str, Any]) -> list[Row]:
     return [
         ("native run / ep.module() run", *_x(r["run_vs_eager"]), "run_vs_eager.min"),
         ("  with the arena memory plan", *_x(r["arena_run_vs_eager"]), "arena_run_vs_eager.min"),
+        *([("arena run / heap run", *_x(r["arena_vs_heap"]), "arena_vs_heap.min")] if "arena_vs_heap" in r else []),
         ("overhead per instruction / eager time per op", f"{r['overhead_per_instruction']:.3f}",
          f"{r['instructions']} instructions", "overhead_per_instruction"),
         ("emit / torch.export.save", *_x(r["emit_vs_torch_save"]), "emit_vs_torch_save.min"),
@@ -325,6 +329,22 @@ def _native_cpp_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _native_zoo_rows(r: dict[str, Any]) -> list[Row]:
+    out = [
+        ("native run / ep.module() run, geomean", f"{r['run_vs_eager_geomean']:.2f}x",
+         f"{len(r['programs'])} programs", "run_vs_eager_geomean"),
+        ("  with the arena memory plan, geomean", f"{r['arena_run_vs_eager_geomean']:.2f}x", "",
+         "arena_run_vs_eager_geomean"),
+        ("arena run / heap run, geomean", f"{r['arena_vs_heap_geomean']:.2f}x",
+         f"worst {r['arena_vs_heap_worst']:.2f}x ({r['arena_vs_heap_worst_program']})", "arena_vs_heap_geomean"),
+    ]
+    for name, p in sorted(r["programs"].items()):
+        out.append((f"  {name}: heap / arena vs ep.module()",
+                    f"{p['run_vs_eager']:.2f}x / {p['arena_run_vs_eager']:.2f}x",
+                    f"{p['instructions']} instructions", ""))
+    return out
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
@@ -336,6 +356,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "weights_memory": _weights_memory_rows,
     "scaling": _scaling_rows,
     "native_cpp": _native_cpp_rows,
+    "native_zoo": _native_zoo_rows,
 }
 
 

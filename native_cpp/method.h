@@ -87,7 +87,7 @@ class Method {
   double* kernel_time_ = nullptr;
 };
 
-// Schema enum values (serde.schema) -> c10 enums; nullopt for values torch has no counterpart for.
+// Schema enum values (serde.core.schema) -> c10 enums; nullopt for values torch has no counterpart for.
 std::optional<c10::ScalarType> to_scalar_type(int64_t s);
 
 }  // namespace pt2n

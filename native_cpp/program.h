@@ -18,7 +18,7 @@ constexpr char kMagic[9] = "PT2SNATV";
 constexpr uint32_t kMinFormatVersion = 2;
 constexpr uint32_t kMaxFormatVersion = 2;
 constexpr uint64_t kAlign = 64;
-constexpr uint64_t kDefaultMaxArenaBytes = uint64_t(1) << 36;  // serde.limits.Limits.max_arena_bytes
+constexpr uint64_t kDefaultMaxArenaBytes = uint64_t(1) << 36;  // serde.core.limits.Limits.max_arena_bytes
 constexpr uint64_t kMaxHeaderBytes = uint64_t(1) << 31;
 
 // The error kinds mirror src/native/errors.py; the binding maps each onto its Python class.

@@ -12,7 +12,7 @@ __all__ = ["emit", "emit_artifact", "load", "run", "Method", "NativeProgram", "r
 
 _LAZY = {
     "emit": "emit", "emit_artifact": "emit", "load": "runtime", "run": "runtime", "Method": "runtime",
-    "NativeProgram": "program", "read_program": "program", "write_program": "program",
+    "NativeProgram": "program", "read_program": "verify", "write_program": "program",
     "write_inputs": "io", "read_inputs": "io",
 }
 

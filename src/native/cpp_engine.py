@@ -116,7 +116,7 @@ class CppMethod:
         self._in_spec = self._out_spec = None
         in_spec, out_spec = self._m.in_spec, self._m.out_spec
         if in_spec is not None:
-            from serde.treespec import deserialize_treespec
+            from serde.bridge.treespec import deserialize_treespec
 
             self._in_spec = deserialize_treespec(wire.decode(in_spec, schema.TreeSpec), "program.in_spec")
             self._out_spec = deserialize_treespec(wire.decode(out_spec, schema.TreeSpec), "program.out_spec")

@@ -24,6 +24,7 @@ from serde.errors import MalformedArtifactError, SerializeError, UnsupportedCons
 
 from . import program as P
 from .exprs import affine_in, symbols_of, tree_of
+from .lower import HOP_LOWERINGS, Scope
 from .memory import frees_after, plan_memory
 from .prim import TARGET_TO_PRIM, prim_name
 from .tables import Binding, ProgramBuilder
@@ -84,6 +85,8 @@ Scope = dict[str, int]
 
 
 class _Emitter:
+    """Walks one canonical program into a :class:`~native.tables.ProgramBuilder` (see the module docstring)."""
+
     def __init__(self, program: schema.ExportedProgram, weights: schema.Weights, payload: Payload) -> None:
         self.ep = program
         self.weights = weights
@@ -189,10 +192,12 @@ class _Emitter:
         frees = frees_after(g.nodes, keep)
         for idx, node in enumerate(g.nodes):
             nwhere = f"{where}.nodes[{idx}] ({node.name!r}, {node.target})"
-            self.node(node, g, scope, nwhere, defined)
-            for name in frees[idx]:
+            h = self.node(node, g, scope, nwhere, defined)
+            outer, self.b.handle = self.b.handle, h
+            for name in frees[idx]:  # a value's last use: its free belongs to that node
                 if name in defined:
                     self.b.emit(P.FreeCall(scope[name]))
+            self.b.handle = outer
         return {scope[n] for n in defined}
 
     def subgraph(self, ga: schema.GraphArgument, operands: list[int], where: str) -> tuple[list[int], set[int]]:
@@ -220,9 +225,18 @@ class _Emitter:
 
     # ------------------------------------------------------------ nodes
 
-    def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
-        from .lower import HOP_LOWERINGS  # the supported higher-order ops are its keys
+    def node(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> int:
+        """Emit ``node``'s instructions under a debug handle of their own; returns the handle."""
+        stack = node.metadata.nn_module_stack
+        outer = self.b.handle
+        h = self.b.handle = self.b.new_handle(P.DebugHandle(node.name, node.target, stack[-1].path if stack else ""))
+        try:
+            self.node_body(node, g, scope, where, defined)
+        finally:
+            self.b.handle = outer
+        return h
 
+    def node_body(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
         t = node.target
         if t.startswith(_HOP_PREFIX):
             hop = t[len(_HOP_PREFIX):]

@@ -6,7 +6,7 @@ from serde.core.limits import LimitError
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
 
 __all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",
-           "MemoryPlanError", "ArenaTooLargeError"]
+           "MemoryPlanError", "ArenaTooLargeError", "ArenaAliasError"]
 
 
 class NativeFormatError(MalformedArtifactError):
@@ -31,3 +31,11 @@ class MemoryPlanError(NativeFormatError):
 
 class ArenaTooLargeError(LimitError):
     """A memory plan's arena exceeds ``Limits.max_arena_bytes``; refused before anything is allocated."""
+
+
+class ArenaAliasError(NativeRuntimeError):
+    """In arena mode, a kernel returned arena memory its operator does not declare it may alias.
+
+    The memory plan would hand that memory to another tensor while the result is alive, so the
+    run stops instead of computing wrong numbers. Run in heap mode (``arena=False``) meanwhile.
+    """

@@ -15,7 +15,10 @@ import torch
 from serde.bridge.operators import deserialize_target
 from serde.errors import UnsupportedConstructError
 
-__all__ = ["ArgInfo", "KernelInfo", "lookup"]
+__all__ = ["ArgInfo", "KernelInfo", "lookup", "actual_aliases", "resolve_overload"]
+
+# Views whose schemas hide the alias from autograd on purpose: the kernel returns a view.
+_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,10 @@ class KernelInfo:
     overload: str  # "Tensor", or "default" for the unnamed overload
     args: tuple[ArgInfo, ...]
     returns: tuple[str, ...]  # declared return types
-    returns_alias: tuple[tuple[int, ...], ...]  # per return: positions of the args it may alias
-    out_overload: str | None  # the out= variant taking the same arguments, if any
+    # Per return: positions of the args it may alias when the op runs functionally, by its schema's
+    # annotations or because its kernel may hand back an input (see ``actual_aliases``).
+    returns_alias: tuple[tuple[int, ...], ...]
+    out_overload: str | None  # the out= variant taking the same arguments, if any (fresh results)
     out_args: tuple[str, ...]  # its out argument names, one per return
 
     def __str__(self) -> str:
@@ -61,6 +66,49 @@ def lookup(target: str) -> KernelInfo:
                 _sets(a.alias_info), bool(a.alias_info is not None and a.alias_info.is_write))
         for a in s.arguments
     )
+    declared = _declared_aliases(s, args)
+    out_overload, out_args = _out_variant(s, args, declared)
+    return KernelInfo(
+        name=s.name, overload=s.overload_name or "default", args=args,
+        returns=tuple(str(r.real_type) for r in s.returns), returns_alias=actual_aliases(op),
+        out_overload=out_overload, out_args=out_args,
+    )
+
+
+def resolve_overload(name: str, overload: str) -> Any:
+    """The registered ``torch.ops`` overload for ``aten::add`` / ``Tensor``, or None."""
+    ns, op = name.split("::", 1)
+    try:
+        torch._C._get_schema(name, "" if overload == "default" else overload)
+        return getattr(getattr(getattr(torch.ops, ns), op), overload)
+    except (RuntimeError, AttributeError):
+        return None
+
+
+@functools.cache
+def actual_aliases(op: Any) -> tuple[tuple[int, ...], ...]:
+    """Per return of ``op`` run functionally: the argument positions its result may share storage with.
+
+    The schema's alias annotations are a promise about views, not about every kernel: a
+    CompositeImplicitAutograd op is Python-level composition and hands back an input unchanged
+    whenever it has nothing to do (``dropout(train=False)``, ``type_as`` to the same dtype,
+    ``einsum('ij->ij')``, ``atleast_2d``, ``sum_to_size``, ``contiguous``, ...), and
+    ``_unsafe_view`` is a view its schema hides from autograd. Such a result may alias every
+    tensor argument. Every other op's results are fresh unless annotated; the runtime checks this
+    on every call in ``check=True`` mode and before reusing arena memory.
+    """
+    s = op._schema
+    args = tuple(ArgInfo(a.name, str(a.real_type), a.kwarg_only, False, None, _sets(a.alias_info), False)
+                 for a in s.arguments)
+    declared = _declared_aliases(s, args)
+    if s.name in _UNANNOTATED_VIEWS or op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        tensors = tuple(i for i, a in enumerate(args) if "Tensor" in a.type)
+        return tuple(tuple(sorted(set(d) | set(tensors))) if "Tensor" in str(r.real_type) else d
+                     for d, r in zip(declared, s.returns, strict=True))
+    return declared
+
+
+def _declared_aliases(s: Any, args: tuple[ArgInfo, ...]) -> tuple[tuple[int, ...], ...]:
     aliases = []
     for r in s.returns:
         rs = _sets(r.alias_info)
@@ -70,12 +118,7 @@ def lookup(target: str) -> KernelInfo:
             aliases.append(tuple(i for i, a in enumerate(args) if a.alias_set))
         else:
             aliases.append(tuple(i for i, a in enumerate(args) if rs and (a.alias_set & rs or "*" in rs)))
-    out_overload, out_args = _out_variant(s, args, aliases)
-    return KernelInfo(
-        name=s.name, overload=s.overload_name or "default", args=args,
-        returns=tuple(str(r.real_type) for r in s.returns), returns_alias=tuple(aliases),
-        out_overload=out_overload, out_args=out_args,
-    )
+    return tuple(aliases)
 
 
 def _sets(info: Any) -> frozenset[str]:
@@ -84,11 +127,12 @@ def _sets(info: Any) -> frozenset[str]:
     return frozenset(str(x) for x in info.before_set) | frozenset(str(x) for x in info.after_set)
 
 
-def _out_variant(s: Any, args: tuple[ArgInfo, ...], aliases: list) -> tuple[str | None, tuple[str, ...]]:
+def _out_variant(s: Any, args: tuple[ArgInfo, ...], aliases: tuple) -> tuple[str | None, tuple[str, ...]]:
     """The overload ``op.<x>`` whose non-out arguments equal ``s``'s and whose out args match its returns.
 
-    Only for ops returning fresh plain tensors: writing a view or a list into planned memory
-    makes no sense.
+    Only for ops whose schema promises fresh plain tensors: writing a view or a list into planned
+    memory makes no sense. An out= variant always writes its out arguments, so a composite op
+    whose functional form may return an input still gets one.
     """
     if not s.returns or any(aliases) or any(str(r.real_type) != "Tensor" for r in s.returns):
         return None, ()

@@ -30,7 +30,7 @@ while_loop (carried values live in slots of their own, updated as one parallel m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from serde.core import schema
 from serde.core.walk import argument_names
@@ -39,10 +39,30 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from . import program as P
 from .prim import prim_name
 
-if TYPE_CHECKING:
-    from .emit import Scope, _Emitter
+__all__ = ["HOP_LOWERINGS", "Emitter", "Scope"]
 
-__all__ = ["HOP_LOWERINGS"]
+Scope = dict[str, int]
+"""Graph value name -> program value index, for one graph being emitted."""
+
+
+class Emitter(Protocol):
+    """What a lowering needs from the emitter (the emitter of :mod:`native.emit` provides it)."""
+
+    b: Any  # native.tables.ProgramBuilder
+    false: int
+    zero: int
+    one: int
+
+    def arg(self, a: schema.Argument, scope: Scope, where: str) -> int: ...
+    def call(self, info: Any, args: list[int], outs: list[int], where: str) -> None: ...
+    def define_outputs(self, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+                       defined: set[str]) -> list[int]: ...
+    def free_all(self, values: set[int] | list[int]) -> None: ...
+    def kernel_info(self, target: str, where: str) -> Any: ...
+    def new_value(self, kind: str, name: str, g: schema.Graph, where: str) -> int: ...
+    def schema_args(self, info: Any, positional: list[int], keyword: dict[str, int], where: str) -> list[int]: ...
+    def subgraph(self, ga: schema.GraphArgument, operands: list[int], where: str) -> tuple[list[int], set[int]]: ...
+    def tensor(self, meta: schema.TensorMeta, where: str) -> P.Tensor: ...
 
 _LIST_KINDS = {"as_tensors": "as_tensor", "as_sym_ints": "as_sym_int", "as_sym_bools": "as_sym_bool",
                "as_sym_floats": "as_sym_float", "as_optional_tensors": "as_optional_tensor"}
@@ -61,7 +81,7 @@ def _graph(a: schema.Argument, where: str) -> schema.GraphArgument:
     return a.as_graph
 
 
-def _elements(em: _Emitter, a: schema.Argument, scope: Scope, where: str) -> list[int]:
+def _elements(em: Emitter, a: schema.Argument, scope: Scope, where: str) -> list[int]:
     """The values of a list argument (operands), or of a single one."""
     k = a.kind
     item = _LIST_KINDS.get(k)
@@ -73,7 +93,7 @@ def _elements(em: _Emitter, a: schema.Argument, scope: Scope, where: str) -> lis
     return [em.arg(schema.Argument(**{item: x}), scope, f"{where}[{i}]") for i, x in enumerate(a.value)]
 
 
-def _move_out(em: _Emitter, srcs: list[int], local: set[int], outs: list[int], where: str) -> None:
+def _move_out(em: Emitter, srcs: list[int], local: set[int], outs: list[int], where: str) -> None:
     if len(srcs) != len(outs):
         raise MalformedArtifactError(f"{where}: the subgraph returns {len(srcs)} values for {len(outs)} outputs")
     for src, dst in zip(srcs, outs, strict=True):
@@ -82,7 +102,7 @@ def _move_out(em: _Emitter, srcs: list[int], local: set[int], outs: list[int], w
     em.free_all(local)
 
 
-def _cond(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+def _cond(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 4, where)
     pred = em.arg(args[0], scope, f"{where}.pred")
     true_g, false_g = _graph(args[1], where), _graph(args[2], where)
@@ -98,7 +118,7 @@ def _cond(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where:
     em.b.patch_jump(to_end, em.b.here())
 
 
-def _map(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+def _map(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 3, where)
     xs = _elements(em, args[1], scope, f"{where}.xs")
     extra = _elements(em, args[2], scope, f"{where}.additional") if len(args) > 2 else []
@@ -106,7 +126,7 @@ def _map(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: 
     _scan_loop(em, _graph(args[0], where), [], xs, extra, outs, where)
 
 
-def _scan(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+def _scan(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 3, where)
     init = _elements(em, args[1], scope, f"{where}.init")
     xs = _elements(em, args[2], scope, f"{where}.xs")
@@ -115,7 +135,7 @@ def _scan(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where:
     _scan_loop(em, _graph(args[0], where), init, xs, extra, outs, where)
 
 
-def _scan_loop(em: _Emitter, body: schema.GraphArgument, init: list[int], xs: list[int], extra: list[int],
+def _scan_loop(em: Emitter, body: schema.GraphArgument, init: list[int], xs: list[int], extra: list[int],
                outs: list[int], where: str) -> None:
     """``scan``: carries threaded through the body, ``xs`` sliced on dim 0, ``ys`` stacked on dim 0.
 
@@ -180,7 +200,7 @@ def _input_name(body: schema.GraphArgument, k: int) -> str | None:
     return next(iter(argument_names(inputs[k])), None) if k < len(inputs) else None
 
 
-def _carry_slots(em: _Emitter, body: schema.GraphArgument, init: list[int], where: str) -> list[int]:
+def _carry_slots(em: Emitter, body: schema.GraphArgument, init: list[int], where: str) -> list[int]:
     """Slots of their own for loop-carried values, initialized from ``init``."""
     carry = []
     for k, v in enumerate(init):
@@ -193,7 +213,7 @@ def _carry_slots(em: _Emitter, body: schema.GraphArgument, init: list[int], wher
     return carry
 
 
-def _parallel_move(em: _Emitter, srcs: list[int], carry: list[int]) -> set[int]:
+def _parallel_move(em: Emitter, srcs: list[int], carry: list[int]) -> set[int]:
     """``carry[k] = srcs[k]`` for all k at once; returns the temporaries used (to free)."""
     b = em.b
     if len(set(srcs)) == len(srcs) and not set(srcs) & set(carry):
@@ -210,14 +230,14 @@ def _parallel_move(em: _Emitter, srcs: list[int], carry: list[int]) -> set[int]:
     return set(temps)
 
 
-def _move_carry_out(em: _Emitter, carry: list[int], outs: list[int]) -> None:
+def _move_carry_out(em: Emitter, carry: list[int], outs: list[int]) -> None:
     for c, o in zip(carry, outs, strict=True):
         if o != -1:
             em.b.emit(P.MoveCall(c, o))
     em.free_all(carry)
 
 
-def _require_bound(em: _Emitter, t: P.Tensor, where: str) -> None:
+def _require_bound(em: Emitter, t: P.Tensor, where: str) -> None:
     """AllocCall evaluates sizes at run time: only symbols bound from inputs may appear."""
     for d in (*t.sizes, *t.strides, t.storage_offset):
         if isinstance(d, P.Sym) and _uses_unbacked(em, d.expr):
@@ -225,7 +245,7 @@ def _require_bound(em: _Emitter, t: P.Tensor, where: str) -> None:
                                             "preallocated")
 
 
-def _uses_unbacked(em: _Emitter, expr: int) -> bool:
+def _uses_unbacked(em: Emitter, expr: int) -> bool:
     from .exprs import OPS, SYM
 
     code = em.b.exprs[expr]
@@ -237,7 +257,7 @@ def _uses_unbacked(em: _Emitter, expr: int) -> bool:
     return False
 
 
-def _while(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+def _while(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 3, where)
     cond_g, body_g = _graph(args[0], where), _graph(args[1], where)
     init = _elements(em, args[2], scope, f"{where}.carried_inputs")
@@ -266,7 +286,7 @@ def _while(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where
 
 def _inline(graph_at: int, operands_from: int) -> Callable:
     """A wrapper op that just calls its subgraph (grad-mode and subgraph-sharing wrappers)."""
-    def lower(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
+    def lower(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
         args = _positional(node, operands_from, where)
         sub = _graph(args[graph_at], where)
         operands = [v for i, a in enumerate(args[operands_from:])
@@ -283,7 +303,7 @@ def _operator(a: schema.NamedArgument, where: str) -> str:
     return a.arg.as_operator
 
 
-def _with_effects(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+def _with_effects(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
                   defined: set[str]) -> None:
     """``with_effects(token, op, *args)``: call ``op`` in program order; the token is a placeholder."""
     if len(node.inputs) < 2:
@@ -296,7 +316,7 @@ def _with_effects(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope
         em.b.emit(P.MoveCall(em.b.const(P.NoneValue()), outs[0]))
 
 
-def _split(em: _Emitter, inputs: list[schema.NamedArgument], scope: Scope, where: str
+def _split(em: Emitter, inputs: list[schema.NamedArgument], scope: Scope, where: str
            ) -> tuple[list[int], dict[str, int]]:
     positional, keyword = [], {}
     for i, na in enumerate(inputs):
@@ -308,13 +328,13 @@ def _split(em: _Emitter, inputs: list[schema.NamedArgument], scope: Scope, where
     return positional, keyword
 
 
-def _clone(em: _Emitter, v: int) -> int:
+def _clone(em: Emitter, v: int) -> int:
     c = em.b.new(em.b.values[v])
     em.b.emit(P.KernelCall(em.b.op("aten::clone", "default"), [v, em.b.const(P.NoneValue())], [c]))
     return c
 
 
-def _auto_functionalized(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+def _auto_functionalized(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
                          defined: set[str]) -> None:
     """``auto_functionalized(op, **kwargs)``: clone each mutable argument, call ``op`` on the clones,
     return ``(*op results, *clones)``."""
@@ -335,7 +355,7 @@ def _auto_functionalized(em: _Emitter, node: schema.Node, g: schema.Graph, scope
     em.free_all(temps)
 
 
-def _auto_functionalized_v2(em: _Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
+def _auto_functionalized_v2(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str,
                             defined: set[str]) -> None:
     """``auto_functionalized_v2(op, _all_bases=[...], _<arg>_base_index=k, **kwargs)``: clone the
     bases, pass each mutable argument as (an alias of) its base's clone, return ``(*op results,
@@ -384,7 +404,7 @@ def _ints(a: schema.Argument, where: str) -> list[int]:
     return list(a.as_ints)
 
 
-def _call_and_return(em: _Emitter, info: object, args: list[int], outs: list[int], extra: list[int],
+def _call_and_return(em: Emitter, info: object, args: list[int], outs: list[int], extra: list[int],
                      where: str) -> None:
     """Outputs are (op results, or one None for an op without results, then ``extra``)."""
     n_op = max(1, len(info.returns))  # type: ignore[attr-defined]

@@ -3,15 +3,23 @@
 - :func:`frees_after` is the emitter's liveness analysis: one reverse walk over a graph's nodes
   gives, for each node, the values whose last use (or definition, for dead values) it is.
 - :func:`plan_memory` gives intermediate tensors offsets in one arena. It works on the emitted
-  program alone (no torch): storages are union-find classes of values joined by aliasing
-  (``Operator.returns_alias``) and ``MoveCall``; a class lives from its first to its last event
-  (write, read or free), stretched over any loop it is touched in. Planned are the tensors a
-  kernel's out= variant or an ``AllocCall`` writes, outside loops, not reachable from inputs,
-  state or outputs, with an upper bound on their size: sizes, strides and offset are evaluated as
-  intervals over the symbols' ranges (``range_constraints``). Packing is greedy by size: largest
-  first, each at the lowest 64-byte aligned offset free over its whole lifetime.
-- :func:`verify_plan` re-derives lifetimes and bounds from the program and checks that no two
-  tensors that are live at the same time overlap. The loader runs it on every program file.
+  program alone (no torch): storages are union-find classes of values joined by ``MoveCall`` and
+  by aliasing. A kernel that runs functionally may return storage of the arguments its
+  ``Operator.returns_alias`` lists (views, in-place ops, and composite ops that hand back an
+  input unchanged, see :func:`native.kernels.actual_aliases`); a kernel whose out= variant runs
+  (every output has an arena slot) writes fresh memory. Which calls run out= and the aliasing
+  depend on each other, so planning iterates to a fixpoint: it assumes every out= call runs out=,
+  and each call that then cannot be planned gets its aliasing back, until nothing changes. A
+  class lives from its first to its last event (write, read or free), stretched over any loop it
+  is touched in. Planned are the tensors a kernel's out= variant or an ``AllocCall`` writes,
+  outside loops, not reachable from inputs, state or outputs, with an upper bound on their size:
+  sizes, strides and offset are evaluated as intervals over the symbols' ranges
+  (``range_constraints``). Packing is greedy by size: largest first, each at the lowest 64-byte
+  aligned offset free over its whole lifetime; :func:`pack` is the same packing, which the
+  runtime reruns with the actual sizes of a run.
+- :func:`verify_plan` re-derives lifetimes and bounds from the program under exactly the runtime's
+  rule (a call runs out= iff all of its outputs have slots) and checks that no two tensors that
+  are live at the same time overlap. The loader runs it on every program file.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from . import program as P
 from .container import ALIGN
 from .errors import MemoryPlanError
 
-__all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes"]
+__all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes", "pack",
+           "out_calls"]
 
 _BUCKET = 64  # instructions per time bucket of the packing index
 
@@ -118,6 +127,7 @@ class _Scan:
         self.producers: dict[int, int] = {}
         self.calls: dict[int, list[int]] = {}
         self.loops: list[tuple[int, int]] = []
+        self.aliases: list[tuple[int, int, int]] = []  # (instruction, argument, result) it may alias
 
     def touch(self, v: int, pos: int) -> None:
         if pos < self.first[v]:
@@ -150,7 +160,7 @@ class _Scan:
             self.touch(o, pos)
             for k in (aliases[j] if j < len(aliases) else ()):
                 if k < len(ins.args):
-                    self.join(ins.args[k], o)
+                    self.aliases.append((pos, ins.args[k], o))
         outs = [o for o in ins.outs if o != -1]
         if ins.out_op >= 0 and outs and all(isinstance(self.p.values[o], P.Tensor) for o in outs):
             self.calls[pos] = outs
@@ -160,7 +170,7 @@ class _Scan:
     def move(self, ins: P.MoveCall, pos: int) -> None:
         self.touch(ins.src, pos)
         self.touch(ins.dst, pos)
-        self.join(ins.src, ins.dst)
+        self.aliases.append((-1, ins.src, ins.dst))
 
     def jump(self, ins: P.JumpFalseCall, pos: int) -> None:
         self.touch(ins.cond, pos)
@@ -181,13 +191,37 @@ _SCAN = {P.KernelCall: _Scan.kernel, P.MoveCall: _Scan.move, P.JumpFalseCall: _S
 assert set(_SCAN) == set(P.INSTRUCTION_TYPES), "instruction dispatch is incomplete"
 
 
-def analyze(p: P.Program) -> Lifetimes:
-    """Storage classes and their lifetimes, from the instructions alone."""
+def _scan(p: P.Program) -> _Scan:
     sc = _Scan(p)
     for pos, ins in enumerate(p.instructions):
         _SCAN[type(ins)](sc, ins, pos)
+    return sc
+
+
+def out_calls(p: P.Program) -> set[int]:
+    """Instructions the runtime runs with their out= variant: every output has an arena slot."""
+    planned = {a.value for a in p.memory_plan.allocations}
+    return {pos for pos, ins in enumerate(p.instructions)
+            if isinstance(ins, P.KernelCall) and ins.out_op >= 0 and ins.outs
+            and all(o in planned for o in ins.outs)}
+
+
+def analyze(p: P.Program, runs_out: set[int] | None = None, *, _sc: _Scan | None = None) -> Lifetimes:
+    """Storage classes and their lifetimes, from the instructions alone.
+
+    ``runs_out``: the calls that run their out= variant (their results are fresh); default: as
+    the runtime decides from the program's memory plan (:func:`out_calls`).
+    """
+    sc = _sc if _sc is not None else _scan(p)
+    if runs_out is None:
+        runs_out = out_calls(p)
+    uf = _UnionFind(len(p.values))
+    sc.uf = uf
+    for pos, a, o in sc.aliases:
+        if pos not in runs_out:
+            sc.join(a, o)
     nv, n = len(p.values), len(p.instructions)
-    uf, first, last, freed = sc.uf, sc.first, sc.last, sc.freed
+    first, last, freed = sc.first, sc.last, sc.freed
     producers, calls, loops = sc.producers, sc.calls, sc.loops
 
     root = [uf.find(v) for v in range(nv)]
@@ -302,9 +336,29 @@ def _align(n: int) -> int:
 
 def plan_memory(p: P.Program) -> P.MemoryPlan:
     """Arena offsets for the program's plannable tensors (see the module docstring)."""
-    lt = analyze(p)
-    cands: list[tuple[int, int, int, int]] = []  # (nbytes, start, end, value)
+    sc = _scan(p)
+    runs_out = set(sc.calls)
+    while True:  # each round only removes calls, so this ends
+        lt = analyze(p, runs_out, _sc=sc)
+        cands, planned_calls = _candidates(p, lt, runs_out)
+        if planned_calls == runs_out:
+            break
+        runs_out = planned_calls
+    cands.sort(key=lambda c: (-c[0], c[1], c[3]))
+    offsets, arena = pack([(nb, s, e) for nb, s, e, _ in cands])
+    allocations = [P.Allocation(v, off, nb, s, e) for (nb, s, e, v), off in zip(cands, offsets, strict=True)]
+    allocations.sort(key=lambda a: a.value)
+    return P.MemoryPlan(arena_size=arena, naive_size=sum(_align(c[0]) for c in cands), allocations=allocations,
+                        unplanned=_count_unplanned(p, {a.value for a in allocations}))
+
+
+def _candidates(p: P.Program, lt: Lifetimes, runs_out: set[int]) -> tuple[list[tuple[int, int, int, int]], set[int]]:
+    """(nbytes, start, end, value) of every plannable tensor, and the out= calls all of whose outputs are."""
+    cands: list[tuple[int, int, int, int]] = []
+    planned_calls = set()
     for pos, outs in lt.calls.items():
+        if pos not in runs_out:
+            continue
         got = []
         for o in outs:
             iv = lt.interval(o) if lt.producers.get(o) == pos else None
@@ -314,25 +368,30 @@ def plan_memory(p: P.Program) -> P.MemoryPlan:
             got.append((nb, iv[0], iv[1], o))
         if len(got) == len(outs):  # an out= call writes all of its outputs or none
             cands.extend(got)
+            planned_calls.add(pos)
     for v, pos in lt.producers.items():
         if isinstance(p.instructions[pos], P.AllocCall):
             iv = lt.interval(v)
             nb = upper_nbytes(p, v) if iv is not None else None
             if iv is not None and nb is not None:
                 cands.append((nb, iv[0], iv[1], v))
-    cands.sort(key=lambda c: (-c[0], c[1], c[3]))
+    return cands, planned_calls
+
+
+def pack(items: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+    """First-fit packing of (nbytes, start, end) in the given order: each at the lowest aligned offset
+    free over its whole lifetime. Returns the offsets and the arena size."""
     buckets: dict[int, list[tuple[int, int, int, int]]] = {}  # time bucket -> (offset, size, start, end)
-    allocations = []
-    arena = naive = 0
-    for nb, s, e, v in cands:
+    offsets = []
+    arena = 0
+    for nb, s, e in items:
         size = _align(nb)
-        naive += size
         seen = set()
         busy = []
         for b in range(s // _BUCKET, e // _BUCKET + 1):
             for blk in buckets.get(b, ()):
-                if blk not in seen and blk[2] <= e and s <= blk[3]:
-                    seen.add(blk)
+                if blk[2] <= e and s <= blk[3] and id(blk) not in seen:
+                    seen.add(id(blk))
                     busy.append(blk)
         busy.sort()
         off = 0
@@ -343,11 +402,9 @@ def plan_memory(p: P.Program) -> P.MemoryPlan:
         blk = (off, size, s, e)
         for b in range(s // _BUCKET, e // _BUCKET + 1):
             buckets.setdefault(b, []).append(blk)
-        allocations.append(P.Allocation(v, off, nb))
+        offsets.append(off)
         arena = max(arena, off + size)
-    allocations.sort(key=lambda a: a.value)
-    return P.MemoryPlan(arena_size=arena, naive_size=naive, allocations=allocations,
-                        unplanned=_count_unplanned(p, {a.value for a in allocations}))
+    return offsets, arena
 
 
 def _count_unplanned(p: P.Program, planned: set[int]) -> int:
@@ -368,10 +425,23 @@ def _count_unplanned(p: P.Program, planned: set[int]) -> int:
 def verify_plan(p: P.Program) -> None:
     """Check the program's memory plan against lifetimes derived from its instructions.
 
+    The lifetimes follow what the runtime will do: a call runs its out= variant exactly when every
+    output has a slot, and any other call's results share storage with the arguments its operator
+    lists in ``returns_alias``.
+
     Raises:
         MemoryPlanError: an allocation for a tensor that cannot be planned, of another size than
-            the tensor's upper bound, or overlapping another allocation live at the same time.
+            the tensor's upper bound, with another lifetime than the derived one, written by a call
+            only some of whose outputs have slots, or overlapping another allocation live at the
+            same time.
     """
+    planned = {a.value for a in p.memory_plan.allocations}
+    for pos, ins in enumerate(p.instructions):
+        if isinstance(ins, P.KernelCall):
+            got = [o for o in ins.outs if o in planned]
+            if got and (ins.out_op < 0 or len(got) != len(ins.outs)):
+                raise MemoryPlanError(f"instructions[{pos}]: values {got} have arena slots but the call does not run "
+                                      "an out= variant writing all of its outputs, so nothing would write them")
     lt = analyze(p)
     items = []
     for a in p.memory_plan.allocations:
@@ -379,6 +449,9 @@ def verify_plan(p: P.Program) -> None:
         if iv is None:
             raise MemoryPlanError(f"allocation for value {a.value}: the value is not a fresh intermediate "
                                   "outside loops (inputs, state, outputs and loop bodies are never planned)")
+        if (a.start, a.end) != iv:
+            raise MemoryPlanError(f"allocation for value {a.value}: lifetime {a.start}..{a.end} differs from the "
+                                  f"derived {iv[0]}..{iv[1]}")
         nb = upper_nbytes(p, a.value)
         if nb is None or nb > a.nbytes:
             raise MemoryPlanError(f"allocation for value {a.value}: {a.nbytes} bytes cannot hold the tensor's "

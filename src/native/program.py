@@ -19,6 +19,7 @@ A program is a flat, self-contained description a runtime executes without torch
   or, with ``input = -1``, unbacked (data-dependent, never evaluated by this runtime).
 - ``constants``: sha256, offset and size of each weight blob in the segment (deduplicated).
 - ``memory_plan``: arena offsets of intermediate tensors (see :mod:`native.memory`).
+- ``debug_handles`` / ``instruction_handles``: where each instruction comes from (see below).
 
 File format: :mod:`native.container` with magic ``b"PT2SNATV"``, header = msgpack ``Program``.
 
@@ -30,21 +31,45 @@ Format version history:
                  version-1 reader would ignore them and accept inputs the program rejects).
                  Version 1 files are refused (NativeVersionError naming both versions): re-emit
                  them from their .pt2s artifact, which is the source of truth.
+  3  2026-11-23  Sound arena plans and debug handles. Version 2 plans trusted schemas that say
+                 "fresh result" for composite ops that return an input unchanged (dropout in eval,
+                 type_as to the same dtype, ...), so an arena run could compute wrong numbers; version
+                 3 operators list those aliases in ``returns_alias`` and the runtime refuses files
+                 that list fewer than its kernels may produce. New fields (a C++ reader takes them
+                 by key; all have defaults, but a version 3 writer always fills them):
+
+                 - ``Allocation.start`` / ``Allocation.end`` (ints, array positions 3 and 4 after
+                   value, offset, nbytes): the first and last instruction during which the slot is
+                   live. ``verify_plan`` checks them against the lifetimes it derives. A runtime may
+                   re-pack the slots for the actual sizes of one run: visit allocations ordered by
+                   (-nbytes, start, value), give each the lowest 64-byte aligned offset not used by
+                   an already placed slot whose [start, end] intersects its own (``memory.pack``);
+                   if that arena is larger than ``arena_size``, use the stored offsets instead.
+                 - ``Program.debug_handles``: a list of ``DebugHandle`` arrays
+                   ``[node, op, module]``: the canonical node name (``linear_1``), the node's
+                   target (``torch.ops.aten.linear.default``) and the innermost
+                   ``nn_module_stack`` path (``layers.0.attn``; "" at the top level). Source
+                   locations are not stored: stack traces stay out of the canonical program.
+                 - ``Program.instruction_handles``: one int per instruction, an index into
+                   ``debug_handles``, or -1 for instructions of no node (copies of mutated
+                   buffers into their state at the end, frees at the end of the program).
+
+                 A run-time profile is a list of (instruction index, nanoseconds) from any
+                 engine; :mod:`native.profile` maps it to nodes and modules. Version 2 files are
+                 refused: re-emit them from their .pt2s artifact.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Union
+from typing import Union
 
 import msgspec
 
 from serde.archive import write_atomic
-from serde.core.limits import DEFAULT_LIMITS, Limits
 
 from . import container
-from .errors import NativeFormatError
 
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION",
@@ -52,13 +77,13 @@ __all__ = [
     "StringList", "Complex", "ScalarType", "Layout", "MemoryFormat", "Device", "Tensor", "List",
     "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
     "KernelCall", "MoveCall", "JumpFalseCall", "FreeCall", "AllocCall", "Instruction", "INSTRUCTION_TYPES",
-    "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "Program",
-    "NativeProgram", "encode", "decode", "write_program", "read_program",
+    "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "DebugHandle", "Program",
+    "NativeProgram", "encode", "write_program",
 ]
 
 MAGIC = b"PT2SNATV"
-FORMAT_VERSION = 2
-MIN_FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+MIN_FORMAT_VERSION = 3
 
 
 class _S(msgspec.Struct, frozen=True, array_like=True):
@@ -239,6 +264,14 @@ class Allocation(_S):
     value: int
     offset: int
     nbytes: int  # upper bound over every allowed input size
+    start: int = 0  # first instruction the slot is live at
+    end: int = 0  # last instruction the slot is live at
+
+
+class DebugHandle(_S):
+    node: str  # canonical node name
+    op: str  # the node's target
+    module: str = ""  # innermost nn_module_stack path; "" at the top level
 
 
 class MemoryPlan(_S):
@@ -264,6 +297,8 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     guard_texts: list[str] = []  # each guard as torch prints it, for error messages only
     out_spec: str | None = None
     torch_version: str = ""
+    debug_handles: list[DebugHandle] = []
+    instruction_handles: list[int] = []  # per instruction: index into debug_handles, or -1
 
 
 @dataclass(frozen=True)
@@ -278,39 +313,11 @@ class NativeProgram:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Program)
 
 
 def encode(p: NativeProgram) -> bytes:
     """The binary file contents of ``p``."""
     return container.pack(MAGIC, FORMAT_VERSION, _encoder.encode(p.program), p.segment)
-
-
-def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,
-           limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
-    """Parse and validate a native program file.
-
-    Args:
-        verify: also check the sha256 of every constant blob.
-        limits: ``max_arena_bytes`` bounds the memory plan before any runtime allocates it.
-
-    Raises:
-        NativeFormatError: damaged, truncated or hostile file (names the field).
-        NativeVersionError: written in a format version this reader does not support.
-        ArenaTooLargeError: the memory plan asks for more than ``limits.max_arena_bytes``.
-    """
-    from .verify import validate_program
-
-    _, header, segment = container.unpack(buf, MAGIC, range(MIN_FORMAT_VERSION, FORMAT_VERSION + 1), what)
-    try:
-        program = _decoder.decode(header)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
-    except UnicodeDecodeError as e:
-        raise NativeFormatError(f"{what}: the header holds a string that is not UTF-8 ({e.reason}); "
-                                "the file is damaged") from None
-    validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
-    return NativeProgram(program, segment)
 
 
 def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
@@ -320,10 +327,3 @@ def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
         ArtifactIOError: the OS refused the write; nothing changed at ``path``.
     """
     write_atomic(path, [encode(p)])
-
-
-def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True,
-                 limits: Limits = DEFAULT_LIMITS) -> NativeProgram:
-    """Read and validate a native program file (see :func:`decode`)."""
-    what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
-    return decode(container.read_bytes(src, what), what=what, verify=verify, limits=limits)

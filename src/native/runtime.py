@@ -10,7 +10,13 @@ holds, so they persist across runs exactly as with ``ep.module()``.
 Options:
 
 - ``arena=True``: tensors with a slot in the memory plan are written by the op's out= variant
-  into one preallocated arena, at their planned offsets.
+  into one arena. With fixed sizes the arena and its views are made once; with symbolic sizes the
+  slots are re-packed for each distinct set of input sizes (:func:`native.memory.pack`, cached),
+  so the arena is as large as that run needs and never larger than the plan's bound. A file whose
+  operators declare fewer aliases than this process's kernels may produce is refused, and a
+  functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``).
+- ``out_min_bytes`` (default ``OUT_MIN_BYTES``): planned tensors smaller than this in a run are
+  allocated by their functional kernel instead (0: every planned tensor is written out=).
 - ``max_loop_iterations`` (default 10,000,000; None: no limit): a run whose loops jump back more
   often than this fails with NativeRuntimeError instead of hanging on a loop whose condition never
   becomes false (the program is untrusted input).
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
@@ -33,14 +40,22 @@ from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMO
 from serde.bridge.weights import ITEMSIZE
 from serde.core import schema, wire
 
+from . import memory
 from . import program as P
-from .errors import InputMismatchError, NativeFormatError, NativeRuntimeError
+from .errors import ArenaAliasError, InputMismatchError, NativeFormatError, NativeRuntimeError
 from .exprs import UnboundSymbolError, evaluate
+from .kernels import actual_aliases, resolve_overload
 from .prim import NAMESPACE, PRIM_OPS
+from .verify import read_program
 
 __all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
 
 DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
+# Below this many bytes a planned tensor is allocated by its functional kernel rather than written
+# out= into its slot (unless the op's functional form may alias: then out= is required). Calling
+# the out= variant from Python costs a few microseconds of argument checks, more than a small
+# allocation; above the allocator's mmap threshold (128 KiB) each allocation costs page faults.
+OUT_MIN_BYTES = 128 * 1024
 
 
 class _Freed:
@@ -65,7 +80,7 @@ def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, engine:
     if engine != "python":
         raise ValueError(f"unknown engine {engine!r}: 'python' or 'cpp'")
     if not isinstance(src, P.NativeProgram):
-        src = P.read_program(src)
+        src = read_program(src)
     return Method(src, **options)
 
 
@@ -78,7 +93,8 @@ class Method:
     """An executable native program with its weights and state (see the module docstring)."""
 
     def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False,
-                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS) -> None:
+                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS,
+                 out_min_bytes: int = OUT_MIN_BYTES) -> None:
         self.program = p = native.program
         self.check = check
         self.max_loop_iterations = max_loop_iterations
@@ -94,12 +110,44 @@ class Method:
                 t = self._initial[s.value] = t.clone()
             self._state[s.name] = t
         self._alloc = {a.value: a for a in p.memory_plan.allocations} if arena else {}
-        self._arena = torch.empty(p.memory_plan.arena_size if arena else 0, dtype=torch.uint8)
+        if self._alloc:
+            _check_aliases(p)
+        self._dynamic_plan = any(_symbolic(p.values[v]) for v in self._alloc)
+        self._offsets = {v: a.offset for v, a in self._alloc.items()}
+        self._order = sorted(self._alloc.values(), key=lambda a: (-a.nbytes, a.start, a.value))
+        self._plans: dict[tuple, tuple[dict[int, int], int]] = {}
         self._static_views: dict[int, torch.Tensor] = {}
+        # Calls with slots for all outputs run out= only when it pays (``OUT_MIN_BYTES``): for
+        # small tensors the out= checks cost more than an allocation. Run functionally, their
+        # results are fresh as declared, or (ops whose functional form may hand back an argument,
+        # where the plan has no alias edge because it expects out=) copied out of the arena when
+        # they land there: the plan's lifetimes hold either way. ``_out_calls``: the calls that
+        # run out= for some allowed sizes (by the slots' upper bounds); the rest run functionally
+        # whatever the sizes. With ``check=True`` every planned call runs out=.
+        self._planned_calls = planned = memory.out_calls(p) if self._alloc else set()
+        self._out_calls = planned if check else {
+            pc for pc in planned if all(self._alloc[o].nbytes >= out_min_bytes for o in p.instructions[pc].outs)}
+        self._out_min_bytes = out_min_bytes
+        if not self._out_calls and not any(isinstance(i, P.AllocCall) and i.value in self._alloc
+                                           for i in p.instructions):
+            self._alloc = {}  # nothing is ever placed: no arena at all, the heap mode's code
+            self._dynamic_plan = False
+        static_size = p.memory_plan.arena_size if self._alloc and not self._dynamic_plan else 0
+        self._arena = torch.empty(static_size, dtype=torch.uint8)
+        self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
+        self._use_out: set[int] = set()
+        if self._alloc and not self._dynamic_plan:
+            self._use_out = self._choose_out()
+        self._may_see_arena = _arena_readers(p, planned, self._placed()) if self._alloc else {}
         self.executed: set[int] = set()  # instructions run so far (check=True only)
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
         self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
+        if check:
+            for pc, ins in enumerate(p.instructions):
+                if isinstance(ins, P.KernelCall) and pc not in self._out_calls \
+                        and not p.operators[ins.op].name.startswith(NAMESPACE + "::"):
+                    self._code[pc] = _alias_checked(self, ins, pc, self._code[pc])
         if not check:
             self._code = _fuse_frees(self, self._code)
         self._in_spec = self._out_spec = None
@@ -138,18 +186,44 @@ class Method:
         outs = self.run_flat(leaves)
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
 
-    def run_flat(self, leaves: Sequence[Any]) -> list[Any]:
-        """Run on the flattened user inputs; returns the flattened user outputs."""
+    def run_profiled(self, *args: Any, **kwargs: Any) -> tuple[Any, list[tuple[int, int]]]:
+        """:meth:`run`, also returning (instruction index, nanoseconds) per executed instruction.
+
+        Summarize with :func:`native.profile.summarize`. Frees that follow a kernel are timed with it.
+        """
+        import torch.utils._pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise InputMismatchError(f"the inputs have structure {spec} but the program takes {self._in_spec}")
+        timings: list[tuple[int, int]] = []
+        outs = self.run_flat(leaves, timings=timings)
+        return (pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs), timings
+
+    def run_flat(self, leaves: Sequence[Any], *, timings: list[tuple[int, int]] | None = None) -> list[Any]:
+        """Run on the flattened user inputs; returns the flattened user outputs.
+
+        ``timings``: when given, (instruction index, nanoseconds) of every executed step is appended.
+        """
         p = self.program
         values = list(self._initial)
         self._bind(values, leaves)
+        if self._dynamic_plan:
+            self._replan()
         code = self._code
         pc, n = 0, len(code)
         limit = self.max_loop_iterations
         self._loop_budget[0] = -1 if limit is None else limit
         try:
             with torch.no_grad():
-                if self.check:
+                if timings is not None:
+                    clock = time.perf_counter_ns
+                    while pc < n:
+                        t0 = clock()
+                        nxt = code[pc](values, pc)
+                        timings.append((pc, clock() - t0))
+                        pc = nxt
+                elif self.check:
                     executed = self.executed
                     while pc < n:
                         executed.add(pc)
@@ -160,17 +234,73 @@ class Method:
         except (InputMismatchError, NativeRuntimeError):
             raise
         except Exception as e:
-            raise NativeRuntimeError(f"instruction {pc} ({self.describe(pc)}) failed: {type(e).__name__}: {e}") from e
+            raise NativeRuntimeError(f"{self.where(pc)} failed: {type(e).__name__}: {e}") from e
         if self.check:
             self._check_leaks(values)
         return [values[o] for o in p.outputs]
 
     def describe(self, pc: int) -> str:
-        ins = self.program.instructions[pc]
+        """The instruction's operator (or kind), node and module, e.g. ``aten::linear.default, node
+        'linear_1' in module 'layers.0'``."""
+        p = self.program
+        ins = p.instructions[pc]
         if isinstance(ins, P.KernelCall):
-            op = self.program.operators[ins.op]
-            return f"{op.name}.{op.overload}"
-        return type(ins).__name__
+            op = p.operators[ins.op]
+            what = f"{op.name}.{op.overload}"
+        else:
+            what = type(ins).__name__
+        h = p.instruction_handles[pc] if pc < len(p.instruction_handles) else -1
+        if h < 0:
+            return what
+        d = p.debug_handles[h]
+        return f"{what}, node {d.node!r}" + (f" in module {d.module!r}" if d.module else "")
+
+    def where(self, pc: int) -> str:
+        return f"instruction {pc} ({self.describe(pc)})"
+
+    def _placed(self) -> set[int]:
+        """Values that may be put in the arena in some run: outputs of out= calls and allocated values."""
+        p = self.program
+        calls = self._use_out if not self._dynamic_plan else self._out_calls
+        placed = {o for pc in calls for o in p.instructions[pc].outs}
+        return placed | {ins.value for ins in p.instructions if isinstance(ins, P.AllocCall) and ins.value in self._alloc}
+
+    def _choose_out(self) -> set[int]:
+        """The out= calls to run out= for the current sizes (all of them with ``check=True``)."""
+        if self.check:
+            return set(self._out_calls)
+        p = self.program
+        return {pc for pc in self._out_calls
+                                     if all(self._span_bytes(o) >= self._out_min_bytes for o in p.instructions[pc].outs)}
+
+    def _replan(self) -> None:
+        """Slot offsets, arena size and out= calls for this run's sizes (cached per set of symbols)."""
+        key = tuple(self._syms)
+        plan = self._plans.get(key)
+        if plan is None:
+            sizes = []
+            for a in self._order:
+                sizes.append((self._span_bytes(a.value), a.start, a.end))
+            offsets, size = memory.pack(sizes)
+            if size > self.program.memory_plan.arena_size:  # first-fit is not monotone: keep the bound
+                plan = ({v: a.offset for v, a in self._alloc.items()}, self.program.memory_plan.arena_size)
+            else:
+                plan = ({a.value: off for a, off in zip(self._order, offsets, strict=True)}, size)
+            plan = (*plan, self._choose_out(), {})
+            self._plans[key] = plan
+        self._offsets, size, self._use_out, self._static_views = plan
+        if size > self._arena.numel():
+            self._arena = torch.empty(size, dtype=torch.uint8)
+            ptr = self._arena.data_ptr()
+            self._arena_span = (ptr, ptr + size)
+            for other in self._plans.values():  # their views point into the old arena
+                other[3].clear()
+
+    def _span_bytes(self, value: int) -> int:
+        t = self.program.values[value]
+        sizes, strides, offset = self._dims(t)
+        span = 0 if 0 in sizes else (offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True)))
+        return span * ITEMSIZE[schema.ScalarType(t.dtype)]
 
     # ------------------------------------------------------------ inputs, sizes
 
@@ -263,23 +393,21 @@ class Method:
         if span * itemsize > a.nbytes:
             raise NativeRuntimeError(f"value {value} needs {span * itemsize} bytes but its arena slot has "
                                      f"{a.nbytes}; the program's size bounds are wrong")
-        return torch.empty(0, dtype=dtype).set_(self._arena.untyped_storage(), a.offset // itemsize + offset,
-                                                sizes, strides)
+        return torch.empty(0, dtype=dtype).set_(self._arena.untyped_storage(),
+                                                self._offsets[value] // itemsize + offset, sizes, strides)
 
     def _arena_view(self, value: int) -> torch.Tensor:
+        """The value's view of the arena, made once per plan (one per distinct set of sizes)."""
         t = self._static_views.get(value)
         if t is None:
-            t = self._new_tensor(value)
-            meta = self.program.values[value]
-            if not any(isinstance(d, P.Sym) for d in (*meta.sizes, *meta.strides, meta.storage_offset)):
-                self._static_views[value] = t
+            t = self._static_views[value] = self._new_tensor(value)
         return t
 
     # ------------------------------------------------------------ checks (check=True)
 
     def _check_out(self, pc: int, value: int, got: Any) -> None:
         meta = self.program.values[value]
-        where = f"instruction {pc} ({self.describe(pc)})"
+        where = self.where(pc)
         if isinstance(meta, P.Tensor):
             if not isinstance(got, torch.Tensor):
                 raise NativeRuntimeError(f"{where}: returned {type(got).__name__} for tensor value {value}")
@@ -292,11 +420,11 @@ class Method:
                 return
             if list(got.shape) != sizes:
                 raise NativeRuntimeError(f"{where}: value {value} has sizes {list(got.shape)}, declared {sizes}")
-            if self.use_arena and value not in self._alloc and got.numel() and self._arena.numel() \
+            if self._alloc and value not in self._alloc and got.numel() and self._arena.numel() \
                     and got.untyped_storage().data_ptr() == self._arena.untyped_storage().data_ptr():
                 aliases = self.program.operators[self.program.instructions[pc].op].returns_alias
                 if not any(aliases):
-                    raise NativeRuntimeError(f"{where}: a functional kernel returned arena memory")
+                    raise ArenaAliasError(f"{where}: a functional kernel returned arena memory")
         elif isinstance(meta, (P.SymInt, P.SymBool)) and meta.expr >= 0:
             try:
                 want = self._eval(meta.expr)
@@ -377,11 +505,32 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
         npos = len(ins.args)
     kw_pairs = list(zip(kw, range(npos, len(ins.args)), strict=False))
     store = _storer(m, ins, pc)
-    if ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs):
-        return _out_variant(m, ins, getters, npos, kw_pairs, store)
+    if pc in m._out_calls:
+        out = _out_variant(m, ins, getters, npos, kw_pairs, store)
+        if not m._dynamic_plan and pc in m._use_out:
+            return out
+        functional = _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
+        if not m._dynamic_plan:
+            return functional
+
+        def choose(values: list, pc: int) -> int:
+            return (out if pc in m._use_out else functional)(values, pc)
+        return choose
+    return _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
+
+
+def _functional(m: Method, ins: P.KernelCall, pc: int, fn: Callable, simple: bool, npos: int, kw_pairs: list,
+                getters: list, store: Callable) -> Callable[[list, int], int]:
+    plain = bool(ins.outs) and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List)
+    call = _functional_call(ins, fn, simple, npos, kw_pairs, getters, store, plain)
+    return _guarded(m, pc, call) if pc in m._may_see_arena else call
+
+
+def _functional_call(ins: P.KernelCall, fn: Callable, simple: bool, npos: int, kw_pairs: list, getters: list,
+                     store: Callable, plain: bool) -> Callable[[list, int], int]:
     if simple and not kw_pairs:
         idx = tuple(ins.args)
-        if len(ins.outs) == 1 and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List):
+        if len(ins.outs) == 1 and ins.outs[0] >= 0 and plain:
             o = ins.outs[0]
 
             def call1(values: list, pc: int) -> int:
@@ -401,6 +550,112 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
     return call_kw
 
 
+def _symbolic(t: P.Tensor) -> bool:
+    return any(isinstance(d, P.Sym) for d in (*t.sizes, *t.strides, t.storage_offset))
+
+
+def _check_aliases(p: P.Program) -> None:
+    """Refuse a plan built on fewer aliases than this process's kernels may produce."""
+    called = {ins.op for ins in p.instructions if isinstance(ins, P.KernelCall)}  # out= variants return ``out``
+    for i, op in enumerate(p.operators):
+        if i not in called or op.name.startswith(NAMESPACE + "::"):
+            continue
+        overload = resolve_overload(op.name, op.overload)
+        if overload is None:
+            continue  # _resolve names the missing operator
+        for j, may in enumerate(actual_aliases(overload)):
+            have = set(op.returns_alias[j]) if j < len(op.returns_alias) else set()
+            if not set(may) <= have:
+                raise NativeFormatError(
+                    f"native program: operators[{i}] ({op.name}.{op.overload}): return {j} may share storage with "
+                    f"arguments {list(may)} in this process's kernels, but the file declares {sorted(have)}; its "
+                    "memory plan could reuse live memory. Re-emit the program with this torch version, or run it "
+                    "with arena=False")
+
+
+def _leaves(p: P.Program, v: int) -> list[int]:
+    val = p.values[v]
+    return [x for i in val.items for x in _leaves(p, i)] if isinstance(val, P.List) else [v]
+
+
+def _arena_readers(p: P.Program, planned: set[int], placed: set[int]) -> dict[int, tuple[tuple, tuple]]:
+    """Calls that, run functionally, may read arena memory: (results that claim fresh storage,
+    results to copy out of the arena).
+
+    A result declared fresh that lands in the arena is a kernel breaking its promise: the run
+    stops. A planned call (the plan expects it to run out=, so it has no alias edge) whose op may
+    hand back an argument gets its result copied when that result is arena memory.
+    """
+    lt = memory.analyze(p)
+    roots = {lt.root[v] for v in placed}
+    found: dict[int, tuple[tuple, tuple]] = {}
+    for pos, ins in enumerate(p.instructions):
+        if not isinstance(ins, P.KernelCall) or not any(lt.root[x] in roots for a in ins.args for x in _leaves(p, a)):
+            continue
+        aliases = p.operators[ins.op].returns_alias
+        fresh, copy = [], []
+        for j, o in enumerate(ins.outs):
+            if o < 0:
+                continue
+            may_alias = j < len(aliases) and bool(aliases[j])
+            if may_alias and pos not in planned:
+                continue  # a declared alias: the plan keeps the argument alive as long
+            (copy if may_alias else fresh).extend(x for x in _leaves(p, o) if isinstance(p.values[x], P.Tensor))
+        if fresh or copy:
+            found[pos] = (tuple(fresh), tuple(copy))
+    return found
+
+
+def _guarded(m: Method, pc: int, inner: Callable) -> Callable:
+    fresh, copy = m._may_see_arena[pc]
+
+    def guarded(values: list, pc: int) -> int:
+        nxt = inner(values, pc)
+        lo, hi = m._arena_span
+        for o in fresh:
+            t = values[o]
+            if isinstance(t, torch.Tensor) and t.numel() and lo <= t.data_ptr() < hi:
+                raise ArenaAliasError(f"{m.where(pc)}: the kernel returned arena memory (value {o}) although its "
+                                      "operator declares a fresh result; the plan would reuse that memory while the "
+                                      "value is alive. Run with arena=False")
+        for o in copy:
+            t = values[o]
+            if isinstance(t, torch.Tensor) and t.numel() and lo <= t.data_ptr() < hi:
+                values[o] = t.clone()
+        return nxt
+    return guarded
+
+
+def _storages(x: Any) -> set[int]:
+    if isinstance(x, torch.Tensor):
+        return {x.untyped_storage().data_ptr()} if x.numel() else set()
+    if isinstance(x, (list, tuple)):
+        return set().union(*(_storages(y) for y in x)) if x else set()
+    return set()
+
+
+def _alias_checked(m: Method, ins: P.KernelCall, pc: int, inner: Callable) -> Callable:
+    """(check=True) Results the operator declares fresh must not share storage with any argument.
+
+    This is the invariant the memory plan relies on, checked on what kernels actually return.
+    """
+    p = m.program
+    aliases = p.operators[ins.op].returns_alias
+    fresh = [o for j, o in enumerate(ins.outs) if o >= 0 and not (j < len(aliases) and aliases[j])]
+    getters = [_getter(m, a) for a in ins.args]
+
+    def checked(values: list, pc: int) -> int:
+        before = _storages([g(values) for g in getters])
+        nxt = inner(values, pc)
+        for o in fresh:
+            got = _storages([values[x] for x in _leaves(p, o)])
+            if got & before:
+                raise ArenaAliasError(f"{m.where(pc)}: value {o} shares storage with an argument, but the operator "
+                                      "declares a fresh result; the memory plan relies on that declaration")
+        return nxt
+    return checked
+
+
 def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
     """Fold each run of FreeCalls into the instruction before it (one closure call instead of many).
 
@@ -417,7 +672,7 @@ def _fuse_frees(m: Method, code: list[Callable]) -> list[Callable]:
             k += 1
         if k and not isinstance(p.instructions[pc], P.JumpFalseCall):
             frees = tuple(p.instructions[pc + 1 + j].value for j in range(k))
-            out[pc] = _simple_kernel(m, p.instructions[pc], frees) or _with_frees(code[pc], frees)
+            out[pc] = _simple_kernel(m, p.instructions[pc], pc, frees) or _with_frees(code[pc], frees)
         pc += 1 + k
     return out
 
@@ -433,16 +688,31 @@ def _with_frees(inner: Callable, frees: tuple[int, ...]) -> Callable:
     return fused
 
 
-def _simple_kernel(m: Method, ins: P.Instruction, frees: tuple[int, ...]) -> Callable | None:
+def _simple_kernel(m: Method, ins: P.Instruction, pc: int, frees: tuple[int, ...]) -> Callable | None:
     """The hot path: a kernel with plain arguments and one plain result, then frees."""
-    if not isinstance(ins, P.KernelCall) or (ins.out_op >= 0 and m._alloc and all(o in m._alloc for o in ins.outs)):
+    if not isinstance(ins, P.KernelCall) or pc in m._may_see_arena:
         return None
+    if pc in m._out_calls:
+        if m._dynamic_plan:
+            return None
+        if pc in m._use_out:
+            return _static_out(m, ins, frees)
     fn, npos, kw = m._ops[ins.op]
     vals = m.program.values
-    if kw and npos >= 0 and len(ins.args) > npos or len(ins.outs) != 1 or ins.outs[0] < 0 \
+    if len(ins.outs) != 1 or ins.outs[0] < 0 \
             or isinstance(vals[ins.outs[0]], P.List) or any(isinstance(vals[a], P.List) for a in ins.args):
         return None
+    fn = getattr(fn, "_op", fn)  # OpOverload.__call__ only forwards to it: one Python frame less per call
     o, step, idx = ins.outs[0], 1 + len(frees), tuple(ins.args)
+    if kw and npos >= 0 and len(idx) > npos:
+        pos, kw_items = idx[:npos], tuple(zip(kw, idx[npos:], strict=False))
+
+        def kkw(values: list, pc: int) -> int:
+            values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return kkw
     if len(idx) == 1 and len(frees) == 1:
         (a,), (f,) = idx, frees
 
@@ -468,23 +738,68 @@ def _simple_kernel(m: Method, ins: P.Instruction, frees: tuple[int, ...]) -> Cal
     return kn
 
 
+def _static_out(m: Method, ins: P.KernelCall, frees: tuple[int, ...]) -> Callable | None:
+    """An out= call with plain arguments and one result, then frees.
+
+    With a fixed plan the arena view is made once; the call goes to the operator's C++ entry directly, because forwarding
+    keywords through ``OpOverload.__call__`` costs more than the allocation the arena saves.
+    """
+    vals = m.program.values
+    _, npos, kw = m._ops[ins.op]
+    if m.check or len(ins.outs) != 1 or any(isinstance(vals[a], P.List) for a in ins.args):
+        return None
+    out_fn = m._ops[ins.out_op][0]
+    raw = getattr(out_fn, "_op", out_fn)
+    name = next(a.name for a in out_fn._schema.arguments if a.is_out)
+    npos = len(ins.args) if npos < 0 else npos
+    idx, o, step = tuple(ins.args[:npos]), ins.outs[0], 1 + len(frees)
+    kw_items = tuple(zip(kw, ins.args[npos:], strict=False))
+    if m._dynamic_plan:  # the view changes with the sizes: look it up per run (cached per plan)
+        view_of = m._arena_view
+
+        def outd(values: list, pc: int) -> int:
+            kwargs = {k: values[i] for k, i in kw_items}
+            kwargs[name] = view_of(o)
+            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return outd
+    view = m._arena_view(o)
+    if kw_items:
+        def outkw(values: list, pc: int) -> int:
+            kwargs = {k: values[i] for k, i in kw_items}
+            kwargs[name] = view
+            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return outkw
+    kwargs = {name: view}
+    if len(idx) == 1 and len(frees) == 1:
+        (a,), (f,) = idx, frees
+
+        def out1(values: list, pc: int) -> int:
+            values[o] = raw(values[a], **kwargs)
+            values[f] = None
+            return pc + step
+        return out1
+
+    def outn(values: list, pc: int) -> int:
+        values[o] = raw(*[values[i] for i in idx], **kwargs)
+        for v in frees:
+            values[v] = None
+        return pc + step
+    return outn
+
+
 def _out_variant(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pairs: list, store: Callable) -> Callable:
     out_fn = m._ops[ins.out_op][0]
     out_names = [a.name for a in out_fn._schema.arguments if a.is_out]
     outs = list(ins.outs)
-    vals = m.program.values
-    static = all(not isinstance(d, P.Sym) for o in outs for d in (*vals[o].sizes, *vals[o].strides,
-                                                                     vals[o].storage_offset))
-    if static and not kw_pairs and not m.check and all(not isinstance(vals[a], P.List) for a in ins.args) \
-            and len(outs) == 1:
-        # Fixed sizes: the arena view is made once and reused by every run.
-        idx, o = tuple(ins.args), outs[0]
-        views = {out_names[0]: m._arena_view(o)}
-
-        def call_static(values: list, pc: int) -> int:
-            values[o] = out_fn(*[values[i] for i in idx], **views)
-            return pc + 1
-        return call_static
+    fast = _static_out(m, ins, ())
+    if fast is not None:
+        return fast
 
     def call_out(values: list, pc: int) -> int:
         args = [g(values) for g in getters]
@@ -508,7 +823,7 @@ def _storer(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, Any], None
         meta = values_meta[o]
         if isinstance(meta, P.List):
             if len(r) != len(meta.items):
-                raise NativeRuntimeError(f"instruction {pc} ({m.describe(pc)}): returned {len(r)} tensors, the "
+                raise NativeRuntimeError(f"{m.where(pc)}: returned {len(r)} tensors, the "
                                          f"program expects {len(meta.items)}")
             for item, x in zip(meta.items, r, strict=True):
                 put(values, item, x)
@@ -554,7 +869,7 @@ def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
             return pc + 1
         if budget[0] == 0:
             raise NativeRuntimeError(
-                f"instruction {pc}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
+                f"{m.where(pc)}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
                 "may never become false. Pass Method(..., max_loop_iterations=N) (None: no limit) if the "
                 "program really loops that often")
         budget[0] -= 1

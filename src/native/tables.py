@@ -36,6 +36,9 @@ class ProgramBuilder:
         self.outputs: list[int] = []
         self.state: list[P.State] = []
         self.segment = SegmentBuilder()
+        self.debug_handles: list[P.DebugHandle] = []
+        self.instruction_handles: list[int] = []
+        self.handle = -1  # the node instructions are emitted for now
         self._bindings = bindings
         self._ranges = ranges
         self._const_index: dict[bytes, int] = {}
@@ -108,7 +111,12 @@ class ProgramBuilder:
 
     def emit(self, ins: P.Instruction) -> int:
         self.instructions.append(ins)
+        self.instruction_handles.append(self.handle)
         return len(self.instructions) - 1
+
+    def new_handle(self, h: P.DebugHandle) -> int:
+        self.debug_handles.append(h)
+        return len(self.debug_handles) - 1
 
     def here(self) -> int:
         return len(self.instructions)
@@ -122,5 +130,6 @@ class ProgramBuilder:
         return P.Program(
             values=self.values, operators=self.operators, instructions=self.instructions, exprs=self.exprs,
             symbols=self.symbols, constants=self.constants, inputs=self.inputs, outputs=self.outputs,
-            state=self.state, **extra,
+            state=self.state, debug_handles=self.debug_handles, instruction_handles=self.instruction_handles,
+            **extra,
         )

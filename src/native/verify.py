@@ -1,4 +1,4 @@
-"""Structural validation of a decoded native program: every index, size and blob is checked.
+"""Reading an untrusted native program file: decode, then check every index, size and blob.
 
 A program file is untrusted input. After :func:`validate_program` the runtime can index its
 tables without further checks: a damaged file fails here with a message naming the field.
@@ -7,18 +7,26 @@ tables without further checks: a damaged file fails here with a message naming t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from typing import BinaryIO
+
+import msgspec
 
 from serde.bridge.weights import ITEMSIZE
 from serde.core import schema
 from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
 
+from . import container
 from . import program as P
 from .container import ALIGN, check_blob
 from .errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from .exprs import check_code
+from .memory import verify_plan
 
-__all__ = ["validate_program"]
+__all__ = ["decode", "read_program", "validate_program"]
+
+_decoder = msgspec.msgpack.Decoder(P.Program)
 
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -27,6 +35,38 @@ _INT64_MAX = (1 << 63) - 1
 _SCALAR_TYPES = frozenset(int(s) for s in ITEMSIZE)
 _LAYOUTS = frozenset(int(x) for x in schema.Layout)
 _FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
+
+
+def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,
+           limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+    """Parse and validate a native program file.
+
+    Args:
+        verify: also check the sha256 of every constant blob.
+        limits: ``max_arena_bytes`` bounds the memory plan before any runtime allocates it.
+
+    Raises:
+        NativeFormatError: damaged, truncated or hostile file (names the field).
+        NativeVersionError: written in a format version this reader does not support.
+        ArenaTooLargeError: the memory plan asks for more than ``limits.max_arena_bytes``.
+    """
+    _, header, segment = container.unpack(buf, P.MAGIC, range(P.MIN_FORMAT_VERSION, P.FORMAT_VERSION + 1), what)
+    try:
+        program = _decoder.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise NativeFormatError(f"{what}: the header does not match the program schema: {e}") from None
+    except UnicodeDecodeError as e:
+        raise NativeFormatError(f"{what}: the header holds a string that is not UTF-8 ({e.reason}); "
+                                "the file is damaged") from None
+    validate_program(program, segment, what=what, verify_hashes=verify, limits=limits)
+    return P.NativeProgram(program, segment)
+
+
+def read_program(src: str | os.PathLike | BinaryIO | bytes, *, verify: bool = True,
+                 limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+    """Read and validate a native program file (see :func:`decode`)."""
+    what = os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
+    return decode(container.read_bytes(src, what), what=what, verify=verify, limits=limits)
 
 
 def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_hashes: bool = True,
@@ -46,6 +86,7 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
     v.operators()
     v.instructions()
     v.signature()
+    v.handles()
     v.memory_plan()
 
 
@@ -182,6 +223,16 @@ class _Validator:
             if s.kind not in ("parameter", "buffer", "constant"):
                 self.fail(f"state[{i}]", f"unknown kind {s.kind!r}")
 
+    def handles(self) -> None:
+        p = self.p
+        if len(p.instruction_handles) != len(p.instructions):
+            self.fail("instruction_handles", f"{len(p.instruction_handles)} handles for {len(p.instructions)} "
+                                             "instructions")
+        n = len(p.debug_handles)
+        for i, h in enumerate(p.instruction_handles):
+            if not -1 <= h < n:
+                self.fail(f"instruction_handles[{i}]", f"handle {h} is out of range (there are {n})")
+
     def memory_plan(self) -> None:
         mp = self.p.memory_plan
         if not 0 <= mp.arena_size <= self.limits.max_arena_bytes:
@@ -201,8 +252,6 @@ class _Validator:
             self.fail("memory_plan.arena_size", f"{mp.arena_size} bytes, but the allocations end at {tight}; a plan "
                                                 "asks for exactly the arena its slots use")
         if mp.allocations:
-            from .memory import verify_plan
-
             try:
                 verify_plan(self.p)
             except MemoryPlanError as e:  # only the plan's own findings: a bug elsewhere stays a bug

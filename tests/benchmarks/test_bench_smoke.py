@@ -121,6 +121,12 @@ def test_case_record_is_well_formed(smoke_run, name):
             _ratio_ok(r[key])
         assert r["instructions"] >= r["kernel_calls"] >= 1
         assert r["us_per_instruction"] > 0 and math.isfinite(r["overhead_us_per_instruction"])
+    elif kind == "native_zoo":
+        assert r["programs"] and all(p["instructions"] > 0 for p in r["programs"].values())
+        for p in r["programs"].values():
+            for key in ("run_vs_eager", "arena_run_vs_eager", "arena_vs_heap"):
+                assert math.isfinite(p[key]) and p[key] > 0
+        assert r["arena_vs_heap_worst"] == max(p["arena_vs_heap"] for p in r["programs"].values())
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 

@@ -20,6 +20,23 @@ UNARY = {
     "cumsum": lambda v: torch.cumsum(v, dim=1), "colsum": lambda v: v.sum(0, keepdim=True) + v,
     "transpose": lambda v: v.t().contiguous().t(), "scale": lambda v: v * 0.5 + 1.25,
 }
+# Ops whose kernels return their input itself (or a view of it) although the schema promises a
+# fresh tensor, next to the declared views: the arena plan must keep their input alive.
+IDENTITY = {
+    "dropout_eval": lambda v: torch.nn.functional.dropout(v, 0.5, training=False),
+    "feature_dropout_eval": lambda v: torch.feature_dropout(v, 0.5, False),
+    "alpha_dropout_eval": lambda v: torch.alpha_dropout(v, 0.5, False),
+    "type_as_same": lambda v: v.type_as(v),
+    "einsum_identity": lambda v: torch.einsum("ij->ij", v),
+    "atleast_2d": torch.atleast_2d,
+    "sum_to_size_same": lambda v: v.sum_to_size(v.shape),
+    "contiguous": lambda v: v.contiguous(),
+    "to_same": lambda v: v.to(v.dtype),
+    "reshape_same": lambda v: v.reshape(v.shape),
+    "flatten_2d": lambda v: v.flatten(1),
+    "view_as": lambda v: v.view_as(v),
+    "expand_as": lambda v: v.expand_as(v),
+}
 BINARY = {
     "add": torch.add, "mul": torch.mul, "sub": torch.sub, "maximum": torch.maximum,
     "where": lambda a, b: torch.where(a > b, a, b),
@@ -32,7 +49,7 @@ class Recipe:
     batch: int
     features: int
     dynamic: bool
-    steps: tuple[tuple[str, str, int, int], ...]  # (kind, op, i, j): kind in unary/binary/matmul/cond
+    steps: tuple[tuple[str, str, int, int], ...]  # (kind, op, i, j): unary/binary/matmul/cond/identity
     outputs: tuple[int, ...]
     mutate_buffer: bool
 
@@ -57,6 +74,26 @@ def recipes(draw: st.DrawFn) -> Recipe:
                   (last, *extra), draw(st.booleans()))
 
 
+@st.composite
+def alias_recipes(draw: st.DrawFn) -> Recipe:
+    """Mostly identity-returning ops between out= kernels (matmul, unary, binary): every identity
+    op's input is a candidate for slot reuse if the plan believed its result were fresh."""
+    n = draw(st.integers(2, 10))
+    steps = []
+    for k in range(n):
+        avail = 2 + k
+        kind = draw(st.sampled_from(["identity", "identity", "identity", "matmul", "unary", "binary"]))
+        table = {"identity": IDENTITY, "unary": UNARY, "binary": BINARY}.get(kind, {"": None})
+        op = draw(st.sampled_from(sorted(table)))
+        # Mostly the latest value: long chains through identity ops are where slots get reused.
+        i = draw(st.one_of(st.just(avail - 1), st.integers(0, avail - 1)))
+        steps.append((kind, op, i, draw(st.integers(0, avail - 1))))
+    last = 1 + n
+    extra = draw(st.lists(st.integers(0, last), max_size=2))
+    return Recipe(draw(st.integers(6, 9)), draw(st.integers(2, 5)), draw(st.booleans()), tuple(steps),
+                  (last, *extra), False)
+
+
 class RandomProgram(torch.nn.Module):
     def __init__(self, r: Recipe) -> None:
         super().__init__()
@@ -73,6 +110,8 @@ class RandomProgram(torch.nn.Module):
                 v = UNARY[op](a)
             elif kind == "binary":
                 v = BINARY[op](a, b)
+            elif kind == "identity":
+                v = IDENTITY[op](a)
             elif kind == "matmul":
                 v = a @ self.w
             else:

@@ -87,3 +87,24 @@ def test_run_stops_an_endless_loop_with_an_error(tmp_path, capsys):
     write_inputs(inp, (torch.tensor(0), torch.zeros(2)))
     assert main(["run", str(prog), "--inputs", str(inp), "--max-loop-iterations", "50"]) == 2
     assert "a loop ran more than 50 iterations" in capsys.readouterr().err
+
+
+def test_run_profile_prints_nodes_and_modules_slowest_first(tmp_path, capsys):
+    art, prog = tmp_path / "m.pt2s", tmp_path / "m.pt2n"
+    serde.save(exported("mlp"), art)
+    assert main(["emit", str(art), str(prog)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(prog), "--inputs", str(art), "--profile", "--arena"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("output: float32[8, 4]")
+    nodes = printed[printed.index("per node"):printed.index("per module")]
+    modules = printed[printed.index("per module"):]
+    assert "fc1_linear  (aten.linear.default in fc1)" in nodes
+    assert "<root>" in modules and "  fc1  (" in modules
+
+    def times(section: str) -> list[float]:
+        return [float(line.split()[0]) for line in section.splitlines()[1:] if line.strip().endswith(")")]
+
+    for section in (nodes, modules):
+        t = times(section)
+        assert t and t == sorted(t, reverse=True)

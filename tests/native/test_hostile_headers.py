@@ -15,6 +15,7 @@ import pytest
 from _native_util import emitted
 
 from native import program as P
+from native.verify import decode
 from serde.errors import SerializeError
 
 _EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
@@ -53,7 +54,7 @@ def test_mutated_headers_fail_only_with_typed_errors(case: str) -> None:
             continue  # msgpack cannot even hold it: no file can carry it
         tried += 1
         try:
-            P.decode(data)
+            decode(data)
         except SerializeError:
             pass
     assert tried > 150
@@ -66,4 +67,4 @@ def test_negative_alias_positions_are_refused() -> None:
     p = native.program
     ops = [P.Operator(o.name, o.overload, [[-5]]) for o in p.operators]
     with pytest.raises(NativeFormatError, match=r"operators\[0\]\.returns_alias\[0\]: argument positions \[-5\]"):
-        P.decode(P.NativeProgram(msgspec.structs.replace(p, operators=ops), native.segment).encode())
+        decode(P.NativeProgram(msgspec.structs.replace(p, operators=ops), native.segment).encode())

@@ -11,6 +11,7 @@ from torch.export import Dim
 from native import program as P
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
+from native.verify import decode
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
@@ -105,18 +106,18 @@ def test_checker_catches_overlapping_live_tensors():
     # Two tensors live at the same time (a producer and its reader's output) must not share bytes.
     a, b = next((x, y) for x, y in zip(allocs, allocs[1:], strict=False)
                 if lt.interval(x.value)[1] >= lt.interval(y.value)[0] and x.offset != y.offset)
-    bad = [P.Allocation(x.value, a.offset if x.value == b.value else x.offset, x.nbytes) for x in allocs]
+    bad = [msgspec.structs.replace(x, offset=a.offset if x.value == b.value else x.offset) for x in allocs]
     broken = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=bad))
     with pytest.raises(MemoryPlanError, match=rf"values {a.value} and {b.value} are live together"):
         verify_plan(broken)
     with pytest.raises(NativeFormatError, match=r"memory_plan: values \d+ and \d+ are live together"):
-        P.decode(P.NativeProgram(broken, native.segment).encode())
+        decode(P.NativeProgram(broken, native.segment).encode())
 
 
 def test_checker_catches_slots_smaller_than_the_bound_and_planned_outputs():
     p = emitted("mlp").program
     a = p.memory_plan.allocations[0]
-    small = [P.Allocation(a.value, a.offset, a.nbytes - 4)] + p.memory_plan.allocations[1:]
+    small = [msgspec.structs.replace(a, nbytes=a.nbytes - 4)] + p.memory_plan.allocations[1:]
     with pytest.raises(MemoryPlanError, match=r"cannot hold the tensor's upper bound of 4096 bytes"):
         verify_plan(msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, allocations=small)))
     out = [*p.memory_plan.allocations, P.Allocation(p.outputs[0], p.memory_plan.arena_size, 1 << 20)]
@@ -143,20 +144,20 @@ def test_a_one_tib_arena_is_refused_before_anything_allocates():
     huge = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(p.memory_plan, arena_size=1 << 40))
     with pytest.raises(ArenaTooLargeError, match=r"memory_plan\.arena_size: the arena is 1099511627776, more than "
                                                  r"Limits\.max_arena_bytes=68719476736"):
-        P.decode(P.NativeProgram(huge, native.segment).encode())
+        decode(P.NativeProgram(huge, native.segment).encode())
     # Under the cap, an arena bigger than its slots is refused too: a plan asks for exactly what it uses.
     padded = msgspec.structs.replace(p, memory_plan=msgspec.structs.replace(
         p.memory_plan, arena_size=p.memory_plan.arena_size + 64))
     with pytest.raises(NativeFormatError, match=r"memory_plan\.arena_size: \d+ bytes, but the allocations end at"):
-        P.decode(P.NativeProgram(padded, native.segment).encode())
+        decode(P.NativeProgram(padded, native.segment).encode())
 
 
 def test_a_slot_bigger_than_its_tensor_is_refused():
     native = emitted("mlp")
     p = native.program
     a = p.memory_plan.allocations[-1]
-    big = [*p.memory_plan.allocations[:-1], P.Allocation(a.value, a.offset, a.nbytes + 1)]
+    big = [*p.memory_plan.allocations[:-1], msgspec.structs.replace(a, nbytes=a.nbytes + 1)]
     plan = msgspec.structs.replace(p.memory_plan, allocations=big,
                                    arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
     with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):
-        P.decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())
+        decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())

@@ -11,7 +11,8 @@ from torch.export import Dim
 import serde
 from native import emit_artifact, load
 from native.errors import InputMismatchError
-from native.program import read_program, write_program
+from native.program import write_program
+from native.verify import read_program
 from serde.errors import UnsupportedConstructError
 
 

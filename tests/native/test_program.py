@@ -11,7 +11,8 @@ from _native_util import emit_ep, emitted, exported
 
 from native import program as P
 from native.errors import NativeFormatError, NativeVersionError
-from native.program import MAGIC, decode, read_program, write_program
+from native.program import MAGIC, write_program
+from native.verify import decode, read_program
 from serde.errors import MalformedArtifactError, SchemaVersionError
 
 
@@ -77,8 +78,19 @@ def test_version_1_files_are_refused_naming_both_versions():
     old = struct.pack("<8sIIQQQ", MAGIC, 1, 0, len(header), seg_off, len(native.segment)) + header
     old += bytes(seg_off - len(old)) + bytes(native.segment)
     with pytest.raises(NativeVersionError, match=r"native program format version 1 is not supported; this reader "
-                                                 r"handles versions 2\.\.2\. Re-emit it"):
+                                                 r"handles versions 3\.\.3\. Re-emit it"):
         decode(old)
+
+
+def test_version_2_files_are_refused_naming_both_versions():
+    # Version 2 plans trusted op schemas that composite kernels break (an identity-returning op
+    # could share an arena slot with a live tensor): such a file is re-emitted, never run.
+    native = emitted("mlp")
+    data = bytearray(native.encode())
+    struct.pack_into("<I", data, 8, 2)
+    with pytest.raises(NativeVersionError, match=r"native program format version 2 is not supported; this reader "
+                                                 r"handles versions 3\.\.3\. Re-emit it"):
+        decode(bytes(data))
 
 
 def test_damaged_header_fails_its_checksum():
@@ -158,7 +170,7 @@ def test_decoding_and_listing_do_not_import_torch(tmp_path):
 
     path = tmp_path / "m.pt2n"
     write_program(path, emitted("cond"))
-    code = ("import sys\nfrom native.program import read_program\nfrom native.render import render\n"
+    code = ("import sys\nfrom native.verify import read_program\nfrom native.render import render\n"
             f"p = read_program({str(path)!r})\nassert 'jump_false' in render(p.program)\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

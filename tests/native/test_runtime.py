@@ -21,7 +21,6 @@ from torch.export import Dim
 from native import program as P
 from native.errors import InputMismatchError, NativeRuntimeError
 from native.runtime import Method
-from serde.errors import UnsupportedConstructError
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
@@ -30,19 +29,10 @@ def _params(names):
     return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
 
 
-def _export_or_skip(name):
-    try:
-        return exported(name)
-    except UnsupportedConstructError:
-        raise
-    except Exception as e:  # a breadth case torch itself cannot export today
-        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
-
-
 @pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
 @pytest.mark.parametrize("name", _params(SUPPORTED))
 def test_zoo_case_runs_like_eager(name, arena):
-    ep = _export_or_skip(name)
+    ep = exported(name)  # every supported case exports (test_corpus runs all of them)
     assert_runs_like_eager(ep, emitted(name), inputs_of(name), arena=arena)
 
 
@@ -211,7 +201,7 @@ def test_check_mode_reports_wrong_declared_sizes():
     broken = P.Program(**{**{f: getattr(p, f) for f in p.__struct_fields__}, "values": values,
                           "memory_plan": P.MemoryPlan()})
     args, _ = inputs_of("mlp")[0]
-    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default\): value \d+ has sizes "
+    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default, node .fc1_linear. in module .fc1.\): value \d+ has sizes "
                                                  r"\[8, 32\], declared \[8, 31\]"):
         Method(P.NativeProgram(broken, native.segment), check=True).run(*args)
 
@@ -225,7 +215,8 @@ def test_kernel_failures_name_the_instruction():
     values[w] = P.Tensor(t.dtype, [16, 32], [32, 1], t.storage_offset, t.data)
     broken = P.Program(**{**{f: getattr(p, f) for f in p.__struct_fields__}, "values": values})
     args, _ = inputs_of("mlp")[0]
-    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default\) failed: RuntimeError"):
+    with pytest.raises(NativeRuntimeError, match=r"instruction 0 \(aten::linear.default, node 'fc1_linear' in module 'fc1'\) failed: "
+                                                 r"RuntimeError"):
         Method(P.NativeProgram(broken, native.segment)).run(*copy.deepcopy(args))
 
 

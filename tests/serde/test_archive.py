@@ -385,7 +385,7 @@ def test_check_rejects_inconsistent_artifacts(tmp_path: Path) -> None:
 def test_check_does_not_import_torch(tmp_path: Path) -> None:
     path = tmp_path / "ok.pt2s"
     write_archive(path, _check_members(), schema_version=SCHEMA_VERSION, torch_version=TORCH)
-    code = ("import sys; from serde import cmd_check; r = cmd_check.verify(sys.argv[1]); "
+    code = ("import sys; from serde.cli import check as cmd_check; r = cmd_check.verify(sys.argv[1]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; print(r.storages)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "2"

@@ -15,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inputs file (native.io.write_inputs) or a .pt2s artifact (its example inputs)")
     p.add_argument("--outputs", help="also write the outputs to this file (a serde.bridge.bundle)")
     p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
+    p.add_argument("--profile", action="store_true",
+                   help="also print the time per node and per module (submodules included), slowest first")
     p.add_argument("--max-loop-iterations", type=int, default=None, metavar="N",
                    help="fail when loops iterate more than N times in one run, instead of hanging "
                         "(default: native.runtime.DEFAULT_MAX_LOOP_ITERATIONS, ten million; 0: no limit)")
@@ -31,7 +33,12 @@ def run(args: argparse.Namespace) -> int:
     limit = DEFAULT_MAX_LOOP_ITERATIONS if limit is None else (limit if limit > 0 else None)
     method = load(args.program, arena=args.arena, max_loop_iterations=limit)
     inputs, kwargs = read_inputs(args.inputs)
-    out = method.run(*inputs, **kwargs)
+    timings = None
+    if args.profile:
+        # One run, no warm-up: a second run would apply buffer mutations twice.
+        out, timings = method.run_profiled(*inputs, **kwargs)
+    else:
+        out = method.run(*inputs, **kwargs)
     leaves, _ = pytree.tree_flatten_with_path(out)
     for path, leaf in leaves:
         key = pytree.keystr(path) or "output"
@@ -44,4 +51,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key}: {leaf!r}")
     if args.outputs:
         write_outputs(args.outputs, out)
+    if timings is not None:
+        from .profile import format_profile, summarize
+
+        print()
+        print(format_profile(summarize(method.program, timings)))
     return 0

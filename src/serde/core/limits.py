@@ -45,7 +45,7 @@ class Limits:
     max_int_bits: int = 128             # an integer literal in an expression or a size
     max_exponent: int = 64              # an exponent applied to a symbolic (unknown) base
     max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
-    # native programs (native.program.decode)
+    # native programs (native.verify.decode)
     max_arena_bytes: int = 1 << 36      # one memory-plan arena, allocated when a Method is built
 
 

@@ -95,7 +95,7 @@ def test_unregistered_subclass_name_imports_nothing(base: Base, tmp_path: Path) 
     path.write_bytes(_module("unregistered_subclass_name").build(base))
     code = (
         "import sys, serde\n"
-        "from serde import schema, wire\n"
+        "from serde.core import schema, wire\n"
         "from serde.archive import read_archive\n"
         "from serde.bridge.weights import deserialize_weights\n"
         "c = read_archive(sys.argv[1])\n"
