@@ -7,12 +7,12 @@ import io
 import textwrap
 
 import torch
-from _procs import save_model_source
 
 import serde
 from canonical.canonicalize import canonicalize
 from serde.effects import op_facts
 from serde.program import serialize_program
+from tests.canonical._procs import save_model_source
 
 # A submodule returning two values used far apart: a demand-driven order alone would split its frame.
 MODEL = """

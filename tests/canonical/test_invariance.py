@@ -6,10 +6,10 @@ import hashlib
 import io
 
 import pytest
-from _procs import save_in_subprocess, save_model_source
 
 import serde
 from serde import zoo
+from tests.canonical._procs import save_in_subprocess, save_model_source
 
 MODEL_A = """
 import torch

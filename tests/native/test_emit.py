@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _native_util import CASES, UNSUPPORTED, emit_ep, emitted, exported
 
 from native import program as P
 from native.emit import emit_artifact
 from native.exprs import evaluate
 from native.kernels import lookup
 from serde.errors import UnsupportedConstructError
+from tests.native._native_util import CASES, UNSUPPORTED, emit_ep, emitted, exported
 
 STRAIGHT = ["mlp", "multi_output", "transformer_block", "signature_kinds_aten", "tied_weights", "chain_200"]
 

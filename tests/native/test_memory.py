@@ -5,12 +5,20 @@ from __future__ import annotations
 import msgspec
 import pytest
 import torch
-from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_ep, emitted, exported
 from torch.export import Dim
 
 from native import program as P
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
+from tests.native._native_util import (
+    CASES,
+    FAST,
+    UNSUPPORTED,
+    assert_runs_like_eager,
+    emit_ep,
+    emitted,
+    exported,
+)
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 

@@ -7,12 +7,12 @@ import struct
 
 import msgspec
 import pytest
-from _native_util import emit_ep, emitted, exported
 
 from native import program as P
 from native.errors import NativeFormatError, NativeVersionError
 from native.program import MAGIC, decode, read_program, write_program
 from serde.errors import MalformedArtifactError, SchemaVersionError
+from tests.native._native_util import emit_ep, emitted, exported
 
 
 def _replace(native: P.NativeProgram, **fields) -> bytes:

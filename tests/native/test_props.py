@@ -11,10 +11,11 @@ import copy
 
 import pytest
 import torch
-from _native_util import assert_runs_like_eager, emit_ep
-from _random_programs import build, recipes
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
+from tests.native._native_util import assert_runs_like_eager, emit_ep
+from tests.native._random_programs import build, recipes
 
 try:
     from serde.strategies import export_spec, program_specs

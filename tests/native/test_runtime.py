@@ -6,7 +6,13 @@ import copy
 
 import pytest
 import torch
-from _native_util import (
+from torch.export import Dim
+
+from native import program as P
+from native.errors import InputMismatchError, NativeRuntimeError
+from native.runtime import Method
+from serde.errors import UnsupportedConstructError
+from tests.native._native_util import (
     CASES,
     FAST,
     UNSUPPORTED,
@@ -16,12 +22,6 @@ from _native_util import (
     exported,
     inputs_of,
 )
-from torch.export import Dim
-
-from native import program as P
-from native.errors import InputMismatchError, NativeRuntimeError
-from native.runtime import Method
-from serde.errors import UnsupportedConstructError
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 

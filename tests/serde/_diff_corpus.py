@@ -24,12 +24,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from _differential import Inputs, Result, differential, isolate, same
 from torch.export import Dim, ExportedProgram
 
 import serde
 from serde import zoo, zoo_breadth
 from serde.bundle import load_tree
+from tests.serde._differential import Inputs, Result, differential, isolate, same
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
