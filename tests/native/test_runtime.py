@@ -11,7 +11,6 @@ from torch.export import Dim
 from native import program as P
 from native.errors import InputMismatchError, NativeRuntimeError
 from native.runtime import Method
-from serde.errors import UnsupportedConstructError
 from tests.native._native_util import (
     CASES,
     FAST,
@@ -30,19 +29,10 @@ def _params(names):
     return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
 
 
-def _export_or_skip(name):
-    try:
-        return exported(name)
-    except UnsupportedConstructError:
-        raise
-    except Exception as e:  # a breadth case torch itself cannot export today
-        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
-
-
 @pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
 @pytest.mark.parametrize("name", _params(SUPPORTED))
 def test_zoo_case_runs_like_eager(name, arena):
-    ep = _export_or_skip(name)
+    ep = exported(name)
     assert_runs_like_eager(ep, emitted(name), inputs_of(name), arena=arena)
 
 
