@@ -11,6 +11,7 @@ import pytest
 import serde
 from serde import zoo
 from tests.canonical._procs import save_in_subprocess
+from tests.canonical.test_canonicalize_real import MODEL as FRAME_MODEL
 
 MODEL_A = """
 import torch
@@ -46,8 +47,8 @@ class Net(torch.nn.Module):
         return hidden * gate + chunks[0].sum(), gate - 1
 """
 
-# One process saves several programs: each model file (argv: pairs of label and path) under both
-# IRs, then the breadth cases. Two such processes, with other hash seeds, object ids, source paths
+# One process saves several programs: each model file (argv: label=path=mode) under both IRs with
+# a dynamic batch, or strict-exported, then the breadth cases. Two such processes, with other hash seeds, object ids, source paths
 # and file names, must write the same bytes.
 DRIVER = """
 import importlib.util, sys, torch, serde
@@ -55,10 +56,14 @@ from torch.export import Dim
 from serde import zoo_breadth
 out, models, breadth = sys.argv[1], sys.argv[2], sys.argv[3]
 for entry in models.split(","):
-    label, path = entry.split("=")
+    label, path, mode = entry.split("=")
     spec = importlib.util.spec_from_file_location("user_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    if mode == "strict":
+        torch.manual_seed(0)
+        serde.save(torch.export.export(mod.Net().eval(), (torch.randn(3, 8),), strict=True), f"{out}/{label}.pt2s")
+        continue
     for ir in ("training", "aten"):
         torch.manual_seed(0)
         model = mod.Net().eval()
@@ -75,10 +80,12 @@ for name in breadth.split(","):
 
 BREADTH = ["associative_scan", "flex_attention_aten", "sym_scalars", "unbacked", "cond_nested"]
 
+_SOURCES = {"a": (MODEL_A, "dynamic"), "b": (MODEL_B, "dynamic"), "strict": (FRAME_MODEL, "strict")}
 # (process, hash seed, (label, folder, file name) of each model source, in the order saved)
 _RUNS = (
-    ("one", "1", (("a", "first", "model_a.py"), ("b", "b", "m.py"))),
-    ("two", "2", (("b", "elsewhere", "m.py"), ("a", "second/nested/dir", "other_name.py"))),
+    ("one", "1", (("a", "first", "model_a.py"), ("b", "b", "m.py"), ("strict", "one", "model.py"))),
+    ("two", "2", (("strict", "two/deeper", "renamed_file.py"), ("b", "elsewhere", "m.py"),
+                  ("a", "second/nested/dir", "other_name.py"))),
 )
 
 
@@ -92,8 +99,9 @@ def two_processes(tmp_path_factory) -> list[dict[str, str]]:
         for label, folder, filename in models:
             d = out / "src" / folder
             d.mkdir(parents=True)
-            (d / filename).write_text(textwrap.dedent(MODEL_A if label == "a" else MODEL_B))
-            entries.append(f"{label}={d / filename}")
+            source, mode = _SOURCES[label]
+            (d / filename).write_text(textwrap.dedent(source))
+            entries.append(f"{label}={d / filename}={mode}")
         save_in_subprocess(DRIVER, str(out), ",".join(entries), ",".join(BREADTH), hash_seed=seed)
         digests.append({p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")})
     return digests
@@ -112,6 +120,13 @@ def test_renamed_locals_and_reordered_statements_give_identical_bytes(two_proces
     # compared within one process and across the two
     one, two = two_processes
     assert one[f"a_{ir}"] == one[f"b_{ir}"] == two[f"b_{ir}"]
+
+
+def test_strict_export_is_byte_stable_across_processes_and_paths(two_processes):
+    # Strict export keys nn_module_stack frames by id(module) and numbers source_fn_stack names in
+    # tracing order; neither may leak into the artifact.
+    one, two = two_processes
+    assert one["strict"] == two["strict"]
 
 
 def test_breadth_programs_are_byte_stable_across_processes(two_processes):
