@@ -10,7 +10,7 @@ import pytest
 
 import serde
 from serde import zoo
-from tests.canonical._procs import save_in_subprocess
+from tests.canonical._procs import save_in_subprocesses
 from tests.canonical.test_canonicalize_real import MODEL as FRAME_MODEL
 
 MODEL_A = """
@@ -92,7 +92,7 @@ _RUNS = (
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory) -> list[dict[str, str]]:
     """Per process: artifact name -> sha256 of its bytes."""
-    digests = []
+    outs, runs = [], []
     for run, seed, models in _RUNS:
         out = tmp_path_factory.mktemp(run)
         entries = []
@@ -102,9 +102,10 @@ def two_processes(tmp_path_factory) -> list[dict[str, str]]:
             source, mode = _SOURCES[label]
             (d / filename).write_text(textwrap.dedent(source))
             entries.append(f"{label}={d / filename}={mode}")
-        save_in_subprocess(DRIVER, str(out), ",".join(entries), ",".join(BREADTH), hash_seed=seed)
-        digests.append({p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")})
-    return digests
+        outs.append(out)
+        runs.append(((str(out), ",".join(entries), ",".join(BREADTH)), seed))
+    save_in_subprocesses(DRIVER, *runs)
+    return [{p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")} for out in outs]
 
 
 @pytest.mark.parametrize("ir", ["training", "aten"])
