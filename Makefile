@@ -15,14 +15,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/pt2serde demo
 
+# pytest-xdist: one worker per core (at most 4: each imports torch), whole test files per worker so
+# module fixtures (exports, subprocess runs) run once. `make test XDIST=` runs in one process.
+XDIST ?= -n auto --maxprocesses=4 --dist loadfile
+
 test: $(STAMP) schema-check contracts native
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(XDIST)
 
 schema-check: $(STAMP)
 	$(VENV)/bin/pt2serde schema check
 
 test-all: $(STAMP) browser native
-	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider $(XDIST)
 
 # The page tests of `pt2serde view` open the pages in a real headless Chromium.
 browser:

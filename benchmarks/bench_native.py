@@ -103,11 +103,11 @@ def run_zoo(limit: int, repeats: int) -> dict:
     import time
 
     import torch
+    from tests import zoo
 
     from native.emit import emit
     from native.runtime import Method
     from native.verify import decode
-    from tests import zoo
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.errors import SerializeError

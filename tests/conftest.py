@@ -8,16 +8,9 @@ derandomized, so a run is reproducible and CI never flakes on a new random seed.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-# pytest puts this directory on sys.path to import this file. Left there, ``tests/serde`` would
-# shadow the real ``serde`` package: a directory without __init__.py on sys.path becomes a
-# namespace package before the editable install's finder is asked. Take it off again.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 _COMMON = dict(
     derandomize=True,

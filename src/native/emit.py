@@ -81,8 +81,6 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     return emit(a.program, a.weights, a.payload, plan=plan)
 
 
-Scope = dict[str, int]
-
 
 class _Emitter:
     """Walks one canonical program into a :class:`~native.tables.ProgramBuilder` (see the module docstring)."""

@@ -1,4 +1,4 @@
-"""Run a save in a fresh Python process: the byte-stability tests compare artifacts written by
+"""Run saves in fresh Python processes: the byte-stability tests compare artifacts written by
 different processes (other hash seeds, object ids and source paths)."""
 
 from __future__ import annotations
@@ -6,25 +6,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
+import tempfile
 
 
-def save_in_subprocess(driver: str, *args: str, hash_seed: str | None = None) -> None:
-    """Run ``driver`` (Python source) with ``args`` as sys.argv[1:]; raise with its stderr on failure."""
-    env = dict(os.environ) if hash_seed is None else {**os.environ, "PYTHONHASHSEED": hash_seed}
-    r = subprocess.run([sys.executable, "-c", driver, *args], timeout=600, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise AssertionError(f"the save subprocess failed ({r.returncode}):\n{r.stderr[-3000:]}")
-
-
-def save_model_source(tmp_path: Path, driver: str, source: str, folder: str, filename: str, *extra: str) -> bytes:
-    """Write ``source`` to ``tmp_path/folder/filename``, let ``driver`` export and save it to
-    ``model.pt2s`` next to it (argv: model file, output file, ``extra``), and return the bytes."""
-    d = tmp_path / folder
-    d.mkdir(parents=True, exist_ok=True)
-    model = d / filename
-    model.write_text(textwrap.dedent(source))
-    out = d / "model.pt2s"
-    save_in_subprocess(driver, str(model), str(out), *extra)
-    return out.read_bytes()
+def save_in_subprocesses(driver: str, *runs: tuple[tuple[str, ...], str]) -> None:
+    """Run ``driver`` (Python source) once per ``(argv, hash seed)`` in ``runs``, all at the same
+    time (they are independent); raise with the stderr of each one that failed."""
+    procs = []
+    for args, seed in runs:
+        err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty process never blocks on it
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        procs.append((subprocess.Popen([sys.executable, "-c", driver, *args], stdout=subprocess.DEVNULL,
+                                       stderr=err, text=True, env=env), err))
+    failures = []
+    for proc, err in procs:
+        with err:
+            try:
+                code = proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                code = "timeout"
+            if code != 0:
+                err.seek(0)
+                failures.append(f"the save subprocess failed ({code}):\n{err.read()[-3000:]}")
+    if failures:
+        raise AssertionError("\n".join(failures))

@@ -6,12 +6,23 @@ import random
 
 import msgspec
 import pytest
-from _builders import A, InputSpecDesc, NodeSpec, Prog, S, chain, expr_of, ranges_of, render, topo_orders
 
 from canonical.canonicalize import attach_debug, canonicalize
 from serde.bridge.effects import op_facts
 from serde.core import wire
 from serde.errors import MalformedArtifactError, UnknownOperatorError
+from tests.canonical._builders import (
+    A,
+    InputSpecDesc,
+    NodeSpec,
+    Prog,
+    S,
+    chain,
+    expr_of,
+    ranges_of,
+    render,
+    topo_orders,
+)
 
 ADD = "torch.ops.aten.add.Tensor"
 MUL = "torch.ops.aten.mul.Tensor"

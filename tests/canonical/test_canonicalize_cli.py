@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-from tests import zoo
 
 import serde
 from serde.archive import read_archive
@@ -16,6 +15,7 @@ from serde.archive.artifact import write_artifact
 from serde.bridge.program import serialize_program
 from serde.bridge.weights import serialize_weights
 from serde.cli import main
+from tests import zoo
 
 
 @functools.cache

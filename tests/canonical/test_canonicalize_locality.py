@@ -4,12 +4,12 @@ most 10 lines of ``pt2serde show`` output, because canonical names do not cascad
 from __future__ import annotations
 
 import pytest
-from _builders import chain, render
 
 from canonical.canonicalize import canonicalize
 from canonical.render import count_changed_lines
 from canonical.render import render as show
 from serde.bridge.effects import op_facts
+from tests.canonical._builders import chain, render
 
 N = 1000
 

@@ -7,13 +7,13 @@ import dataclasses
 import os
 import random
 
-from _builders import InputSpecDesc, NodeSpec, Prog, effect_deps, render
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canonical.canonicalize import canonicalize
 from serde.bridge.effects import op_facts
 from serde.core import wire
+from tests.canonical._builders import InputSpecDesc, NodeSpec, Prog, effect_deps, render
 
 EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 60
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,

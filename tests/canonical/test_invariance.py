@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import textwrap
 
 import pytest
-from _procs import save_in_subprocess, save_model_source
-from tests import zoo
 
 import serde
+from tests import zoo
+from tests.canonical._procs import save_in_subprocesses
+from tests.canonical.test_canonicalize_real import MODEL as FRAME_MODEL
 
 MODEL_A = """
 import torch
@@ -45,41 +47,94 @@ class Net(torch.nn.Module):
         return hidden * gate + chunks[0].sum(), gate - 1
 """
 
+# One process saves several programs: each model file (argv: label=path=mode) under both IRs with
+# a dynamic batch, or strict-exported, then the breadth cases. Two such processes, with other hash seeds, object ids, source paths
+# and file names, must write the same bytes.
 DRIVER = """
 import importlib.util, sys, torch, serde
 from torch.export import Dim
-spec = importlib.util.spec_from_file_location("user_model", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-torch.manual_seed(0)
-model = mod.Net().eval()
-args = (torch.randn(4, 8), torch.randn(4, 8))
-batch = Dim("batch", min=2, max=64)
-names = list(model.forward.__code__.co_varnames[1:3])
-ep = torch.export.export(model, args, dynamic_shapes={names[0]: {0: batch}, names[1]: {0: batch}})
-if sys.argv[3] == "aten":
-    ep = ep.run_decompositions()
-serde.save(ep, sys.argv[2])
+from serde import zoo_breadth
+out, models, breadth = sys.argv[1], sys.argv[2], sys.argv[3]
+for entry in models.split(","):
+    label, path, mode = entry.split("=")
+    spec = importlib.util.spec_from_file_location("user_model", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if mode == "strict":
+        torch.manual_seed(0)
+        serde.save(torch.export.export(mod.Net().eval(), (torch.randn(3, 8),), strict=True), f"{out}/{label}.pt2s")
+        continue
+    for ir in ("training", "aten"):
+        torch.manual_seed(0)
+        model = mod.Net().eval()
+        args = (torch.randn(4, 8), torch.randn(4, 8))
+        batch = Dim("batch", min=2, max=64)
+        names = list(model.forward.__code__.co_varnames[1:3])
+        ep = torch.export.export(model, args, dynamic_shapes={names[0]: {0: batch}, names[1]: {0: batch}})
+        if ir == "aten":
+            ep = ep.run_decompositions()
+        serde.save(ep, f"{out}/{label}_{ir}.pt2s")
+for name in breadth.split(","):
+    serde.save(zoo_breadth.export_case(zoo_breadth.get(name)), f"{out}/{name}.pt2s")
 """
 
+BREADTH = ["associative_scan", "flex_attention_aten", "sym_scalars", "unbacked", "cond_nested"]
 
-def _export_in_subprocess(tmp_path, source: str, folder: str, filename: str, ir: str) -> bytes:
-    return save_model_source(tmp_path, DRIVER, source, folder, filename, ir)
+_SOURCES = {"a": (MODEL_A, "dynamic"), "b": (MODEL_B, "dynamic"), "strict": (FRAME_MODEL, "strict")}
+# (process, hash seed, (label, folder, file name) of each model source, in the order saved)
+_RUNS = (
+    ("one", "1", (("a", "first", "model_a.py"), ("b", "b", "m.py"), ("strict", "one", "model.py"))),
+    ("two", "2", (("strict", "two/deeper", "renamed_file.py"), ("b", "elsewhere", "m.py"),
+                  ("a", "second/nested/dir", "other_name.py"))),
+)
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> list[dict[str, str]]:
+    """Per process: artifact name -> sha256 of its bytes."""
+    outs, runs = [], []
+    for run, seed, models in _RUNS:
+        out = tmp_path_factory.mktemp(run)
+        entries = []
+        for label, folder, filename in models:
+            d = out / "src" / folder
+            d.mkdir(parents=True)
+            source, mode = _SOURCES[label]
+            (d / filename).write_text(textwrap.dedent(source))
+            entries.append(f"{label}={d / filename}={mode}")
+        outs.append(out)
+        runs.append(((str(out), ",".join(entries), ",".join(BREADTH)), seed))
+    save_in_subprocesses(DRIVER, *runs)
+    return [{p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")} for out in outs]
 
 
 @pytest.mark.parametrize("ir", ["training", "aten"])
-def test_same_model_from_two_files_and_processes_gives_identical_bytes(tmp_path, ir):
+def test_same_model_from_two_files_and_processes_gives_identical_bytes(two_processes, ir):
     # (a) and (g): different source files, paths and processes; default save
-    a = _export_in_subprocess(tmp_path, MODEL_A, "first", "model_a.py", ir)
-    b = _export_in_subprocess(tmp_path, MODEL_A, "second/nested/dir", "other_name.py", ir)
-    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(b).hexdigest()
+    one, two = two_processes
+    assert one[f"a_{ir}"] == two[f"a_{ir}"]
 
 
-def test_renamed_locals_and_reordered_statements_give_identical_bytes(tmp_path):
-    # (b): MODEL_B renames every local and computes the independent branches in the other order
-    a = _export_in_subprocess(tmp_path, MODEL_A, "a", "m.py", "training")
-    b = _export_in_subprocess(tmp_path, MODEL_B, "b", "m.py", "training")
-    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(b).hexdigest()
+@pytest.mark.parametrize("ir", ["training", "aten"])
+def test_renamed_locals_and_reordered_statements_give_identical_bytes(two_processes, ir):
+    # (b): MODEL_B renames every local and computes the independent branches in the other order;
+    # compared within one process and across the two
+    one, two = two_processes
+    assert one[f"a_{ir}"] == one[f"b_{ir}"] == two[f"b_{ir}"]
+
+
+def test_strict_export_is_byte_stable_across_processes_and_paths(two_processes):
+    # Strict export keys nn_module_stack frames by id(module) and numbers source_fn_stack names in
+    # tracing order; neither may leak into the artifact.
+    one, two = two_processes
+    assert one["strict"] == two["strict"]
+
+
+def test_breadth_programs_are_byte_stable_across_processes(two_processes):
+    """Two processes (different hash seeds, different object ids) write the same bytes for vmap
+    fences, mixed tuples, Piecewise conditions, unbacked symbols and control flow."""
+    one, two = two_processes
+    assert {n: one[n] for n in BREADTH} == {n: two[n] for n in BREADTH}
 
 
 def test_debug_info_does_not_change_the_program_member(tmp_path):
@@ -119,25 +174,3 @@ def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_p
     b = io.BytesIO()
     serde.save(serde.load(a.getvalue()), b)
     assert a.getvalue() == b.getvalue()
-
-
-_BREADTH_DRIVER = """
-import sys
-import serde
-from tests import zoo_breadth
-for name in sys.argv[2:]:
-    serde.save(zoo_breadth.export_case(zoo_breadth.get(name)), f"{sys.argv[1]}/{name}.pt2s")
-"""
-
-
-def test_breadth_programs_are_byte_stable_across_processes(tmp_path):
-    """Two processes (different hash seeds, different object ids) write the same bytes for vmap
-    fences, mixed tuples, Piecewise conditions, unbacked symbols and control flow."""
-    names = ["associative_scan", "flex_attention_aten", "sym_scalars", "unbacked", "cond_nested"]
-    digests = []
-    for run, seed in (("one", "1"), ("two", "2")):
-        out = tmp_path / run
-        out.mkdir()
-        save_in_subprocess(_BREADTH_DRIVER, str(out), *names, hash_seed=seed)
-        digests.append({n: hashlib.sha256((out / f"{n}.pt2s").read_bytes()).hexdigest() for n in names})
-    assert digests[0] == digests[1]

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_fixtures import _strip_writer, check_run, freeze
 
 import serde
 from serde.archive.artifact import read_artifacts
 from serde.bridge.bundle import load_tree
 from serde.core import wire
+from tests.compat.test_fixtures import _strip_writer, check_run, freeze
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "multi_program"
 FIXTURES = sorted(p.parent for p in ROOT.glob("v*/model.pt2s"))

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from tests import zoo, zoo_breadth
 
 from native import program as P
 from native.emit import emit
@@ -16,6 +15,7 @@ from native.runtime import Method
 from native.verify import decode
 from serde.api import to_artifact_parts
 from serde.archive import payload_name
+from tests import zoo, zoo_breadth
 
 CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
 
@@ -44,15 +44,9 @@ def exported(name: str) -> torch.export.ExportedProgram:
     return zoo.export_case(CASES[name])
 
 
-def artifact_parts(ep: torch.export.ExportedProgram) -> tuple:
-    """The canonical program, weights and payloads that save would write (every corpus program
-    saves; a failure here is a failure)."""
-    return to_artifact_parts(ep)
-
-
 def emit_ep(ep: torch.export.ExportedProgram, **kw: Any) -> P.NativeProgram:
     """Canonicalize (as save does), emit, and pass through the binary encoding."""
-    program, weights, payloads, _ = artifact_parts(ep)
+    program, weights, payloads, _ = to_artifact_parts(ep)
     native = emit(program, weights, lambda sha: payloads[payload_name(sha)], **kw)
     return decode(native.encode())
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 
 import torch
-from _native_util import assert_same, exported, inputs_of
 
 import serde
 from native.io import read_inputs, read_outputs, write_inputs
 from serde.cli import main
+from tests.native._native_util import assert_same, exported, inputs_of
 
 
 def test_emit_then_run_matches_eager(tmp_path, capsys):

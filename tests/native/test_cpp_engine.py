@@ -33,8 +33,8 @@ from native.errors import (
     NativeVersionError,
 )
 from native.runtime import Method, load
-from serde.errors import UnsupportedConstructError
 from serde.core.limits import Limits
+from serde.errors import UnsupportedConstructError
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
 

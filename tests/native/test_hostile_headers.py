@@ -12,11 +12,11 @@ import random
 
 import msgspec
 import pytest
-from _native_util import emitted
 
 from native import program as P
 from native.verify import decode
 from serde.errors import SerializeError
+from tests.native._native_util import emitted
 
 _EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import msgspec
 import pytest
 import torch
-from _native_util import CASES, FAST, UNSUPPORTED, assert_runs_like_eager, emit_ep, emitted, exported
 from torch.export import Dim
 
 from native import program as P
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
 from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
 from native.verify import decode
+from tests.native._native_util import (
+    CASES,
+    FAST,
+    UNSUPPORTED,
+    assert_runs_like_eager,
+    emit_ep,
+    emitted,
+    exported,
+)
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
@@ -20,18 +28,9 @@ def _params(names):
     return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
 
 
-def _emitted_or_skip(name):
-    try:
-        return emitted(name)
-    except Exception as e:
-        if "export" in type(e).__module__ or type(e).__name__ in ("UserError", "Unsupported"):
-            pytest.skip(f"torch cannot export {name}")
-        raise
-
-
 @pytest.mark.parametrize("name", _params(SUPPORTED))
 def test_plan_verifies_on_the_zoo(name):
-    p = _emitted_or_skip(name).program
+    p = emitted(name).program
     verify_plan(p)  # the loader ran it too; here a failure names the values
     mp = p.memory_plan
     assert mp.arena_size <= mp.naive_size

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch.utils._pytree as pytree
-from _native_util import UNSUPPORTED, assert_same
 
 from native.emit import emit_artifact
 from native.runtime import Method
 from serde.bridge.bundle import load_tree
+from tests.native._native_util import UNSUPPORTED, assert_same
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.parent for p in ROOT.glob("v*/*/model.pt2s"))

@@ -6,7 +6,6 @@ import io
 
 import pytest
 import torch
-from torch.export import Dim
 
 import serde
 from native import emit_artifact, load
@@ -14,65 +13,19 @@ from native.errors import InputMismatchError
 from native.program import write_program
 from native.verify import read_program
 from serde.errors import UnsupportedConstructError
-
-
-def T(*shape: int) -> torch.Tensor:
-    return torch.ones(*shape)
-
-
-class Derived(torch.nn.Module):
-    def forward(self, x, y):
-        return x + y[1:]
-
-
-class Divisible(torch.nn.Module):
-    def forward(self, x):
-        if x.shape[0] % 4 == 0 and x.shape[0] > 3:
-            return x.reshape(-1, 4).sum(0)
-        return x[:4]
-
-
-class Relations(torch.nn.Module):
-    def forward(self, x, y):
-        z = x @ y
-        if z.shape[1] > x.shape[0]:
-            return z.sum(0)
-        return z.sum(1)
-
-
-class Nested(torch.nn.Module):
-    def forward(self, x, *, cfg):
-        a0, a1 = cfg["a"]
-        if a1.shape[0] > x.shape[0]:
-            return x + a0[: x.shape[0]] + cfg["b"].sum()
-        return x * 2
-
-
-class IntInput(torch.nn.Module):
-    def forward(self, x, n):
-        if n > x.shape[0]:
-            return x * n
-        return x - n
-
-
-def _cfg(a0: int, a1: int) -> dict:
-    return {"cfg": {"a": [T(a0), T(a1)], "b": T(2)}}
-
+from tests import _guard_programs as gp
+from tests._guard_programs import T, cfg
 
 CASES = {
-    "derived_dim": (lambda: torch.export.export(
-        Derived(), (T(4), T(5)), dynamic_shapes={"x": {0: Dim("dx")}, "y": {0: Dim("dx") + 1}}),
-        [((T(4), T(5)), {}), ((T(4), T(7)), {}), ((T(9), T(10)), {})]),
-    "divisible": (lambda: torch.export.export(Divisible(), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}}),
+    "derived_dim": (gp.export_derived,
+                    [((T(4), T(5)), {}), ((T(4), T(7)), {}), ((T(9), T(10)), {})]),
+    "divisible": (gp.export_divisible,
                   [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(2),), {})]),
-    "relations": (lambda: torch.export.export(
-        Relations(), (T(2, 3), T(3, 5)), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}, "y": {0: Dim.AUTO, 1: Dim.AUTO}}),
-        [((T(2, 3), T(3, 5)), {}), ((T(4, 7), T(7, 4)), {}), ((T(4, 7), T(7, 3)), {})]),
-    "kwargs_nested": (lambda: torch.export.export(
-        Nested(), (T(4),), {"cfg": {"a": [T(6), T(5)], "b": T(2)}},
-        dynamic_shapes={"x": {0: Dim.AUTO}, "cfg": {"a": [{0: Dim.AUTO}, {0: Dim.AUTO}], "b": None}}),
-        [((T(4),), _cfg(6, 5)), ((T(4),), _cfg(6, 4)), ((T(4),), _cfg(3, 5)), ((T(3),), _cfg(7, 4))]),
-    "int_input": (lambda: torch.export.export(IntInput(), (T(3), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO}),
+    "relations": (gp.export_auto_relations,
+                  [((T(2, 3), T(3, 5)), {}), ((T(4, 7), T(7, 4)), {}), ((T(4, 7), T(7, 3)), {})]),
+    "kwargs_nested": (gp.export_nested,
+                      [((T(4),), cfg(6, 5)), ((T(4),), cfg(6, 4)), ((T(4),), cfg(3, 5)), ((T(3),), cfg(7, 4))]),
+    "int_input": (gp.export_int_input,
                   [((T(3), 5), {}), ((T(3), 3), {}), ((T(6), 5), {}), ((T(3), 4), {})]),
 }
 

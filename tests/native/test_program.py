@@ -7,13 +7,13 @@ import struct
 
 import msgspec
 import pytest
-from _native_util import emit_ep, emitted, exported
 
 from native import program as P
 from native.errors import NativeFormatError, NativeVersionError
 from native.program import MAGIC, write_program
 from native.verify import decode, read_program
 from serde.errors import MalformedArtifactError, SchemaVersionError
+from tests.native._native_util import emit_ep, emitted, exported
 
 
 def _replace(native: P.NativeProgram, **fields) -> bytes:

@@ -1,49 +1,30 @@
 """Property: for random exported programs, run(emit(canonicalize(ep))) == ep.module().
 
-Two generators: the breadth issue's ``serde.testing.strategies`` (when present) and a small local one
-(``_random_programs``) that also draws ``cond``. Programs torch cannot export, or that eager itself
-cannot run, are not subjects: hypothesis rejects them rather than counting them as passes.
+Two generators: the breadth generator ``serde.testing.strategies`` and a small local one
+(``_random_programs``) that also draws ``cond``. Every program either draws is one torch exports
+and eager runs: a failure to export or to run eagerly fails the test (the generator drew a program
+it must not draw), it is not skipped.
 """
 
 from __future__ import annotations
 
-import copy
-
-import pytest
 import torch
-from _native_util import assert_runs_like_eager, emit_ep
-from _random_programs import build, recipes
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
-try:
-    from serde.testing.strategies import export_spec, program_specs
-except ImportError:  # the breadth generator has not landed
-    export_spec = program_specs = None
-
-
-def _eager_runs(ep, inputs) -> bool:
-    try:
-        m = copy.deepcopy(ep).module()
-        for args, kwargs in inputs:
-            m(*copy.deepcopy(args), **copy.deepcopy(kwargs))
-    except Exception:
-        return False
-    return True
+from serde.testing.strategies import export_spec, program_specs
+from tests.native._native_util import assert_runs_like_eager, emit_ep
+from tests.native._random_programs import build, recipes
 
 
 def _check(ep, inputs, arena: bool) -> None:
-    assume(_eager_runs(ep, inputs))
     native = emit_ep(ep)  # canonicalizes first, exactly as save does
     assert_runs_like_eager(ep, native, inputs, arena=arena)
 
 
 def _local(recipe):
     model, example, others, dyn = build(recipe)
-    try:
-        ep = torch.export.export(model, example, dynamic_shapes=dyn, strict=False)
-    except Exception:
-        assume(False)
+    ep = torch.export.export(model, example, dynamic_shapes=dyn, strict=False)
     return ep, [(example, {})] + [(o, {}) for o in others]
 
 
@@ -52,14 +33,7 @@ def test_random_programs_run_like_eager(recipe, arena):
     _check(*_local(recipe), arena=arena)
 
 
-if program_specs is not None:
-    @given(program_specs())
-    def test_breadth_generator_programs_run_like_eager(spec):
-        try:
-            ep, built = export_spec(spec)
-        except Exception:
-            assume(False)
-        _check(ep, [(built.args, {})] + list(built.other_inputs), arena=True)
-else:
-    def test_breadth_generator_programs_run_like_eager():
-        pytest.skip("serde.testing.strategies (the breadth issue's generator) is not available")
+@given(program_specs())
+def test_breadth_generator_programs_run_like_eager(spec):
+    ep, built = export_spec(spec)
+    _check(ep, [(built.args, {})] + list(built.other_inputs), arena=True)

@@ -6,7 +6,12 @@ import copy
 
 import pytest
 import torch
-from _native_util import (
+from torch.export import Dim
+
+from native import program as P
+from native.errors import InputMismatchError, NativeRuntimeError
+from native.runtime import Method
+from tests.native._native_util import (
     CASES,
     FAST,
     UNSUPPORTED,
@@ -16,11 +21,6 @@ from _native_util import (
     exported,
     inputs_of,
 )
-from torch.export import Dim
-
-from native import program as P
-from native.errors import InputMismatchError, NativeRuntimeError
-from native.runtime import Method
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
@@ -231,6 +231,7 @@ def test_auto_functionalized_v1_and_effect_tokens():
     from unittest import mock
 
     import torch._export.config as export_config
+
     from tests import zoo
 
     name = "effects_and_mutation_aten"

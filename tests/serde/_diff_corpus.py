@@ -24,12 +24,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from _differential import Inputs, Result, differential, isolate, same
-from tests import zoo, zoo_breadth
 from torch.export import Dim, ExportedProgram
 
 import serde
 from serde.bridge.bundle import load_tree
+from tests import zoo, zoo_breadth
+from tests.serde._differential import Inputs, Result, differential, isolate, same
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

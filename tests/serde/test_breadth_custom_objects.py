@@ -15,7 +15,6 @@ import io
 
 import pytest
 import torch
-from tests import zoo_breadth
 
 import serde
 import serde.bridge.custom_objects as co
@@ -26,6 +25,7 @@ from serde.errors import (
     UnsupportedConstructError,
 )
 from serde.testing import ProgramMismatch, assert_programs_equal, assert_roundtrip
+from tests import zoo_breadth
 
 HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
 needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbind test library is missing")

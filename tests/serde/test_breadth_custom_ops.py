@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 import torch
-from tests import zoo_breadth
 
 import serde
 from serde.testing import assert_programs_equal, assert_roundtrip
+from tests import zoo_breadth
 
 ZOO = torch.ops.pt2serde_zoo
 

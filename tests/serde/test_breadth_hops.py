@@ -7,11 +7,11 @@ import io
 
 import pytest
 import torch
-from tests import zoo_breadth
 
 import serde
 from serde.archive.artifact import read_artifact
 from serde.testing import assert_programs_equal, assert_roundtrip
+from tests import zoo_breadth
 
 # case -> higher-order ops its graph (or a subgraph) must call, before and after the round trip
 HOPS = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 
 import torch
-from tests import zoo_breadth
 
 import serde
 from serde.testing import assert_roundtrip
+from tests import zoo_breadth
 
 
 def _dialects(ep) -> list[str]:

@@ -7,12 +7,12 @@ import io
 
 import pytest
 import torch
-from tests import zoo_breadth
 
 import serde
 from serde.archive.artifact import read_artifact
 from serde.core.exprs import expr_text
 from serde.testing import assert_programs_equal, assert_roundtrip
+from tests import zoo_breadth
 
 
 @pytest.mark.parametrize("name", ["sym_scalars", "sym_scalars_aten"])

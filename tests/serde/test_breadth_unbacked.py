@@ -7,10 +7,10 @@ import io
 
 import pytest
 import torch
-from tests import zoo_breadth
 
 import serde
 from serde.testing import assert_programs_equal, assert_roundtrip
+from tests import zoo_breadth
 
 CASES = ["unbacked", "unbacked_aten", "unbacked_in_cond"]
 

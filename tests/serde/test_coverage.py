@@ -18,13 +18,13 @@ import io
 import msgspec
 import pytest
 import torch
-from tests import zoo, zoo_breadth
 
 import serde
 from serde.archive.artifact import read_artifact, write_artifact
 from serde.bridge.program import serialize_program
 from serde.core import schema
 from serde.testing import assert_programs_equal
+from tests import zoo, zoo_breadth
 
 NEVER_WRITTEN = {"as_optional_tensor", "as_sym_floats"}
 

@@ -19,13 +19,13 @@ import time
 
 import pytest
 import torch
-from _diff_corpus import all_cases, pattern_cases, run_case
-from _diff_programs import StatefulSpec, export_stateful, stateful_specs
-from _differential import KINDS, Result, differential, dim_variants, same
 from hypothesis import event, given, settings
 from torch.export import Dim
 
 import serde
+from tests.serde._diff_corpus import all_cases, pattern_cases, run_case
+from tests.serde._diff_programs import StatefulSpec, export_stateful, stateful_specs
+from tests.serde._differential import KINDS, Result, differential, dim_variants, same
 
 # ---------------------------------------------------------------- expected differences
 

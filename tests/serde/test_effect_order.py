@@ -17,7 +17,6 @@ import msgspec
 import pytest
 import torch
 import torch.nn.functional as F
-from _diff_corpus import BufferReadThenUpdate  # y = x * buf; buf.add_(10): the read sees the old value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,9 @@ from serde.bridge.effects import op_facts
 from serde.bridge.program import serialize_program
 from serde.bridge.weights import serialize_weights
 from serde.core.walk import argument_names, output_leaves
+from tests.serde._diff_corpus import (
+    BufferReadThenUpdate,  # y = x * buf; buf.add_(10): the read sees the old value
+)
 
 EXAMPLES = 60 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 12
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
-from tests import zoo
 
 import serde
 from serde.errors import ForeignArtifactError, SerializeError, UnsupportedConstructError
+from tests import zoo
 
 
 def test_unsupported_node_target_at_save_names_node_and_construct():

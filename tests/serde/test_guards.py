@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.export import Dim
 
 import serde
 from serde.archive.artifact import read_artifact
@@ -21,63 +20,10 @@ from serde.core import schema
 from serde.core.guards import canonical_guards, guards_from_code, guards_to_code
 from serde.errors import UnsupportedConstructError
 from serde.testing import ProgramMismatch, assert_programs_equal
+from tests import _guard_programs as gp
+from tests._guard_programs import Bounded, T, cfg
 
 # ---------------------------------------------------------------- programs under test
-
-
-class Derived(torch.nn.Module):
-    def forward(self, x, y):
-        return x + y[1:]
-
-
-class Doubled(torch.nn.Module):
-    def forward(self, x, w):
-        return x.repeat(2) + w
-
-
-class Same(torch.nn.Module):
-    def forward(self, x, y):
-        return x * 2 + y
-
-
-class Divisible(torch.nn.Module):
-    def forward(self, x):
-        if x.shape[0] % 4 == 0 and x.shape[0] > 3:
-            return x.reshape(-1, 4).sum(0)
-        return x[:4]
-
-
-class Bounded(torch.nn.Module):
-    def forward(self, x):
-        return x.cos()
-
-
-class AutoRelations(torch.nn.Module):
-    def forward(self, x, y):
-        # export discovers x.size(1) == y.size(0) from the matmul and y.size(1) > x.size(0) from the branch
-        z = x @ y
-        if z.shape[1] > x.shape[0]:
-            return z.sum(0)
-        return z.sum(1)
-
-
-class Nested(torch.nn.Module):
-    def forward(self, x, *, cfg):
-        a0, a1 = cfg["a"]
-        if a1.shape[0] > x.shape[0]:
-            return x + a0[: x.shape[0]] + cfg["b"].sum()
-        return x * 2
-
-
-class IntInput(torch.nn.Module):
-    def forward(self, x, n):
-        if n > x.shape[0]:
-            return x * n
-        return x - n
-
-
-def T(*shape: int) -> torch.Tensor:
-    return torch.ones(*shape)
 
 
 @dataclass(frozen=True)
@@ -88,70 +34,27 @@ class Case:
     min_rejected: int                      # how many of them the exported program itself rejects
 
 
-def _derived() -> torch.export.ExportedProgram:
-    dx = Dim("dx")
-    return torch.export.export(Derived(), (T(4), T(5)), dynamic_shapes={"x": {0: dx}, "y": {0: dx + 1}})
-
-
-def _doubled() -> torch.export.ExportedProgram:
-    d = Dim("d", min=2, max=10)
-    return torch.export.export(Doubled(), (T(4), T(8)), dynamic_shapes={"x": {0: d}, "w": {0: 2 * d}})
-
-
-def _same() -> torch.export.ExportedProgram:
-    d = Dim("d", max=64)
-    return torch.export.export(Same(), (T(3, 2), T(3, 2)), dynamic_shapes={"x": {0: d}, "y": {0: d}})
-
-
-def _divisible() -> torch.export.ExportedProgram:
-    return torch.export.export(Divisible(), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}})
-
-
-def _bounded() -> torch.export.ExportedProgram:
-    return torch.export.export(Bounded(), (T(4),), dynamic_shapes={"x": {0: Dim("b", min=3, max=6)}})
-
-
-def _auto() -> torch.export.ExportedProgram:
-    return torch.export.export(AutoRelations(), (T(2, 3), T(3, 5)),
-                               dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}, "y": {0: Dim.AUTO, 1: Dim.AUTO}})
-
-
-def _nested() -> torch.export.ExportedProgram:
-    cfg = {"a": [T(6), T(5)], "b": T(2)}
-    return torch.export.export(
-        Nested(), (T(4),), {"cfg": cfg},
-        dynamic_shapes={"x": {0: Dim.AUTO}, "cfg": {"a": [{0: Dim.AUTO}, {0: Dim.AUTO}], "b": None}})
-
-
-def _int_input() -> torch.export.ExportedProgram:
-    return torch.export.export(IntInput(), (T(3), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO})
-
-
-def _cfg(a0: int, a1: int) -> dict:
-    return {"cfg": {"a": [T(a0), T(a1)], "b": T(2)}}
-
-
 CASES = [
-    Case("derived_dim", _derived,
+    Case("derived_dim", gp.export_derived,
          [((T(4), T(5)), {}), ((T(4), T(7)), {}), ((T(4), T(4)), {}), ((T(2), T(3)), {}),
           ((T(1), T(2)), {}), ((T(9), T(10)), {})], 2),
-    Case("two_times_d", _doubled,
+    Case("two_times_d", gp.export_doubled,
          [((T(2), T(4)), {}), ((T(10), T(20)), {}), ((T(1), T(2)), {}), ((T(11), T(22)), {}),
           ((T(4), T(9)), {}), ((T(4), T(7)), {}), ((T(5), T(10)), {})], 3),
-    Case("same_dim", _same,
+    Case("same_dim", gp.export_same,
          [((T(3, 2), T(3, 2)), {}), ((T(3, 2), T(4, 2)), {}), ((T(64, 2), T(64, 2)), {}),
           ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {})], 3),
-    Case("divisible", _divisible,
+    Case("divisible", gp.export_divisible,
          [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(16),), {}), ((T(2),), {})], 3),
-    Case("min_max", _bounded,
+    Case("min_max", gp.export_bounded,
          [((T(3),), {}), ((T(6),), {}), ((T(2),), {}), ((T(7),), {})], 2),
-    Case("auto_relations", _auto,
+    Case("auto_relations", gp.export_auto_relations,
          [((T(2, 3), T(3, 5)), {}), ((T(4, 7), T(7, 5)), {}), ((T(4, 7), T(7, 4)), {}),
           ((T(4, 7), T(7, 3)), {}), ((T(2, 3), T(4, 5)), {}), ((T(2, 2), T(2, 3)), {})], 3),
-    Case("kwargs_nested", _nested,
-         [((T(4),), _cfg(6, 5)), ((T(3),), _cfg(7, 4)), ((T(4),), _cfg(6, 4)), ((T(4),), _cfg(3, 5)),
-          ((T(4),), _cfg(4, 9)), ((T(4),), _cfg(6, 2))], 3),
-    Case("int_input", _int_input,
+    Case("kwargs_nested", gp.export_nested,
+         [((T(4),), cfg(6, 5)), ((T(3),), cfg(7, 4)), ((T(4),), cfg(6, 4)), ((T(4),), cfg(3, 5)),
+          ((T(4),), cfg(4, 9)), ((T(4),), cfg(6, 2))], 3),
+    Case("int_input", gp.export_int_input,
          [((T(3), 5), {}), ((T(3), 4), {}), ((T(3), 3), {}), ((T(6), 5), {}), ((T(2), 3), {}),
           ((T(3), 2), {})], 3),
 ]
@@ -197,7 +100,7 @@ def test_loaded_guards_are_the_exported_ones(programs) -> None:
 
 def test_derived_dim_guard_error_matches_torch(tmp_path: Path) -> None:
     """The motivating bug: after our load, a size-7 y for size-4 x failed inside aten.add."""
-    ep = _derived()
+    ep = gp.export_derived()
     serde.save(ep, tmp_path / "a.pt2s")
     loaded = serde.load(tmp_path / "a.pt2s")
     with pytest.raises(AssertionError, match=r"Guard failed: x\.size\(\)\[0\] == -1 \+ y\.size\(\)\[0\]"):
@@ -268,7 +171,7 @@ def test_unparseable_guard_is_refused_at_save(code: str, reason: str) -> None:
 
 
 def test_save_refuses_a_guard_that_names_no_input(tmp_path: Path) -> None:
-    ep = _derived()
+    ep = gp.export_derived()
     ep._guards_code = [*ep._guards_code, "L['z'].size()[0] == 3"]
     with pytest.raises(UnsupportedConstructError, match=r"L\['z'\]\.size\(\)\[0\], which is not an input"):
         serde.save(ep, tmp_path / "a.pt2s")
@@ -298,7 +201,7 @@ def test_schema_source_table_shape() -> None:
 
 def test_program_comparer_catches_a_lost_guard(tmp_path: Path) -> None:
     # assert_roundtrip (used across the zoo) compares guards; prove it notices a missing one.
-    ep = _derived()
+    ep = gp.export_derived()
     serde.save(ep, tmp_path / "a.pt2s")
     loaded = serde.load(tmp_path / "a.pt2s")
     assert_programs_equal(ep, loaded, run=False)

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import torch
-from tests import zoo
 
 from serde.testing import ProgramMismatch, assert_programs_equal
+from tests import zoo
 
 
 def _ep(name="mlp"):

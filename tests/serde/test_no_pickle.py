@@ -8,10 +8,10 @@ import json
 import pathlib
 
 import pytest
-from tests import zoo
 
 import serde
 from serde.archive.artifact import read_artifact
+from tests import zoo
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}

@@ -7,10 +7,10 @@ import io
 
 import pytest
 import torch
-from tests import zoo
 
 import serde
 from serde.testing import assert_programs_equal, assert_roundtrip
+from tests import zoo
 
 
 @functools.cache

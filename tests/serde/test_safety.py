@@ -9,13 +9,13 @@ from pathlib import Path
 import msgspec
 import pytest
 import torch
-from tests import zoo
 
 import serde
 from serde.archive import read_archive, write_archive
 from serde.archive.artifact import read_artifact, write_artifact
 from serde.core import schema, wire
 from serde.errors import MalformedArtifactError, UnsafeArtifactError
+from tests import zoo
 
 
 @functools.cache

@@ -6,13 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import zoo
-
 import serde
 from serde.archive import read_archive
 from serde.bridge.bundle import load_tree
 from serde.core import wire
 from serde.core.version import SCHEMA_VERSION
+from tests import zoo
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"
 

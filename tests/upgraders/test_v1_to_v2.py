@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.serde.test_symbolic import bool_exprs, int_exprs
 
 from serde.archive import read_archive
 from serde.archive.upgrade import load_step, upgrade_documents
@@ -17,6 +16,7 @@ from serde.core import schema, symbolic, wire
 from serde.core.exprs import expr_text
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError, UnsafeArtifactError
+from tests.serde.test_symbolic import bool_exprs, int_exprs
 from upgraders import _v1_text, v1_to_v2
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, entry, patch
-
 from serde.archive import CorruptZipError
+from tests.serde.attacks._attack_kit import Base, entry, patch
 
 ERROR = CorruptZipError
 MATCH = r"byte \d+ \(in the central directory or end record\) differs from what pt2serde writes"

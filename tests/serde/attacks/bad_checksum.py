@@ -3,9 +3,8 @@ the manifest's own CRC-32 was fixed to match the edit)."""
 
 from __future__ import annotations
 
-from _attack_kit import Base, entry, fix_crc, patch
-
 from serde.archive import ChecksumMismatchError
+from tests.serde.attacks._attack_kit import Base, entry, fix_crc, patch
 
 ERROR = ChecksumMismatchError
 MATCH = r"member 'program\.json' is corrupt: its sha256 is [0-9a-f]{64}, but manifest\.json records"

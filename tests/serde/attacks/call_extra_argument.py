@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, nodes, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['relu'\]\.inputs\[1\]: torch\.ops\.aten\.relu\.default takes at most 1 positional arguments"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, nodes, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['fc3_linear'\]\.inputs\[2\]: torch\.ops\.aten\.linear\.default has no argument 'scale'"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, nodes, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['fc2_linear'\]\.inputs\[1\]: the arguments do not fit torch\.ops\.aten\.linear\.default: .*'weight'"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from _attack_kit import Base, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"signature\.input_specs\[3\]: a constant_input spec for graph\.inputs\[3\] \(as_tensor\)"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = MalformedArtifactError
 MATCH = r"graph\.nodes\[1\]\.custom: JSON nested too deeply to decode"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = MalformedArtifactError
 MATCH = r"module_call_graph\[0\] \(''\)\.out_spec(\.children\[0\])+: the pytree spec nests deeper than 100 levels"

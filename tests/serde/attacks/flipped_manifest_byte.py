@@ -3,9 +3,8 @@ sha256 covers it (it holds everybody else's)."""
 
 from __future__ import annotations
 
-from _attack_kit import Base, entry, patch
-
 from serde.archive import ChecksumMismatchError
+from tests.serde.attacks._attack_kit import Base, entry, patch
 
 ERROR = ChecksumMismatchError
 MATCH = r"manifest\.json is corrupt: its CRC-32 differs"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, entries, patch
-
 from serde.archive import ChecksumMismatchError
+from tests.serde.attacks._attack_kit import Base, entries, patch
 
 ERROR = ChecksumMismatchError
 MATCH = r"member 'data/[0-9a-f]{64}' is corrupt"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from _attack_kit import Base, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['topk_2'\]\.inputs\[1\]: getitem index 2 does not exist: 'topk' holds 2 values"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from _attack_kit import Base, entries, patch
-
 from serde.archive import CorruptZipError
+from tests.serde.attacks._attack_kit import Base, entries, patch
 
 ERROR = CorruptZipError
 MATCH = r"\d+ unaccounted bytes before it"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, nodes, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['cond'\]\.inputs\[1\]: the branch in inputs\[1\] takes 4 inputs but the call passes 3 operands"

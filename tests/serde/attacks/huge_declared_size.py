@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from _attack_kit import Base, entry, patch
-
 from serde.archive import SizeLimitError
+from tests.serde.attacks._attack_kit import Base, entry, patch
 
 ERROR = SizeLimitError
 MATCH = r"member 'weights\.json' declares 4294967280 bytes, more than the limit of \d+ \(Limits\.max_json_bytes\)"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, manifest_json, raw_zip
-
 from serde.archive import SizeLimitError
+from tests.serde.attacks._attack_kit import Base, manifest_json, raw_zip
 
 ERROR = SizeLimitError
 MATCH = r"declares 1099511627776 members, more than Limits\.max_members"

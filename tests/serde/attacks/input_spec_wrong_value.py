@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"signature\.input_specs\[0\]: describes 'x' but graph\.inputs\[0\] is 'p_fc1_weight'"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from _attack_kit import Base, rewrite_members
-
 from serde.bridge.weights import InvalidBoolError
+from tests.serde.attacks._attack_kit import Base, rewrite_members
 
 ERROR = InvalidBoolError
 MATCH = r"weights\.state_dict\['mask'\]: a bool tensor holds bytes other than 0 and 1"

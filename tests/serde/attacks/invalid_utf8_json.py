@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from _attack_kit import Base, rewrite_program
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = MalformedArtifactError
 MATCH = r"program\.json: invalid UTF-8 at byte \d+"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, manifest_json, raw_zip
-
 from serde.archive import ManifestMismatchError
+from tests.serde.attacks._attack_kit import Base, manifest_json, raw_zip
 
 ERROR = ManifestMismatchError
 MATCH = r"member 'debug\.json' is in the archive but not listed in manifest\.json"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = MalformedArtifactError
 MATCH = r"graph\.tensor_values\['relu'\]: sizes \[s0, -3\], .* do not describe a tensor \(.*negative dimension"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base
-
 from serde.archive import NotAnArchiveError
+from tests.serde.attacks._attack_kit import Base
 
 ERROR = NotAnArchiveError
 MATCH = r"is not a pt2serde archive \(not a zip file\)"

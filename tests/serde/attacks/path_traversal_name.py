@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, manifest_json, raw_zip
-
 from serde.archive import UnsafeMemberNameError
+from tests.serde.attacks._attack_kit import Base, manifest_json, raw_zip
 
 ERROR = UnsafeMemberNameError
 MATCH = r"member name 'data/\.\./\.\./\.\./etc/cron\.d/pwn' could escape"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = MalformedArtifactError
 MATCH = r"range_constraints\['s0'\]: \[64, 2\] is not a valid range: its minimum exceeds its maximum"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, entries, patch
-
 from serde.archive import CorruptZipError
+from tests.serde.attacks._attack_kit import Base, entries, patch
 
 ERROR = CorruptZipError
 MATCH = r"byte \d+ \(in the local header of member '[^']+'\) differs from what pt2serde writes"

@@ -3,9 +3,8 @@ refuse the file, even though the payload's sha256 is right)."""
 
 from __future__ import annotations
 
-from _attack_kit import Base, entries, patch
-
 from serde.archive import CorruptZipError
+from tests.serde.attacks._attack_kit import Base, entries, patch
 
 ERROR = CorruptZipError
 MATCH = r"byte \d+ \(in the local header of member 'data/[0-9a-f]{64}'\) differs from what pt2serde writes"

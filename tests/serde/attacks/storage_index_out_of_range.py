@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.bridge.weights import StorageIndexError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = StorageIndexError
 MATCH = r"weights\.state_dict\['scale'\]: storage index 99 is out of range \(there are \d+ storages\)"

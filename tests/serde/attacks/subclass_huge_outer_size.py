@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.bridge.weights import InvalidTensorViewError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = InvalidTensorViewError
 MATCH = r"weights\.state_dict\['scale'\]: \d+ elements do not fit in int64"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.errors import MalformedArtifactError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = MalformedArtifactError
 MATCH = r"weights\.state_dict\['scale'\]\.subclass\.class_name: class name \"os\.system\('sh'\)\" is not a dotted Python name"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.bridge.weights import TensorOutOfBoundsError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = TensorOutOfBoundsError
 MATCH = r"weights\.state_dict\['emb\.weight'\]: the view .* reaches byte \d+ of storage \d+, which has only \d+ bytes"

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-from _attack_kit import Base, make_base
 
 import serde
 from serde.archive import read_archive
@@ -20,6 +19,7 @@ from serde.bridge.weights import deserialize_weights
 from serde.cli.check import verify
 from serde.core import schema, wire
 from serde.errors import SerializeError
+from tests.serde.attacks._attack_kit import Base, make_base
 
 HERE = Path(__file__).parent
 ATTACKS = sorted(p.stem for p in HERE.glob("*.py") if not p.name.startswith(("_", "test_")))

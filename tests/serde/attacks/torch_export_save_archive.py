@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 
 import torch
-from _attack_kit import Base
 
 from serde.archive import TorchArchiveError
+from tests.serde.attacks._attack_kit import Base
 
 ERROR = TorchArchiveError
 MATCH = r"written by torch\.export\.save.*pt2serde import IN OUT"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"module_call_graph\[0\] \(''\)\.in_spec: the pytree spec holds 2 leaves but the signature has 1"

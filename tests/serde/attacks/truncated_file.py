@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base
-
 from serde.archive import TruncatedArchiveError
+from tests.serde.attacks._attack_kit import Base
 
 ERROR = TruncatedArchiveError
 MATCH = r"truncated"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, manifest_json, raw_zip
-
 from serde.archive import UnknownMemberError
+from tests.serde.attacks._attack_kit import Base, manifest_json, raw_zip
 
 ERROR = UnknownMemberError
 MATCH = r"member name 'run\.py' is not part of the pt2serde format"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.bridge.subclasses import UnknownTensorSubclassError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = UnknownTensorSubclassError
 MATCH = (r"weights\.state_dict\['scale'\]: the tensor subclass 'this\.Zen' is not registered in this process.*"

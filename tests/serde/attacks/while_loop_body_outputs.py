@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, nodes, rewrite_program
-
 from serde.bridge.consistency import InconsistentProgramError
+from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError
 MATCH = r"graph\.nodes\['while_loop'\]\.inputs\[1\]: the loop body returns 1 values, expected 2"

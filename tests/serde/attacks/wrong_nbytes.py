@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _attack_kit import Base, rewrite_weights
-
 from serde.bridge.weights import PayloadSizeError
+from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = PayloadSizeError
 MATCH = r"weights\.storages\[0\]: payload data/[0-9a-f]{64} has \d+ bytes but the storage declares nbytes=\d+"

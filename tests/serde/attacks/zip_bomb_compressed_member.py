@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from _attack_kit import Base, manifest_json, raw_zip
-
 from serde.archive import CompressedMemberError
+from tests.serde.attacks._attack_kit import Base, manifest_json, raw_zip
 
 ERROR = CompressedMemberError
 MATCH = r"member 'data/[0-9a-f]{64}' is compressed \(zip method 8\).*zip bomb"

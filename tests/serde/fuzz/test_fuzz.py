@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from fuzzer import BUGS, campaign, load_seeds, make_case, summarize_bugs
+
+from tests.serde.fuzz.fuzzer import BUGS, campaign, load_seeds, make_case, summarize_bugs
 
 FAST_CASES = 400
 SLOW_CASES = 20_000

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import IntegerTooLargeError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = IntegerTooLargeError
 MATCH = r"tensor_values\['x'\]\.sizes\[0\]: an integer literal's size in bits is 13288, more than Limits\.max_int_bits=128"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import ListTooLongError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = ListTooLongError
 MATCH = r"graph\.nodes\[0\]\.inputs\[3\]: the list length is 1000000, more than Limits\.max_list_len=65536"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import NameTooLongError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = NameTooLongError
 MATCH = r"forward_arg_names\[0\]: the name length is 100000, more than Limits\.max_name_chars=1024"

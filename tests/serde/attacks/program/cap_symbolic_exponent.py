@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import IntegerTooLargeError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = IntegerTooLargeError
 MATCH = r"tensor_values\['x'\]\.sizes\[0\]: the exponent of Pow\(s0, \.\.\.\) is '4611686018427387904', more than Limits\.max_exponent=64"

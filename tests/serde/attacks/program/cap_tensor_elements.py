@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import TensorSizeError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = TensorSizeError
 MATCH = r"graph\.tensor_values\['mul'\]\.sizes: the number of elements is \d+, more than Limits\.max_tensor_elements"

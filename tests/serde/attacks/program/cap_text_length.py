@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import NameTooLongError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = NameTooLongError
 MATCH = r"graph\.nodes\[0\]\.metadata\.stack_trace: the text length is 2097152, more than Limits\.max_text_chars"

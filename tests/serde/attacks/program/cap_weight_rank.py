@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.limits import TensorRankError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = TensorRankError
 MATCH = r"weights\.state_dict\['scale'\]\.sizes: the rank is 1000, more than Limits\.max_tensor_rank=64"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import rename
-
 from serde.core.names import UnsafeNameError
+from tests.serde.attacks.program._program_kit import rename
 
 ERROR = UnsafeNameError
 MATCH = r"module_call_graph\[0\]\.signature\.forward_arg_names\[0\]"

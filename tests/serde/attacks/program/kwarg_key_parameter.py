@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from _program_kit import edit_program
-
 from serde.core.names import UnsafeNameError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = UnsafeNameError
 MATCH = r"module_call_graph\[0\]\.signature\.in_spec\.children\[1\]\.context\[0\]: name .y=open"

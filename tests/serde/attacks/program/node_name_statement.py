@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import rename
-
 from serde.core.names import UnsafeNameError
+from tests.serde.attacks.program._program_kit import rename
 
 ERROR = UnsafeNameError
 MATCH = r"graph\.tensor_values\[.\[open.*is not an ASCII Python identifier"

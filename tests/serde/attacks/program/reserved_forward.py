@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import rename
-
 from serde.core.names import UnsafeNameError
+from tests.serde.attacks.program._program_kit import rename
 
 ERROR = UnsafeNameError
 MATCH = r"weights\.state_dict\['forward'\]: FQN 'forward' uses 'forward', which is reserved"

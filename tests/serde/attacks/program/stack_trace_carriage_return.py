@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from _program_kit import edit_program
-
 from serde.core.names import UnsafeNameError
+from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = UnsafeNameError
 MATCH = r"graph\.nodes\[0\]\.metadata\.stack_trace: text holds the control character '\\r'"

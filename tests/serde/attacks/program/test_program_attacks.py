@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _program_kit import base_artifact, bounded, example
 
 import serde
 from serde import api
 from serde.bridge import program
 from serde.errors import UnsafeArtifactError
+from tests.serde.attacks.program._program_kit import base_artifact, bounded, example
 
 HERE = Path(__file__).parent
 ATTACKS = sorted(p.stem for p in HERE.glob("*.py") if not p.name.startswith(("_", "test_")))
