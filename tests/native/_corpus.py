@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from _native_util import CASES, assert_runs_like_eager, exported, inputs_of
+from tests.native._native_util import CASES, assert_runs_like_eager, exported, inputs_of
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from _native_util import emit_ep
-from _random_programs import IDENTITY, alias_recipes, build
+from tests.native._native_util import emit_ep
+from tests.native._random_programs import IDENTITY, alias_recipes, build
 from hypothesis import assume, given
 from hypothesis import strategies as st
 

@@ -6,7 +6,7 @@ storage of its arguments). Refusals are listed with the words their error must c
 from __future__ import annotations
 
 import pytest
-from _corpus import Case, cases, outcome
+from tests.native._corpus import Case, cases, outcome
 
 _HOP = "is not supported by the native emitter"
 # Emit-time refusals, on purpose. Any other failure (export, save, emit or a run) fails the test.

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.outputs:
         write_outputs(args.outputs, out)
     if timings is not None:
-        from .profile import format_profile, summarize
+        from native.profile import format_profile, summarize
 
         print()
         print(format_profile(summarize(method.program, timings)))
