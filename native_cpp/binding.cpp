@@ -140,6 +140,7 @@ class PyMethod {
   std::optional<std::string> in_spec() const { return m_->program().in_spec; }
   std::optional<std::string> out_spec() const { return m_->program().out_spec; }
   size_t num_outputs() const { return m_->program().outputs.size(); }
+  int64_t arena_bytes() const { return m_->arena_bytes(); }
   size_t num_instructions() const { return m_->program().instructions.size(); }
 
  private:
@@ -172,6 +173,7 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
       .def_property_readonly("in_spec", &PyMethod::in_spec)
       .def_property_readonly("out_spec", &PyMethod::out_spec)
       .def_property_readonly("num_outputs", &PyMethod::num_outputs)
+      .def_property_readonly("arena_bytes", &PyMethod::arena_bytes)
       .def_property_readonly("num_instructions", &PyMethod::num_instructions);
   mod.attr("FORMAT_VERSIONS") = py::make_tuple(pt2n::kMinFormatVersion, pt2n::kMaxFormatVersion);
 }

@@ -42,6 +42,7 @@ class Method {
   std::vector<c10::IValue> run_profiled(std::vector<c10::IValue> leaves, std::vector<std::pair<int64_t, int64_t>>& timings);
 
   const Program& program() const { return lp_.program; }
+  int64_t arena_bytes() const { return arena_.numel(); }  // grows with the runs' sizes (symbolic plans)
   const std::vector<std::pair<std::string, at::Tensor>>& state() const { return state_; }
   std::string describe(size_t pc) const;
   // The user-visible (value, kind) of each input, for binding-side conversions.

@@ -161,6 +161,12 @@ class CppMethod:
         outs, timings = self._m.run_profiled(leaves)
         return (pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs), timings
 
+    @property
+    def arena_bytes(self) -> int:
+        """The arena's current size: symbolic plans are re-packed per run and the arena grows to
+        the largest run so far (never beyond the plan's ``arena_size``)."""
+        return self._m.arena_bytes
+
     def run_flat(self, leaves: Any) -> list:
         """Run on the flattened user inputs; returns the flattened user outputs."""
         return self._m.run_flat(list(leaves))
