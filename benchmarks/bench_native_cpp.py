@@ -34,8 +34,8 @@ def run(model: str, size: int, repeats: int) -> dict:
     import serde
     from native import cpp_engine
     from native.emit import emit
-    from native.verify import decode
     from native.runtime import Method
+    from native.verify import decode
     from serde.archive.artifact import read_artifact
 
     if not cpp_engine.available():

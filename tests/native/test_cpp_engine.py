@@ -25,7 +25,6 @@ from _native_util import CASES, FAST, UNSUPPORTED, assert_same, emit_ep, emitted
 
 from native import container, cpp_engine
 from native import program as P
-from native.memory import plan_memory
 from native.errors import (
     ArenaTooLargeError,
     InputMismatchError,
@@ -33,9 +32,10 @@ from native.errors import (
     NativeRuntimeError,
     NativeVersionError,
 )
+from native.memory import plan_memory
 from native.runtime import Method, load
-from serde.errors import UnsupportedConstructError
 from serde.core.limits import Limits
+from serde.errors import UnsupportedConstructError
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
 
