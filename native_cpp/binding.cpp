@@ -105,6 +105,24 @@ class PyMethod {
     return res;
   }
 
+  // (outputs, [(instruction index, nanoseconds), ...]) for native.profile.summarize.
+  py::tuple run_profiled(const py::sequence& leaves) {
+    std::vector<IValue> in;
+    in.reserve(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
+    std::vector<IValue> out;
+    std::vector<std::pair<int64_t, int64_t>> timings;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      out = guarded([&] { return m_->run_profiled(std::move(in), timings); });
+    }
+    py::list res, prof;
+    for (const IValue& v : out) res.append(to_py(v));
+    for (const auto& [pc, ns] : timings) prof.append(py::make_tuple(pc, ns));
+    return py::make_tuple(res, prof);
+  }
+
   std::pair<double, double> kernel_floor(const py::sequence& leaves, int repeats) {
     std::vector<IValue> in;
     for (size_t i = 0; i < leaves.size(); ++i) in.push_back(to_ivalue(leaves[i], i));
@@ -122,6 +140,7 @@ class PyMethod {
   std::optional<std::string> in_spec() const { return m_->program().in_spec; }
   std::optional<std::string> out_spec() const { return m_->program().out_spec; }
   size_t num_outputs() const { return m_->program().outputs.size(); }
+  int64_t arena_bytes() const { return m_->arena_bytes(); }
   size_t num_instructions() const { return m_->program().instructions.size(); }
 
  private:
@@ -138,7 +157,7 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
       if (p) std::rethrow_exception(p);
     } catch (const PyError& e) {
       static const char* names[] = {"NativeFormatError", "NativeVersionError", "ArenaTooLargeError",
-                                    "InputMismatchError", "NativeRuntimeError"};
+                                    "InputMismatchError", "NativeRuntimeError", "ArenaAliasError"};
       py::object cls = py::module_::import("native.errors").attr(names[int(e.kind)]);
       PyErr_SetString(cls.ptr(), e.what());
     }
@@ -148,11 +167,13 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
            py::arg("what"), py::arg("arena"), py::arg("max_loop_iterations"), py::arg("verify"),
            py::arg("max_arena_bytes"))
       .def("run_flat", &PyMethod::run_flat)
+      .def("run_profiled", &PyMethod::run_profiled)
       .def("state_dict", &PyMethod::state_dict)
       .def("kernel_floor", &PyMethod::kernel_floor)
       .def_property_readonly("in_spec", &PyMethod::in_spec)
       .def_property_readonly("out_spec", &PyMethod::out_spec)
       .def_property_readonly("num_outputs", &PyMethod::num_outputs)
+      .def_property_readonly("arena_bytes", &PyMethod::arena_bytes)
       .def_property_readonly("num_instructions", &PyMethod::num_instructions);
   mod.attr("FORMAT_VERSIONS") = py::make_tuple(pt2n::kMinFormatVersion, pt2n::kMaxFormatVersion);
 }

@@ -27,6 +27,7 @@ const char* kind_name(pt2n::ErrorKind k) {
     case pt2n::ErrorKind::ArenaTooLarge: return "ArenaTooLargeError";
     case pt2n::ErrorKind::InputMismatch: return "InputMismatchError";
     case pt2n::ErrorKind::Runtime: return "NativeRuntimeError";
+    case pt2n::ErrorKind::ArenaAlias: return "ArenaAliasError";
   }
   return "Error";
 }

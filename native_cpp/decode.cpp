@@ -234,7 +234,10 @@ void program_field(const Ctx& c, Program& p, const std::string& key, const objec
     if (f.has(1)) mp.naive_size = as_int(c, f[1], f.at(1));
     if (f.has(2)) mp.allocations = list_of(c, f[2], f.at(2), [&](const object& x, const std::string& ww) {
       Fields a(c, x, ww, 3);
-      return Allocation{as_int(c, a[0], a.at(0)), as_int(c, a[1], a.at(1)), as_int(c, a[2], a.at(2))};
+      Allocation al{as_int(c, a[0], a.at(0)), as_int(c, a[1], a.at(1)), as_int(c, a[2], a.at(2))};
+      if (a.has(3)) al.start = as_int(c, a[3], a.at(3));
+      if (a.has(4)) al.end = as_int(c, a[4], a.at(4));
+      return al;
     });
     if (f.has(3)) mp.unplanned = as_int(c, f[3], f.at(3));
   } else if (key == "in_spec") p.in_spec = opt_str(c, v, w);
@@ -242,6 +245,13 @@ void program_field(const Ctx& c, Program& p, const std::string& key, const objec
   else if (key == "guards") p.guards = ints(c, v, w);
   else if (key == "guard_texts") p.guard_texts = L([&](const object& x, const std::string& ww) { return as_str(c, x, ww); });
   else if (key == "torch_version") p.torch_version = as_str(c, v, w);
+  else if (key == "debug_handles") p.debug_handles = L([&](const object& x, const std::string& ww) {
+    Fields f(c, x, ww, 2);
+    DebugHandle h{as_str(c, f[0], f.at(0)), as_str(c, f[1], f.at(1)), ""};
+    if (f.has(2)) h.module = as_str(c, f[2], f.at(2));
+    return h;
+  });
+  else if (key == "instruction_handles") p.instruction_handles = ints(c, v, w);
   // any other key: a field of a newer minor format, ignored
 }
 }  // namespace

@@ -10,9 +10,11 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 namespace pt2n {
 
@@ -204,8 +206,14 @@ Method::Method(Loaded loaded, Options opts) : lp_(std::move(loaded)), opts_(opts
     state_.emplace_back(s.name, t);
   }
   if (opts_.arena)
-    for (const Allocation& a : p.memory_plan.allocations) alloc_[a.value] = &a;
-  arena_ = at::empty({opts_.arena ? p.memory_plan.arena_size : 0}, at::TensorOptions().dtype(at::kByte));
+    for (size_t k = 0; k < p.memory_plan.allocations.size(); ++k) alloc_[p.memory_plan.allocations[k].value] = k;
+  // Symbolic slots are re-packed for each run's sizes (replan); fixed ones use the stored offsets.
+  for (const auto& [v, k] : alloc_) dynamic_plan_ = dynamic_plan_ || symbolic(p.values[size_t(v)]);
+  plans_.emplace_back();
+  for (const Allocation& a : p.memory_plan.allocations) plans_[0].offsets.push_back(a.offset);
+  plans_[0].size = p.memory_plan.arena_size;
+  cur_ = &plans_[0];
+  arena_ = at::empty({opts_.arena && !dynamic_plan_ ? p.memory_plan.arena_size : 0}, at::TensorOptions().dtype(at::kByte));
   if (p.in_spec.has_value() != p.out_spec.has_value())
     fail(ErrorKind::Format, "native program: it has an in_spec or an out_spec but not both; the emitter writes both "
                             "or neither, so the file is damaged");
@@ -244,6 +252,7 @@ void Method::prepare() {
       fail(ErrorKind::Runtime, "operators[" + std::to_string(i) + "]: operator " + op.name + "." + op.overload +
                                    " is not registered in this process; load the library that defines it before loading the program");
   }
+  if (!alloc_.empty()) check_aliases(handles);
   for (size_t pc = 0; pc < p.instructions.size(); ++pc) {
     const Instruction& ins = p.instructions[pc];
     Step s;
@@ -254,8 +263,13 @@ void Method::prepare() {
       const KernelCall& k = ins.k;
       s.outs = k.outs;
       s.prim = prims[size_t(k.op)];
-      bool out_variant = opts_.arena && k.out_op >= 0 && !s.prim && handles[size_t(k.out_op)] && !k.outs.empty();
+      // out= exactly when every output has a slot (memory.out_calls): the plan's lifetimes
+      // assume it, so a call that could not run out= is refused rather than run functionally.
+      bool out_variant = opts_.arena && k.out_op >= 0 && !k.outs.empty();
       for (int64_t o : k.outs) out_variant = out_variant && alloc_.count(o);
+      if (out_variant && (s.prim || !handles[size_t(k.out_op)]))
+        fail(ErrorKind::Format, "native program: instructions[" + std::to_string(pc) + "]: its outputs have arena slots "
+                                "but its out= variant is not a torch operator; the file is damaged");
       const c10::FunctionSchema* schema = nullptr;
       if (!s.prim) {
         s.use_out = out_variant;
@@ -319,24 +333,120 @@ void Method::prepare() {
         }
       }
       s.simple_store = k.outs.size() == 1 && k.outs[0] >= 0 && p.values[size_t(k.outs[0])].kind != VK::List;
+      if (!alloc_.empty() && !s.prim && !s.use_out) {
+        // Results the operator declares fresh must not be arena memory (the plan reuses it).
+        const auto& aliases = p.operators[size_t(k.op)].returns_alias;
+        for (size_t j = 0; j < k.outs.size(); ++j) {
+          if (k.outs[j] < 0 || (j < aliases.size() && !aliases[j].empty())) continue;
+          std::vector<int64_t> w{k.outs[j]};
+          while (!w.empty()) {
+            int64_t v = w.back();
+            w.pop_back();
+            const Value& m = p.values[size_t(v)];
+            if (m.kind == VK::List) w.insert(w.end(), m.ints.begin(), m.ints.end());
+            else if (m.kind == VK::Tensor) s.fresh.push_back(v);
+          }
+        }
+      }
     }
     code_.push_back(std::move(s));
   }
 }
 
+namespace {
+// A string as Python's repr() shows it, so messages match the Python runtime's.
+std::string py_repr(const std::string& s) {
+  char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  std::string out(1, q);
+  for (char ch : s) {
+    if (ch == '\\' || ch == q) out += '\\';
+    if (ch == '\n') { out += "\\n"; continue; }
+    if (ch == '\t') { out += "\\t"; continue; }
+    out += ch;
+  }
+  return out + q;
+}
+}  // namespace
+
+namespace {
+// memory planning's alias sets of one return: the arguments sharing one of its alias sets (a list
+// return keeps its set on the element type: then every annotated argument), like kernels.py.
+std::set<int64_t> declared_aliases(const c10::FunctionSchema& s, const c10::Argument& r) {
+  std::set<int64_t> out;
+  const c10::AliasInfo* ri = r.alias_info();
+  if (!ri) return out;
+  auto sets = [](const c10::AliasInfo* i) {
+    std::set<std::string> x;
+    if (i) {
+      for (const auto& y : i->beforeSets()) x.insert(y.toQualString());
+      for (const auto& y : i->afterSets()) x.insert(y.toQualString());
+    }
+    return x;
+  };
+  std::set<std::string> rs = sets(ri);
+  for (size_t k = 0; k < s.arguments().size(); ++k) {
+    std::set<std::string> as = sets(s.arguments()[k].alias_info());
+    bool hit = rs.empty() ? !as.empty() : std::any_of(as.begin(), as.end(), [&](const std::string& a) { return rs.count(a) > 0; });
+    if (hit) out.insert(int64_t(k));
+  }
+  return out;
+}
+}  // namespace
+
+void Method::check_aliases(const std::vector<std::optional<c10::OperatorHandle>>& handles) const {
+  // native.runtime._check_aliases: a plan built on fewer aliases than this process's kernels may
+  // produce could hand live memory to another tensor. Composite-implicit kernels and _unsafe_view
+  // may return any tensor argument (kernels.actual_aliases).
+  const Program& p = lp_.program;
+  std::vector<char> called(p.operators.size(), 0);
+  for (const Instruction& ins : p.instructions) if (ins.kind == IK::Kernel) called[size_t(ins.k.op)] = 1;
+  for (size_t i = 0; i < p.operators.size(); ++i) {
+    if (!called[i] || !handles[i]) continue;
+    const Operator& op = p.operators[i];
+    const c10::FunctionSchema& s = handles[i]->schema();
+    bool any_tensor = op.name == "aten::_unsafe_view" ||
+                      handles[i]->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    for (size_t j = 0; j < s.returns().size(); ++j) {
+      std::set<int64_t> may = declared_aliases(s, s.returns()[j]);
+      if (any_tensor && s.returns()[j].real_type()->str().find("Tensor") != std::string::npos)
+        for (size_t k = 0; k < s.arguments().size(); ++k)
+          if (s.arguments()[k].real_type()->str().find("Tensor") != std::string::npos) may.insert(int64_t(k));
+      std::set<int64_t> have;
+      if (j < op.returns_alias.size()) have.insert(op.returns_alias[j].begin(), op.returns_alias[j].end());
+      if (std::includes(have.begin(), have.end(), may.begin(), may.end())) continue;
+      auto list = [](const std::set<int64_t>& x) {
+        std::string o = "[";
+        for (int64_t v : x) o += (o.size() > 1 ? ", " : "") + std::to_string(v);
+        return o + "]";
+      };
+      fail(ErrorKind::Format, "native program: operators[" + std::to_string(i) + "] (" + op.name + "." + op.overload +
+                                  "): return " + std::to_string(j) + " may share storage with arguments " + list(may) +
+                                  " in this process's kernels, but the file declares " + list(have) +
+                                  "; its memory plan could reuse live memory. Re-emit the program with this torch "
+                                  "version, or run it with arena=False");
+    }
+  }
+}
+
 std::string Method::describe(size_t pc) const {
-  const Instruction& ins = lp_.program.instructions[pc];
+  const Program& p = lp_.program;
+  const Instruction& ins = p.instructions[pc];
+  std::string what;
   switch (ins.kind) {
     case IK::Kernel: {
-      const Operator& op = lp_.program.operators[size_t(ins.k.op)];
-      return op.name + "." + op.overload;
+      const Operator& op = p.operators[size_t(ins.k.op)];
+      what = op.name + "." + op.overload;
+      break;
     }
-    case IK::Move: return "MoveCall";
-    case IK::JumpFalse: return "JumpFalseCall";
-    case IK::Free: return "FreeCall";
-    case IK::Alloc: return "AllocCall";
+    case IK::Move: what = "MoveCall"; break;
+    case IK::JumpFalse: what = "JumpFalseCall"; break;
+    case IK::Free: what = "FreeCall"; break;
+    case IK::Alloc: what = "AllocCall"; break;
   }
-  return "?";
+  int64_t h = pc < p.instruction_handles.size() ? p.instruction_handles[pc] : -1;
+  if (h < 0) return what;
+  const DebugHandle& d = p.debug_handles[size_t(h)];
+  return what + ", node " + py_repr(d.node) + (d.module.empty() ? "" : " in module " + py_repr(d.module));
 }
 
 std::optional<int64_t> Method::try_eval(int64_t k) {
@@ -376,7 +486,7 @@ at::Tensor Method::new_tensor(int64_t value) {
   auto dtype = *to_scalar_type(t.dtype);
   auto it = alloc_.find(value);
   if (it == alloc_.end()) return at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
-  const Allocation& a = *it->second;
+  const Allocation& a = lp_.program.memory_plan.allocations[it->second];
   int64_t isz = int64_t(itemsize(t.dtype));
   __int128 span = 0;
   bool empty = false;
@@ -388,19 +498,70 @@ at::Tensor Method::new_tensor(int64_t value) {
   if (span * isz > a.nbytes)
     fail(ErrorKind::Runtime, "value " + std::to_string(value) + " needs more bytes than its arena slot has (" +
                                  std::to_string(a.nbytes) + "); the program's size bounds are wrong");
-  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(arena_.storage(), a.offset / isz + offset, sizes, strides);
+  return at::empty({0}, at::TensorOptions().dtype(dtype))
+      .set_(arena_.storage(), cur_->offsets[it->second] / isz + offset, sizes, strides);
 }
 
 at::Tensor Method::arena_view(int64_t value) {
-  auto it = static_views_.find(value);
-  if (it != static_views_.end()) return it->second;
-  at::Tensor t = new_tensor(value);
-  const Value& m = lp_.program.values[size_t(value)];
-  bool st = !m.storage_offset.sym;
-  for (auto& d : m.sizes) st = st && !d.sym;
-  for (auto& d : m.strides) st = st && !d.sym;
-  if (st) static_views_[value] = t;
-  return t;
+  // One view per value and plan: a plan is one set of symbol values, so its views never change.
+  auto& views = cur_->views;
+  auto it = views.find(value);
+  if (it != views.end()) return it->second;
+  return views[value] = new_tensor(value);
+}
+
+bool Method::symbolic(const Value& m) {
+  bool sym = m.storage_offset.sym;
+  for (auto& d : m.sizes) sym = sym || d.sym;
+  for (auto& d : m.strides) sym = sym || d.sym;
+  return sym;
+}
+
+int64_t Method::span_bytes(int64_t value) {
+  const Value& t = lp_.program.values[size_t(value)];
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+  dims(t, sizes, strides, offset);
+  for (int64_t x : sizes) if (x == 0) return 0;
+  __int128 span = __int128(offset) + 1;
+  for (size_t k = 0; k < sizes.size(); ++k) span += __int128(sizes[k] - 1) * strides[k];
+  span *= int64_t(itemsize(t.dtype));
+  return span > INT64_MAX ? INT64_MAX : int64_t(span);
+}
+
+void Method::replan() {
+  // memory.pack over this run's sizes in the plan's order; when first-fit does worse than the
+  // stored plan (it is not monotone), the stored offsets, valid for every allowed size, are kept.
+  auto found = plan_index_.find(syms_);
+  if (found == plan_index_.end()) {
+    const auto& allocs = lp_.program.memory_plan.allocations;
+    if (order_.empty()) {
+      for (size_t k = 0; k < allocs.size(); ++k) order_.push_back(k);
+      std::sort(order_.begin(), order_.end(), [&](size_t x, size_t y) {
+        return std::make_tuple(-allocs[x].nbytes, allocs[x].start, allocs[x].value) <
+               std::make_tuple(-allocs[y].nbytes, allocs[y].start, allocs[y].value);
+      });
+    }
+    std::vector<PackItem> items;
+    for (size_t k : order_) items.push_back({span_bytes(allocs[k].value), allocs[k].start, allocs[k].end});
+    auto [offs, size] = pack(items);
+    Plan plan;
+    if (size > lp_.program.memory_plan.arena_size) {
+      plan = plans_[0];
+      plan.views.clear();
+    } else {
+      plan.offsets.assign(allocs.size(), 0);
+      for (size_t j = 0; j < order_.size(); ++j) plan.offsets[order_[j]] = offs[j];
+      plan.size = size;
+    }
+    plans_.push_back(std::move(plan));
+    found = plan_index_.emplace(syms_, plans_.size() - 1).first;
+  }
+  cur_ = &plans_[found->second];
+  if (cur_->size > arena_.numel()) {
+    arena_ = at::empty({cur_->size}, at::TensorOptions().dtype(at::kByte));
+    for (Plan& other : plans_) other.views.clear();  // they view the old arena
+  }
 }
 
 IValue Method::read(const std::vector<IValue>& values, int64_t i) const {
@@ -538,6 +699,8 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   const Program& p = lp_.program;
   std::vector<IValue> values(initial_);
   bind(values, leaves);
+  if (dynamic_plan_) replan();
+  using clock = std::chrono::steady_clock;
   c10::AutoGradMode no_grad(false);
   // As no_grad, and cheaper: kernels dispatch straight past the autograd layer (nothing here
   // records a graph); view and version tracking (ADInplaceOrView) still run.
@@ -548,6 +711,9 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   try {
     while (pc < n) {
       Step& s = code_[pc];
+      const size_t pc0 = pc;
+      clock::time_point t0;
+      if (timings_) t0 = clock::now();
       switch (s.kind) {
         case IK::Kernel: {
           stack.clear();
@@ -590,6 +756,7 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
               for (size_t k = 0; k < s.outs.size(); ++k) store(values, s.outs[k], std::move(stack[k]), pc);
             }
           }
+          if (!s.fresh.empty()) check_fresh(values, s, pc);
           ++pc;
           break;
         }
@@ -621,6 +788,9 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
           ++pc;
           break;
       }
+      if (timings_)
+        timings_->emplace_back(int64_t(pc0),
+                               std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
     }
   } catch (const Error& e) {
     if (e.kind == ErrorKind::Runtime && std::string(e.what()).rfind("instruction ", 0) != 0)
@@ -636,6 +806,34 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   outs.reserve(p.outputs.size());
   for (int64_t o : p.outputs) outs.push_back(values[size_t(o)]);
   return outs;
+}
+
+void Method::check_fresh(const std::vector<IValue>& values, const Step& s, size_t pc) const {
+  const auto* lo = static_cast<const uint8_t*>(arena_.data_ptr());
+  const auto* hi = lo + arena_.numel();
+  for (int64_t o : s.fresh) {
+    const IValue& v = values[size_t(o)];
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.numel()) continue;
+    const auto* ptr = static_cast<const uint8_t*>(t.data_ptr());
+    if (lo <= ptr && ptr < hi)
+      fail(ErrorKind::ArenaAlias, "instruction " + std::to_string(pc) + " (" + describe(pc) + "): the kernel returned "
+                                  "arena memory (value " + std::to_string(o) + ") although its operator declares a fresh "
+                                  "result; the plan would reuse that memory while the value is alive. Run with arena=False");
+  }
+}
+
+std::vector<IValue> Method::run_profiled(std::vector<IValue> leaves, std::vector<std::pair<int64_t, int64_t>>& timings) {
+  timings_ = &timings;
+  try {
+    auto out = run_flat(std::move(leaves));
+    timings_ = nullptr;
+    return out;
+  } catch (...) {
+    timings_ = nullptr;
+    throw;
+  }
 }
 
 std::pair<double, double> Method::kernel_floor(std::vector<IValue> leaves, int repeats) {

@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include <deque>
 #include <functional>
 #include <map>
 
@@ -36,7 +37,12 @@ class Method {
   // own overhead (clock reads included, so it is an upper bound).
   std::pair<double, double> kernel_floor(std::vector<c10::IValue> leaves, int repeats);
 
+  // run_flat, also filling `timings` with (instruction index, nanoseconds) per executed
+  // instruction (native.profile.summarize maps them to nodes and modules).
+  std::vector<c10::IValue> run_profiled(std::vector<c10::IValue> leaves, std::vector<std::pair<int64_t, int64_t>>& timings);
+
   const Program& program() const { return lp_.program; }
+  int64_t arena_bytes() const { return arena_.numel(); }  // grows with the runs' sizes (symbolic plans)
   const std::vector<std::pair<std::string, at::Tensor>>& state() const { return state_; }
   std::string describe(size_t pc) const;
   // The user-visible (value, kind) of each input, for binding-side conversions.
@@ -59,6 +65,7 @@ class Method {
     std::vector<int> out_slots;  // out variant: position of each out tensor among the pushed arguments
     std::vector<char> out_static;
     bool use_out = false, simple_store = false;
+    std::vector<int64_t> fresh;  // arena mode, run functionally: tensor results declared fresh
   };
 
  private:
@@ -71,14 +78,27 @@ class Method {
   c10::IValue read(const std::vector<c10::IValue>& values, int64_t i) const;
   void store(std::vector<c10::IValue>& values, int64_t o, c10::IValue r, size_t pc);
   void prepare();
+  void check_aliases(const std::vector<std::optional<c10::OperatorHandle>>& handles) const;
+  void check_fresh(const std::vector<c10::IValue>& values, const Step& s, size_t pc) const;
+  static bool symbolic(const Value& m);
+  int64_t span_bytes(int64_t value);
+  void replan();
+
+  // Slot offsets for one set of symbol values (plans_[0]: the stored plan).
+  struct Plan { std::vector<int64_t> offsets; int64_t size = 0; std::map<int64_t, at::Tensor> views; };
 
   Loaded lp_;
   Options opts_;
   at::Tensor segment_, arena_;
   std::vector<c10::IValue> initial_;
   std::vector<std::pair<std::string, at::Tensor>> state_;
-  std::map<int64_t, const Allocation*> alloc_;
-  std::map<int64_t, at::Tensor> static_views_;
+  std::map<int64_t, size_t> alloc_;  // value -> index into memory_plan.allocations (arena mode)
+  bool dynamic_plan_ = false;
+  std::deque<Plan> plans_;  // a deque: cur_ stays valid as plans are added
+  std::map<std::vector<std::optional<int64_t>>, size_t> plan_index_;
+  std::vector<size_t> order_;  // allocations by (-nbytes, start, value), memory.pack's order
+  Plan* cur_ = nullptr;
+  std::vector<std::pair<int64_t, int64_t>>* timings_ = nullptr;
   std::vector<Step> code_;
   std::vector<std::optional<int64_t>> syms_;
   std::vector<std::optional<int64_t>> expr_cache_;

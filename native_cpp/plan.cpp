@@ -104,8 +104,80 @@ struct UF {
 }
 }  // namespace
 
+std::vector<char> out_calls(const Program& p) {
+  std::set<int64_t> planned;
+  for (const Allocation& a : p.memory_plan.allocations) planned.insert(a.value);
+  std::vector<char> runs(p.instructions.size(), 0);
+  for (size_t pos = 0; pos < p.instructions.size(); ++pos) {
+    const Instruction& ins = p.instructions[pos];
+    if (ins.kind != IK::Kernel || ins.k.out_op < 0 || ins.k.outs.empty()) continue;
+    bool all = true;
+    for (int64_t o : ins.k.outs) all = all && planned.count(o);
+    runs[pos] = all;
+  }
+  return runs;
+}
+
+std::pair<std::vector<int64_t>, int64_t> pack(const std::vector<PackItem>& items) {
+  constexpr int64_t kBucket = 64;  // instructions per time bucket, as memory.pack
+  struct Blk { int64_t off, size, s, e; };
+  std::vector<Blk> blocks;
+  std::map<int64_t, std::vector<size_t>> buckets;
+  std::vector<int64_t> offsets;
+  offsets.reserve(items.size());
+  int64_t arena = 0;
+  std::vector<size_t> busy;
+  std::vector<char> seen;
+  for (const PackItem& it : items) {
+    int64_t size = (it.nbytes + int64_t(kAlign) - 1) / int64_t(kAlign) * int64_t(kAlign);
+    busy.clear();
+    seen.assign(blocks.size(), 0);
+    for (int64_t b = it.start / kBucket; b <= it.end / kBucket; ++b) {
+      auto f = buckets.find(b);
+      if (f == buckets.end()) continue;
+      for (size_t k : f->second) {
+        const Blk& x = blocks[k];
+        if (x.s <= it.end && it.start <= x.e && !seen[k]) { seen[k] = 1; busy.push_back(k); }
+      }
+    }
+    std::sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
+      return std::tie(blocks[a].off, blocks[a].size) < std::tie(blocks[b].off, blocks[b].size);
+    });
+    int64_t off = 0;
+    for (size_t k : busy) {
+      if (off + size <= blocks[k].off) break;
+      off = std::max(off, blocks[k].off + blocks[k].size);
+    }
+    blocks.push_back({off, size, it.start, it.end});
+    for (int64_t b = it.start / kBucket; b <= it.end / kBucket; ++b) buckets[b].push_back(blocks.size() - 1);
+    offsets.push_back(off);
+    arena = std::max(arena, off + size);
+  }
+  return {offsets, arena};
+}
+
 void verify_plan(const Program& p, const std::string& what) {
   const size_t nv = p.values.size(), n = p.instructions.size();
+  // A call runs out= exactly when every output has a slot; slots on a call that cannot run out=
+  // (or on only some of its outputs) would never be written.
+  {
+    std::set<int64_t> planned;
+    for (const Allocation& a : p.memory_plan.allocations) planned.insert(a.value);
+    for (size_t pos = 0; pos < n; ++pos) {
+      const Instruction& ins = p.instructions[pos];
+      if (ins.kind != IK::Kernel) continue;
+      std::string got;
+      size_t count = 0;
+      for (int64_t o : ins.k.outs)
+        if (planned.count(o)) { got += (count++ ? ", " : "") + std::to_string(o); }
+      if (count && (ins.k.out_op < 0 || count != ins.k.outs.size()))
+        plan_error(what, "instructions[" + std::to_string(pos) + "]: values [" + got + "] have arena slots but the "
+                         "call does not run an out= variant writing all of its outputs, so nothing would write them");
+    }
+  }
+  // Results of calls run functionally share storage with the arguments their operator lists;
+  // an out= call writes fresh memory.
+  const std::vector<char> runs_out = out_calls(p);
   UF uf(nv);
   std::vector<size_t> first(nv, n);
   std::vector<int64_t> last(nv, -1);
@@ -152,7 +224,7 @@ void verify_plan(const Program& p, const std::string& what) {
           any = true;
           all_tensors = all_tensors && p.values[size_t(o)].kind == VK::Tensor;
           touch(o, pos);
-          if (j < aliases.size())
+          if (j < aliases.size() && !runs_out[pos])
             for (int64_t a : aliases[j]) if (a < int64_t(k.args.size())) join(k.args[size_t(a)], o);
         }
         if (k.out_op >= 0 && any && all_tensors)
@@ -205,6 +277,9 @@ void verify_plan(const Program& p, const std::string& what) {
     if (!plannable)
       plan_error(what, slot + ": the value is not a fresh intermediate outside loops (inputs, state, outputs and loop "
                               "bodies are never planned)");
+    if (a.start != lo || a.end != hi)
+      plan_error(what, slot + ": lifetime " + std::to_string(a.start) + ".." + std::to_string(a.end) +
+                           " differs from the derived " + std::to_string(lo) + ".." + std::to_string(hi));
     // The tensor's upper bound in bytes.
     const Value& t = p.values[size_t(a.value)];
     bool bounded = true;

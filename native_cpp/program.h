@@ -15,14 +15,14 @@
 namespace pt2n {
 
 constexpr char kMagic[9] = "PT2SNATV";
-constexpr uint32_t kMinFormatVersion = 2;
-constexpr uint32_t kMaxFormatVersion = 2;
+constexpr uint32_t kMinFormatVersion = 3;
+constexpr uint32_t kMaxFormatVersion = 3;
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kDefaultMaxArenaBytes = uint64_t(1) << 36;  // serde.core.limits.Limits.max_arena_bytes
 constexpr uint64_t kMaxHeaderBytes = uint64_t(1) << 31;
 
 // The error kinds mirror src/native/errors.py; the binding maps each onto its Python class.
-enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime };
+enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime, ArenaAlias };
 
 struct Error : std::runtime_error {
   ErrorKind kind;
@@ -76,7 +76,8 @@ struct Symbol {
 };
 struct Input { std::string name; int64_t value; bool constant = false; };
 struct State { std::string name, kind; int64_t value; bool mutable_ = false; };
-struct Allocation { int64_t value, offset, nbytes; };
+struct Allocation { int64_t value, offset, nbytes, start = 0, end = 0; };  // start/end: first and last live instruction
+struct DebugHandle { std::string node, op, module; };  // canonical node name, its target, nn_module_stack path
 struct MemoryPlan { int64_t arena_size = 0, naive_size = 0, unplanned = 0; std::vector<Allocation> allocations; };
 
 struct Program {
@@ -95,6 +96,8 @@ struct Program {
   std::vector<int64_t> guards;
   std::vector<std::string> guard_texts;
   std::string torch_version;
+  std::vector<DebugHandle> debug_handles;
+  std::vector<int64_t> instruction_handles;  // per instruction: index into debug_handles, or -1
 };
 
 struct Limits { uint64_t max_arena_bytes = kDefaultMaxArenaBytes; };
@@ -133,6 +136,12 @@ size_t itemsize(int64_t scalar_type);  // 0: unknown scalar type
 
 // plan.cpp: the memory plan's lifetime proof (src/native/memory.py verify_plan).
 void verify_plan(const Program& p, const std::string& what);
+// The instructions the runtime runs out=: every output has an arena slot (memory.out_calls).
+std::vector<char> out_calls(const Program& p);
+// memory.pack: first-fit of (nbytes, start, end) in the given order, each at the lowest 64-byte
+// aligned offset free over its whole lifetime. Returns the offsets and the arena size.
+struct PackItem { int64_t nbytes, start, end; };
+std::pair<std::vector<int64_t>, int64_t> pack(const std::vector<PackItem>& items);
 
 // Boxed lists nest at most this deep, so every walk over them is bounded (a C++ limit: the
 // emitter nests two or three levels).

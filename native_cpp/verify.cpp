@@ -180,6 +180,17 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
     if (t.kind != VK::Tensor || t.data < 0) v.bad(where, "state must be a tensor backed by a constant");
     if (s.kind != "parameter" && s.kind != "buffer" && s.kind != "constant") v.bad(where, "unknown kind '" + s.kind + "'");
   }
+  // debug handles: one per instruction, each -1 or an index into debug_handles
+  if (p.instruction_handles.size() != p.instructions.size())
+    v.bad("instruction_handles", std::to_string(p.instruction_handles.size()) + " handles for " +
+                                     std::to_string(p.instructions.size()) + " instructions");
+  for (size_t i = 0; i < p.instruction_handles.size(); ++i) {
+    int64_t h = p.instruction_handles[i];
+    if (h < -1 || h >= int64_t(p.debug_handles.size()))
+      v.bad("instruction_handles[" + std::to_string(i) + "]", "handle " + std::to_string(h) +
+                                                                 " is out of range (there are " +
+                                                                 std::to_string(p.debug_handles.size()) + ")");
+  }
   // memory plan: bounds here; the runtime also checks each view against its slot
   const MemoryPlan& mp = p.memory_plan;
   if (mp.arena_size < 0 || uint64_t(mp.arena_size) > limits.max_arena_bytes)

@@ -113,6 +113,7 @@ class CppMethod:
         self.max_loop_iterations = max_loop_iterations
         self.use_arena = arena
         self._m = ext.Method(data, what, arena, max_loop_iterations, verify, limits.max_arena_bytes)
+        self._data, self._what, self._program = data, what, None
         self._in_spec = self._out_spec = None
         in_spec, out_spec = self._m.in_spec, self._m.out_spec
         if in_spec is not None:
@@ -139,6 +140,32 @@ class CppMethod:
                                      "call it with the same (args, kwargs) structure it was exported with")
         outs = self._m.run_flat(leaves)
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs
+
+    @property
+    def program(self) -> P.Program:
+        """The program as Python structs (decoded on first use, for :mod:`native.profile`)."""
+        if self._program is None:
+            from .verify import decode
+
+            self._program = decode(self._data, what=self._what, verify=False).program
+        return self._program
+
+    def run_profiled(self, *args: Any, **kwargs: Any) -> tuple[Any, list[tuple[int, int]]]:
+        """:meth:`run`, also returning (instruction index, nanoseconds) per executed instruction,
+        timed in C++. Summarize with :func:`native.profile.summarize`."""
+        import torch.utils._pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise InputMismatchError(f"the inputs have structure {spec} but the program takes {self._in_spec}")
+        outs, timings = self._m.run_profiled(leaves)
+        return (pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs), timings
+
+    @property
+    def arena_bytes(self) -> int:
+        """The arena's current size: symbolic plans are re-packed per run and the arena grows to
+        the largest run so far (never beyond the plan's ``arena_size``)."""
+        return self._m.arena_bytes
 
     def run_flat(self, leaves: Any) -> list:
         """Run on the flattened user inputs; returns the flattened user outputs."""

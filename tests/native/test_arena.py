@@ -20,6 +20,7 @@ from tests.native._random_programs import IDENTITY, alias_recipes, build
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from native import cpp_engine
 from native import program as P
 from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError
 from native.memory import plan_memory, verify_plan
@@ -50,6 +51,8 @@ def _all_engines_agree(ep: torch.export.ExportedProgram, inputs: list[tuple], *,
     methods = {(arena, check, m): Method(native, arena=arena, check=check, out_min_bytes=m)
                for arena, check, m in ((False, False, 0), (False, True, 0), (True, False, OUT_MIN_BYTES),
                                        (True, False, 0), (True, True, OUT_MIN_BYTES))}
+    if cpp_engine.available():  # the C++ runtime: every planned call out=, same kernels, same bits
+        methods.update({(arena, "cpp", 0): cpp_engine.load(native, arena=arena) for arena in (False, True)})
     for i, args in enumerate(inputs):
         with torch.no_grad():
             want = eager(*copy.deepcopy(args))
@@ -149,6 +152,12 @@ def test_runtime_refuses_a_file_declaring_fewer_aliases_than_its_kernels():
                                                 r"file declares \[\]"):
         Method(trusting, arena=True)
     Method(trusting)  # heap mode does not depend on the declaration
+    if cpp_engine.available():
+        with pytest.raises(NativeFormatError, match=r"operators\[\d+\] \(aten::dropout.default\): return 0 may "
+                                                    r"share storage with arguments \[0\] in this process's kernels, "
+                                                    r"but the file declares \[\]"):
+            cpp_engine.load(trusting, arena=True)
+        cpp_engine.load(trusting)
 
 
 _lib = torch.library.Library("pt2serde_arena_test", "DEF")  # noqa: TOR901 - a kernel that lies about aliasing
@@ -172,6 +181,10 @@ def test_a_kernel_returning_arena_memory_stops_the_run_naming_the_node():
         Method(nat, arena=True, out_min_bytes=0).run(x)
     with pytest.raises(ArenaAliasError, match=r"node 'dropout' in module 'drop'\): value \d+ shares storage"):
         Method(nat, check=True).run(x)
+    if cpp_engine.available():
+        with pytest.raises(ArenaAliasError, match=r"instruction \d+ \(pt2serde_arena_test::passthrough.default, "
+                                                  r"node 'dropout' in module 'drop'\): the kernel returned arena memory"):
+            cpp_engine.load(nat, arena=True).run(x)
 
 
 class _Dynamic(torch.nn.Module):
@@ -198,6 +211,12 @@ def test_arena_is_sized_for_the_run_and_bounded_by_the_plan():
         sizes[b] = m._plans[(b,)][1]
     assert sizes[3] < sizes[17] < sizes[512] <= bound
     assert sizes[3] * 50 < bound  # a small batch does not pay for the largest one
+    if cpp_engine.available():  # the same packing in C++: the arena grows to what the runs need
+        cpp = cpp_engine.load(native, arena=True)
+        for b, arena in ((3, sizes[3]), (17, sizes[17]), (512, sizes[512]), (3, sizes[512])):
+            x = torch.randn(b, 8)
+            _bitwise(cpp.run(x), m.run(x), f"C++ batch {b}")
+            assert cpp.arena_bytes == arena, f"batch {b}"
 
 
 def test_every_instruction_carries_its_node_and_module():

@@ -32,6 +32,7 @@ from native.errors import (
     NativeRuntimeError,
     NativeVersionError,
 )
+from native.memory import plan_memory
 from native.runtime import Method, load
 from serde.core.limits import Limits
 from serde.errors import UnsupportedConstructError
@@ -198,6 +199,117 @@ def test_a_failing_kernel_names_the_instruction():
         load(bad, engine="cpp").run(*args, **kwargs)
 
 
+class _Named(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x)).relu()
+
+
+def _named() -> tuple[torch.export.ExportedProgram, P.NativeProgram]:
+    torch.manual_seed(0)
+    ep = torch.export.export(_Named().eval(), (torch.randn(4, 8),))
+    return ep, emit_ep(ep)
+
+
+def test_runtime_errors_name_the_node_and_module_as_the_python_runtime_does():
+    _, native = _named()
+    p = native.program
+    k = next(j for j, i in enumerate(p.instructions)
+             if isinstance(i, P.KernelCall) and p.operators[i.op].name == "aten::linear")
+    ins = list(p.instructions)
+    ins[k] = msgspec.structs.replace(ins[k], args=[len(p.values), *ins[k].args[1:]])  # reads None
+    bad = msgspec.structs.replace(p, values=[*p.values, P.NoneValue()], instructions=ins)
+    bad = P.NativeProgram(msgspec.structs.replace(bad, memory_plan=plan_memory(bad)), native.segment)
+    x = torch.randn(4, 8)
+    prefixes = []
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeRuntimeError) as e:
+            load(bad, engine=engine).run(x)
+        prefixes.append(str(e.value).split(" failed:")[0])
+    assert prefixes[0] == prefixes[1] == f"instruction {k} (aten::linear.default, node 'linear' in module 'fc')"
+
+
+def test_cpp_profile_names_every_executed_instruction():
+    from native.profile import summarize
+
+    ep, native = _named()
+    m = load(native, engine="cpp", arena=True)
+    x = torch.randn(4, 8)
+    out, timings = m.run_profiled(x)
+    assert_bitwise(out, Method(native).run(x), "profiled outputs")
+    assert [pc for pc, _ in timings] == list(range(len(native.program.instructions)))  # straight-line program
+    assert all(ns >= 0 for _, ns in timings)
+    prof = summarize(m.program, timings)
+    assert {r.name for r in prof.nodes} >= {"linear", "dropout", "relu"}
+    assert {r.name for r in prof.modules} >= {"", "fc", "drop"}
+
+
+def test_cli_run_profile_with_the_cpp_engine(tmp_path, capsys):
+    import serde
+    from serde.cli import main
+
+    ep, _ = _named()
+    art, prog = tmp_path / "m.pt2s", tmp_path / "m.pt2n"
+    serde.save(ep, art)
+    assert main(["emit", str(art), str(prog)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(prog), "--inputs", str(art), "--profile", "--arena", "--engine", "cpp"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("output: float32[4, 8]")
+    assert "dropout  (aten.dropout.default in drop)" in printed[printed.index("per node"):printed.index("per module")]
+
+
+def _plan_doc(native: P.NativeProgram) -> dict:
+    doc = msgspec.to_builtins(native.program)
+    if len(doc["memory_plan"][2]) < 1:
+        pytest.skip("no planned tensors")
+    return doc
+
+
+def test_a_slot_lifetime_other_than_the_derived_one_is_refused_by_both_engines():
+    native = emitted("mlp")
+    doc = _plan_doc(native)
+    doc["memory_plan"][2][0][4] += 1  # end
+    data = _repack(native, doc)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match=r"memory_plan: allocation for value \d+: lifetime \d+\.\.\d+ "
+                                                    r"differs from the derived \d+\.\.\d+"):
+            load(data, engine=engine)
+
+
+def test_slots_on_a_call_that_cannot_run_out_are_refused_by_both_engines():
+    native = emitted("mlp")
+    doc = _plan_doc(native)
+    value = doc["memory_plan"][2][0][0]
+    pc = next(j for j, i in enumerate(native.program.instructions)
+              if isinstance(i, P.KernelCall) and value in i.outs)
+    doc["instructions"][pc][4] = -1  # out_op: the slot would never be written
+    data = _repack(native, doc)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match=rf"instructions\[{pc}\]: values \[{value}\] have arena slots"):
+            load(data, engine=engine)
+
+
+@pytest.mark.parametrize("damage", ["short", "out_of_range"])
+def test_bad_instruction_handles_are_refused_by_both_engines(damage):
+    native = emitted("mlp")
+    doc = msgspec.to_builtins(native.program)
+    if damage == "short":
+        doc["instruction_handles"] = doc["instruction_handles"][:-1]
+        match = r"instruction_handles: \d+ handles for \d+ instructions"
+    else:
+        doc["instruction_handles"][0] = len(doc["debug_handles"])
+        match = r"instruction_handles\[0\]: handle \d+ is out of range"
+    data = _repack(native, doc)
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeFormatError, match=match):
+            load(data, engine=engine)
+
+
 def test_concurrent_runs_on_one_method_take_turns():
     import threading
 
@@ -231,7 +343,7 @@ def _repack(native: P.NativeProgram, doc, version: int = P.FORMAT_VERSION) -> by
     return container.pack(P.MAGIC, version, msgspec.msgpack.encode(doc), native.segment)
 
 
-@pytest.mark.parametrize("version", [1, P.FORMAT_VERSION + 1])
+@pytest.mark.parametrize("version", [1, P.FORMAT_VERSION - 1, P.FORMAT_VERSION + 1])
 def test_other_format_versions_are_refused_by_both_engines(version):
     native = emitted("mlp")
     data = _repack(native, msgspec.to_builtins(native.program), version)

@@ -15,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inputs file (native.io.write_inputs) or a .pt2s artifact (its example inputs)")
     p.add_argument("--outputs", help="also write the outputs to this file (a serde.bridge.bundle)")
     p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
+    p.add_argument("--engine", choices=("python", "cpp"), default="python",
+                   help="the reference runtime (python) or the C++ runtime built by `make native` (cpp)")
     p.add_argument("--profile", action="store_true",
                    help="also print the time per node and per module (submodules included), slowest first")
     p.add_argument("--max-loop-iterations", type=int, default=None, metavar="N",
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     limit = args.max_loop_iterations
     limit = DEFAULT_MAX_LOOP_ITERATIONS if limit is None else (limit if limit > 0 else None)
-    method = load(args.program, arena=args.arena, max_loop_iterations=limit)
+    method = load(args.program, engine=args.engine, arena=args.arena, max_loop_iterations=limit)
     inputs, kwargs = read_inputs(args.inputs)
     timings = None
     if args.profile:
