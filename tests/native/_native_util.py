@@ -99,3 +99,21 @@ def assert_same(got: Any, want: Any, where: str) -> None:
             torch.testing.assert_close(g, w.detach(), equal_nan=True, msg=lambda m, k=k: f"{where}[{k}]: {m}")
         else:
             assert type(g) is type(w) and (g == w or g != g), f"{where}[{k}]: {g!r} != {w!r}"
+
+
+# Integers at the edges of the widths a header decoder may use (u8..u64, i64), for hostile headers.
+EDGE_INTS = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
+
+
+def int_paths(x, path=()):
+    """Paths to every int (not bool) inside decoded msgpack lists and maps."""
+    if isinstance(x, bool):
+        return
+    if isinstance(x, int):
+        yield path
+    elif isinstance(x, list):
+        for i, y in enumerate(x):
+            yield from int_paths(y, (*path, i))
+    elif isinstance(x, dict):
+        for k, y in x.items():
+            yield from int_paths(y, (*path, k))

@@ -15,8 +15,6 @@ import msgspec
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from tests.native._native_util import emit_ep
-from tests.native._random_programs import IDENTITY, alias_recipes, build
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -26,6 +24,8 @@ from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError
 from native.memory import plan_memory, verify_plan
 from native.runtime import OUT_MIN_BYTES, Method
 from native.verify import decode
+from tests.native._native_util import emit_ep
+from tests.native._random_programs import IDENTITY, alias_recipes, build
 
 
 def _bitwise(got, want, where: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import re
 import resource
 import subprocess
 from pathlib import Path
@@ -21,7 +22,6 @@ import msgspec
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from _native_util import CASES, FAST, UNSUPPORTED, assert_same, emit_ep, emitted, exported, inputs_of
 
 from native import container, cpp_engine
 from native import program as P
@@ -36,6 +36,19 @@ from native.memory import plan_memory
 from native.runtime import Method, load
 from serde.core.limits import Limits
 from serde.errors import UnsupportedConstructError
+from tests.native._corpus import REFUSED, Case, cases, make
+from tests.native._native_util import (
+    CASES,
+    EDGE_INTS,
+    FAST,
+    UNSUPPORTED,
+    assert_same,
+    emit_ep,
+    emitted,
+    exported,
+    inputs_of,
+    int_paths,
+)
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
 
@@ -45,15 +58,6 @@ CLI = cpp_engine.cli_path()
 
 def _params(names):
     return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
-
-
-def _export_or_skip(name):
-    try:
-        return exported(name)
-    except UnsupportedConstructError:
-        raise
-    except Exception as e:  # a breadth case torch itself cannot export today
-        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
 
 
 def assert_bitwise(got, want, where):
@@ -100,40 +104,27 @@ def run_three_ways(ep, native, inputs, *, arena):
 @pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
 @pytest.mark.parametrize("name", _params(SUPPORTED))
 def test_zoo_case_runs_like_the_python_runtime(name, arena):
-    ep = _export_or_skip(name)
+    ep = exported(name)  # every corpus case exports
     run_three_ways(ep, emitted(name), inputs_of(name), arena=arena)
 
 
-def _exportdb():
-    from torch._export.db.case import SupportLevel
-    from torch._export.db.examples import all_examples
-
-    return {n: ex for n, ex in sorted(all_examples().items()) if ex.support_level == SupportLevel.SUPPORTED}
-
-
+_EXPORTDB = [c for c in cases() if c.source == "exportdb" and not c.decompose]
 _EXPORTDB_FAST = ("cond_closed_over_variable", "dynamic_shape_view", "list_contains")
 
 
 @pytest.mark.parametrize("aten", [False, True], ids=["training", "decomposed"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in _EXPORTDB_FAST else pytest.mark.slow)
-                                  for n in _exportdb()])
+@pytest.mark.parametrize("name", [pytest.param(c.key, marks=() if c.key in _EXPORTDB_FAST else pytest.mark.slow)
+                                  for c in _EXPORTDB])
 def test_exportdb_case_runs_like_the_python_runtime(name, aten):
-    ex = _exportdb()[name]
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model, args, kwargs = copy.deepcopy((ex.model, ex.example_args, ex.example_kwargs))
-    try:
-        ep = torch.export.export(model, args, kwargs, dynamic_shapes=ex.dynamic_shapes, strict=False)
-    except Exception as e:  # torch's own export: not this runtime's concern
-        pytest.skip(f"torch cannot export {name}: {type(e).__name__}")
-    if aten:
-        ep = ep.run_decompositions()
-    try:
-        native = emit_ep(ep)
-    except UnsupportedConstructError as e:  # the emitter's refusals are tested with the emitter
-        pytest.skip(f"the emitter refuses it: {str(e)[:100]}")
+    case = Case(f"exportdb/{name}" + ("@aten" if aten else ""), "exportdb", name, aten)
+    ep, inputs = make(case)  # every supported ExportDB case exports; a failure fails
+    if case.name in REFUSED:  # the emitter's deliberate refusals (tests/native/test_corpus.py)
+        with pytest.raises(UnsupportedConstructError, match=re.escape(REFUSED[case.name])):
+            emit_ep(ep)
+        return
+    native = emit_ep(ep)
     for arena in (False, True):
-        run_three_ways(ep, native, [copy.deepcopy((args, kwargs or {}))], arena=arena)
+        run_three_ways(ep, native, copy.deepcopy(inputs), arena=arena)
 
 
 # ---------------------------------------------------------------- behaviour shared with the Python runtime
@@ -390,14 +381,14 @@ def _int_edge_mutants(seed: int, per_case: int):
     for case in ("mlp", "multi_output", "while_loop", "dynamic_arith", "cond", "map"):
         native = emitted(case)
         base = msgspec.to_builtins(native.program)
-        paths = list(_int_paths(base))
+        paths = list(int_paths(base))
         for _ in range(per_case):
             doc = copy.deepcopy(base)
             path = rng.choice(paths)
             cur = doc
             for k in path[:-1]:
                 cur = cur[k]
-            cur[path[-1]] = rng.choice(_EDGES)
+            cur[path[-1]] = rng.choice(EDGE_INTS)
             yield f"{case} {path}={cur[path[-1]]}", _repack(native, doc)
 
 
@@ -479,21 +470,8 @@ def test_cli_reports_a_refusal_with_its_kind(tmp_path):
 
 # ---------------------------------------------------------------- fuzz: hostile files never crash the C++ loader
 
-_EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
 _FUZZ_CASES = ("mlp", "cond", "while_loop", "dynamic_arith", "map", "unbacked_item")
 
-
-def _int_paths(x, path=()):
-    if isinstance(x, bool):
-        return
-    if isinstance(x, int):
-        yield path
-    elif isinstance(x, list):
-        for i, y in enumerate(x):
-            yield from _int_paths(y, (*path, i))
-    elif isinstance(x, dict):
-        for k, y in x.items():
-            yield from _int_paths(y, (*path, k))
 
 
 def _mutants(rng: random.Random, n: int):
@@ -515,11 +493,11 @@ def _mutants(rng: random.Random, n: int):
             continue
         doc = msgspec.to_builtins(native.program)
         if kind == 2:  # an integer anywhere set to an edge value
-            path = rng.choice(list(_int_paths(doc)))
+            path = rng.choice(list(int_paths(doc)))
             cur = doc
             for k in path[:-1]:
                 cur = cur[k]
-            cur[path[-1]] = rng.choice(_EDGES)
+            cur[path[-1]] = rng.choice(EDGE_INTS)
         elif kind == 3:  # a jump to itself, or a jump anywhere
             ins = doc["instructions"]
             k = rng.randrange(len(ins))

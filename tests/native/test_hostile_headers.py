@@ -16,29 +16,14 @@ import pytest
 from native import program as P
 from native.verify import decode
 from serde.errors import SerializeError
-from tests.native._native_util import emitted
-
-_EDGES = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
-
-
-def _int_paths(x, path=()):
-    if isinstance(x, bool):
-        return
-    if isinstance(x, int):
-        yield path
-    elif isinstance(x, list):
-        for i, y in enumerate(x):
-            yield from _int_paths(y, (*path, i))
-    elif isinstance(x, dict):
-        for k, y in x.items():
-            yield from _int_paths(y, (*path, k))
+from tests.native._native_util import EDGE_INTS, emitted, int_paths
 
 
 @pytest.mark.parametrize("case", ["mlp", "multi_output", "while_loop", "dynamic_arith"])
 def test_mutated_headers_fail_only_with_typed_errors(case: str) -> None:
     native = emitted(case)
     base = msgspec.to_builtins(native.program)
-    paths = list(_int_paths(base))
+    paths = list(int_paths(base))
     rng = random.Random(0)
     tried = 0
     for _ in range(250):
@@ -47,7 +32,7 @@ def test_mutated_headers_fail_only_with_typed_errors(case: str) -> None:
         cur = doc
         for k in path[:-1]:
             cur = cur[k]
-        cur[path[-1]] = rng.choice(_EDGES)
+        cur[path[-1]] = rng.choice(EDGE_INTS)
         try:
             data = P.NativeProgram(msgspec.convert(doc, P.Program), native.segment).encode()
         except (msgspec.ValidationError, OverflowError):
