@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+# The drivers import the model zoo from tests/, so the repository root goes on their path.
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def save_in_subprocesses(driver: str, *runs: tuple[tuple[str, ...], str]) -> None:
@@ -15,7 +19,8 @@ def save_in_subprocesses(driver: str, *runs: tuple[tuple[str, ...], str]) -> Non
     procs = []
     for args, seed in runs:
         err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty process never blocks on it
-        env = {**os.environ, "PYTHONHASHSEED": seed}
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": path}
         procs.append((subprocess.Popen([sys.executable, "-c", driver, *args], stdout=subprocess.DEVNULL,
                                        stderr=err, text=True, env=env), err))
     failures = []

@@ -53,7 +53,7 @@ class Net(torch.nn.Module):
 DRIVER = """
 import importlib.util, sys, torch, serde
 from torch.export import Dim
-from serde import zoo_breadth
+from tests import zoo_breadth
 out, models, breadth = sys.argv[1], sys.argv[2], sys.argv[3]
 for entry in models.split(","):
     label, path, mode = entry.split("=")
