@@ -191,16 +191,25 @@ def test_unsupported_op_error_names_node_and_op():
 
 
 def test_non_cpu_and_sparse_tensors_are_refused():
-    from native.emit import _Emitter
+    import msgspec
+
+    from native.emit import emit
+    from serde.api import to_artifact_parts
+    from serde.archive import payload_name
     from serde.core import schema
 
-    meta = schema.TensorMeta(dtype=schema.ScalarType.FLOAT, sizes=[schema.SymInt(as_int=2)], requires_grad=False,
-                             device=schema.Device(type="cuda"), strides=[schema.SymInt(as_int=1)],
-                             storage_offset=schema.SymInt(as_int=0), layout=schema.Layout.Strided)
-    em = _Emitter.__new__(_Emitter)
-    with pytest.raises(UnsupportedConstructError, match=r"here: a tensor on device 'cuda'"):
-        em.tensor(meta, "here")
-    sparse = schema.TensorMeta(**{**{f: getattr(meta, f) for f in meta.__struct_fields__},
-                                  "layout": schema.Layout.SparseCoo})
-    with pytest.raises(UnsupportedConstructError, match=r"here: SparseCoo tensors are not supported natively"):
-        em.tensor(sparse, "here")
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x.relu()
+
+    with pytest.raises(UnsupportedConstructError, match=r"graph.inputs\[0\] tensor 'x': a tensor on device 'meta'"):
+        emit_ep(torch.export.export(M(), (torch.randn(2, 3, device="meta"),)))
+    # torch.export cannot save a sparse input, so the stored program is edited to declare one.
+    program, weights, payloads, _ = to_artifact_parts(torch.export.export(M(), (torch.randn(2, 3),)))
+    g = program.graph_module.graph
+    values = {k: msgspec.structs.replace(v, layout=schema.Layout.SparseCoo) if k == "x" else v
+              for k, v in g.tensor_values.items()}
+    program = msgspec.structs.replace(program, graph_module=msgspec.structs.replace(
+        program.graph_module, graph=msgspec.structs.replace(g, tensor_values=values)))
+    with pytest.raises(UnsupportedConstructError, match=r"graph.inputs\[0\] tensor 'x': SparseCoo tensors are not"):
+        emit(program, weights, lambda sha: payloads[payload_name(sha)])
