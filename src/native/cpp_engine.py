@@ -23,7 +23,6 @@ from serde.core.limits import DEFAULT_LIMITS, Limits
 
 from . import program as P
 from .errors import InputMismatchError, NativeFormatError
-from .runtime import DEFAULT_MAX_LOOP_ITERATIONS
 
 __all__ = ["CppMethod", "load", "available", "unavailable_reason", "build_dir", "cli_path"]
 
@@ -72,7 +71,7 @@ def unavailable_reason() -> str | None:
 
 
 def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, arena: bool = False, check: bool = False,
-         max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
+         max_loop_iterations: int | None = P.DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
          limits: Limits = DEFAULT_LIMITS) -> CppMethod:
     """A :class:`CppMethod` for a program object or file; the C++ loader verifies it.
 
@@ -103,7 +102,7 @@ class CppMethod:
     """An executable native program run by the C++ runtime (same interface as ``Method``)."""
 
     def __init__(self, data: bytes, *, what: str = "native program", arena: bool = False,
-                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
+                 max_loop_iterations: int | None = P.DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
                  limits: Limits = DEFAULT_LIMITS) -> None:
         from .errors import NativeRuntimeError
 

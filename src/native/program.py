@@ -72,7 +72,7 @@ from serde.archive import write_atomic
 from . import container
 
 __all__ = [
-    "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION",
+    "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION", "DEFAULT_MAX_LOOP_ITERATIONS",
     "Sym", "Dim", "NoneValue", "Int", "Float", "Bool", "String", "IntList", "FloatList", "BoolList",
     "StringList", "Complex", "ScalarType", "Layout", "MemoryFormat", "Device", "Tensor", "List",
     "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
@@ -80,6 +80,10 @@ __all__ = [
     "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "DebugHandle", "Program",
     "NativeProgram", "encode", "write_program",
 ]
+
+# Backward jumps (while_loop) a run may take before it is stopped, unless the caller sets another
+# limit; both engines apply it, so a hostile or runaway program cannot hang either.
+DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
 
 MAGIC = b"PT2SNATV"
 FORMAT_VERSION = 3

@@ -50,7 +50,7 @@ from .verify import read_program
 
 __all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
 
-DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
+DEFAULT_MAX_LOOP_ITERATIONS = P.DEFAULT_MAX_LOOP_ITERATIONS
 # Below this many bytes a planned tensor is allocated by its functional kernel rather than written
 # out= into its slot (unless the op's functional form may alias: then out= is required). Calling
 # the out= variant from Python costs a few microseconds of argument checks, more than a small
