@@ -135,21 +135,18 @@ class Method:
         static_size = p.memory_plan.arena_size if self._alloc and not self._dynamic_plan else 0
         self._arena = torch.empty(static_size, dtype=torch.uint8)
         self._arena_span = (self._arena.data_ptr(), self._arena.data_ptr() + self._arena.numel())
-        self._use_out: set[int] = set()
-        if self._alloc and not self._dynamic_plan:
-            self._use_out = self._choose_out()
-        self._may_see_arena = _arena_readers(p, planned, self._placed()) if self._alloc else {}
         self.executed: set[int] = set()  # instructions run so far (check=True only)
         self._exprs: list[int | None] = []
         self._syms: list[int | None] = []
-        self._code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
-        if check:
-            for pc, ins in enumerate(p.instructions):
-                if isinstance(ins, P.KernelCall) and pc not in self._out_calls \
-                        and not p.operators[ins.op].name.startswith(NAMESPACE + "::"):
-                    self._code[pc] = _alias_checked(self, ins, pc, self._code[pc])
-        if not check:
-            self._code = _fuse_frees(self, self._code)
+        # The code is compiled for one set of calls that run out= (with a dynamic plan: per set
+        # met, usually few as it grows with the sizes), so a run whose out= calls place nothing
+        # a call reads pays neither a per-call choice nor arena guards on that call.
+        self._lifetimes = memory.analyze(p) if self._alloc else None
+        self._codes: dict[frozenset[int], tuple[list[Callable], dict[int, tuple[tuple, tuple]]]] = {}
+        self._use_out: frozenset[int] = frozenset()
+        if self._alloc and not self._dynamic_plan:
+            self._use_out = self._choose_out()
+        self._code, self._may_see_arena = self._compiled(self._use_out)
         self._in_spec = self._out_spec = None
         if (p.in_spec is None) != (p.out_spec is None):
             raise NativeFormatError("native program: it has an in_spec or an out_spec but not both; the emitter "
@@ -258,20 +255,39 @@ class Method:
     def where(self, pc: int) -> str:
         return f"instruction {pc} ({self.describe(pc)})"
 
-    def _placed(self) -> set[int]:
-        """Values that may be put in the arena in some run: outputs of out= calls and allocated values."""
+    def _compiled(self, use_out: frozenset[int]) -> tuple[list[Callable], dict[int, tuple[tuple, tuple]]]:
+        """The code (and its guarded calls) for runs in which exactly ``use_out`` run out= (cached)."""
+        got = self._codes.get(use_out)
+        if got is not None:
+            return got
         p = self.program
-        calls = self._use_out if not self._dynamic_plan else self._out_calls
-        placed = {o for pc in calls for o in p.instructions[pc].outs}
+        self._use_out = use_out
+        self._may_see_arena = (_arena_readers(p, self._lifetimes, self._planned_calls, self._placed())
+                               if self._alloc else {})
+        code = [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
+        if self.check:
+            for pc, ins in enumerate(p.instructions):
+                if isinstance(ins, P.KernelCall) and pc not in self._out_calls \
+                        and not p.operators[ins.op].name.startswith(NAMESPACE + "::"):
+                    code[pc] = _alias_checked(self, ins, pc, code[pc])
+        else:
+            code = _fuse_frees(self, code)
+        got = self._codes[use_out] = (code, self._may_see_arena)
+        return got
+
+    def _placed(self) -> set[int]:
+        """Values this run may put in the arena: outputs of its out= calls and allocated values."""
+        p = self.program
+        placed = {o for pc in self._use_out for o in p.instructions[pc].outs}
         return placed | {ins.value for ins in p.instructions if isinstance(ins, P.AllocCall) and ins.value in self._alloc}
 
-    def _choose_out(self) -> set[int]:
+    def _choose_out(self) -> frozenset[int]:
         """The out= calls to run out= for the current sizes (all of them with ``check=True``)."""
         if self.check:
-            return set(self._out_calls)
+            return frozenset(self._out_calls)
         p = self.program
-        return {pc for pc in self._out_calls
-                                     if all(self._span_bytes(o) >= self._out_min_bytes for o in p.instructions[pc].outs)}
+        return frozenset(pc for pc in self._out_calls
+                         if all(self._span_bytes(o) >= self._out_min_bytes for o in p.instructions[pc].outs))
 
     def _replan(self) -> None:
         """Slot offsets, arena size and out= calls for this run's sizes (cached per set of symbols)."""
@@ -288,7 +304,9 @@ class Method:
                 plan = ({a.value: off for a, off in zip(self._order, offsets, strict=True)}, size)
             plan = (*plan, self._choose_out(), {})
             self._plans[key] = plan
-        self._offsets, size, self._use_out, self._static_views = plan
+        self._offsets, size, use_out, self._static_views = plan
+        self._code, self._may_see_arena = self._compiled(use_out)
+        self._use_out = use_out
         if size > self._arena.numel():
             self._arena = torch.empty(size, dtype=torch.uint8)
             ptr = self._arena.data_ptr()
@@ -505,17 +523,8 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
         npos = len(ins.args)
     kw_pairs = list(zip(kw, range(npos, len(ins.args)), strict=False))
     store = _storer(m, ins, pc)
-    if pc in m._out_calls:
-        out = _out_variant(m, ins, getters, npos, kw_pairs, store)
-        if not m._dynamic_plan and pc in m._use_out:
-            return out
-        functional = _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
-        if not m._dynamic_plan:
-            return functional
-
-        def choose(values: list, pc: int) -> int:
-            return (out if pc in m._use_out else functional)(values, pc)
-        return choose
+    if pc in m._use_out:
+        return _out_variant(m, ins, getters, npos, kw_pairs, store)
     return _functional(m, ins, pc, fn, simple, npos, kw_pairs, getters, store)
 
 
@@ -578,7 +587,7 @@ def _leaves(p: P.Program, v: int) -> list[int]:
     return [x for i in val.items for x in _leaves(p, i)] if isinstance(val, P.List) else [v]
 
 
-def _arena_readers(p: P.Program, planned: set[int], placed: set[int]) -> dict[int, tuple[tuple, tuple]]:
+def _arena_readers(p: P.Program, lt: memory.Lifetimes, planned: set[int], placed: set[int]) -> dict[int, tuple[tuple, tuple]]:
     """Calls that, run functionally, may read arena memory: (results that claim fresh storage,
     results to copy out of the arena).
 
@@ -586,7 +595,6 @@ def _arena_readers(p: P.Program, planned: set[int], placed: set[int]) -> dict[in
     stops. A planned call (the plan expects it to run out=, so it has no alias edge) whose op may
     hand back an argument gets its result copied when that result is arena memory.
     """
-    lt = memory.analyze(p)
     roots = {lt.root[v] for v in placed}
     found: dict[int, tuple[tuple, tuple]] = {}
     for pos, ins in enumerate(p.instructions):
@@ -692,11 +700,8 @@ def _simple_kernel(m: Method, ins: P.Instruction, pc: int, frees: tuple[int, ...
     """The hot path: a kernel with plain arguments and one plain result, then frees."""
     if not isinstance(ins, P.KernelCall) or pc in m._may_see_arena:
         return None
-    if pc in m._out_calls:
-        if m._dynamic_plan:
-            return None
-        if pc in m._use_out:
-            return _static_out(m, ins, frees)
+    if pc in m._use_out:
+        return _static_out(m, ins, frees)
     fn, npos, kw = m._ops[ins.op]
     vals = m.program.values
     if len(ins.outs) != 1 or ins.outs[0] < 0 \
