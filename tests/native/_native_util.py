@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import random
 from typing import Any
 
 import torch
@@ -117,3 +118,15 @@ def int_paths(x, path=()):
     elif isinstance(x, dict):
         for k, y in x.items():
             yield from int_paths(y, (*path, k))
+
+
+def with_edge_int(base: Any, paths: list[tuple], rng: random.Random) -> tuple[tuple, Any]:
+    """A copy of ``base`` (decoded msgpack) with the int at one of ``paths`` (its ``int_paths``),
+    chosen by ``rng``, set to an edge value; returns (that path, the copy)."""
+    doc = copy.deepcopy(base)
+    path = rng.choice(paths)
+    cur = doc
+    for k in path[:-1]:
+        cur = cur[k]
+    cur[path[-1]] = rng.choice(EDGE_INTS)
+    return path, doc

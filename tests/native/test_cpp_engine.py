@@ -39,7 +39,6 @@ from serde.errors import UnsupportedConstructError
 from tests.native._corpus import REFUSED, Case, cases, make
 from tests.native._native_util import (
     CASES,
-    EDGE_INTS,
     FAST,
     UNSUPPORTED,
     assert_same,
@@ -48,6 +47,7 @@ from tests.native._native_util import (
     exported,
     inputs_of,
     int_paths,
+    with_edge_int,
 )
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
@@ -383,13 +383,11 @@ def _int_edge_mutants(seed: int, per_case: int):
         base = msgspec.to_builtins(native.program)
         paths = list(int_paths(base))
         for _ in range(per_case):
-            doc = copy.deepcopy(base)
-            path = rng.choice(paths)
+            path, doc = with_edge_int(base, paths, rng)
             cur = doc
-            for k in path[:-1]:
+            for k in path:
                 cur = cur[k]
-            cur[path[-1]] = rng.choice(EDGE_INTS)
-            yield f"{case} {path}={cur[path[-1]]}", _repack(native, doc)
+            yield f"{case} {path}={cur}", _repack(native, doc)
 
 
 # What only the C++ loader refuses: integers beyond int64 anywhere (Python keeps them until a
@@ -493,11 +491,7 @@ def _mutants(rng: random.Random, n: int):
             continue
         doc = msgspec.to_builtins(native.program)
         if kind == 2:  # an integer anywhere set to an edge value
-            path = rng.choice(list(int_paths(doc)))
-            cur = doc
-            for k in path[:-1]:
-                cur = cur[k]
-            cur[path[-1]] = rng.choice(EDGE_INTS)
+            _, doc = with_edge_int(doc, list(int_paths(doc)), rng)
         elif kind == 3:  # a jump to itself, or a jump anywhere
             ins = doc["instructions"]
             k = rng.randrange(len(ins))

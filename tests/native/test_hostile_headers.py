@@ -7,7 +7,6 @@ an IndexError, KeyError, OverflowError or AssertionError from inside.
 
 from __future__ import annotations
 
-import copy
 import random
 
 import msgspec
@@ -16,7 +15,7 @@ import pytest
 from native import program as P
 from native.verify import decode
 from serde.errors import SerializeError
-from tests.native._native_util import EDGE_INTS, emitted, int_paths
+from tests.native._native_util import emitted, int_paths, with_edge_int
 
 
 @pytest.mark.parametrize("case", ["mlp", "multi_output", "while_loop", "dynamic_arith"])
@@ -27,12 +26,7 @@ def test_mutated_headers_fail_only_with_typed_errors(case: str) -> None:
     rng = random.Random(0)
     tried = 0
     for _ in range(250):
-        doc = copy.deepcopy(base)
-        path = rng.choice(paths)
-        cur = doc
-        for k in path[:-1]:
-            cur = cur[k]
-        cur[path[-1]] = rng.choice(EDGE_INTS)
+        _, doc = with_edge_int(base, paths, rng)
         try:
             data = P.NativeProgram(msgspec.convert(doc, P.Program), native.segment).encode()
         except (msgspec.ValidationError, OverflowError):

@@ -38,27 +38,27 @@ def encode(obj: Any) -> bytes:
 
 def decode(data: bytes | str, type_: type[T], *, where: str = "artifact") -> T:
     """Decode JSON bytes into ``type_``; a schema mismatch raises MalformedArtifactError."""
-    dec = _decoder(type_)
     try:
-        return dec.decode(data)
+        return _json(_decoder(type_), data, where)
     except msgspec.ValidationError as e:
         raise MalformedArtifactError(
             f"{where}: does not match schema {type_.__name__}: {e}. "
             "The file is damaged or was written by an incompatible tool."
         ) from None
-    except msgspec.DecodeError as e:
-        raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
-    except UnicodeDecodeError as e:
-        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
-                                     "damaged (pt2serde writes UTF-8 only)") from None
-    except RecursionError:
-        raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
 
 
 def decode_json(data: bytes | str, *, where: str = "artifact") -> Any:
     """Decode JSON bytes into plain dicts/lists (for upgraders)."""
+    return _json(_raw_decoder, data, where)
+
+
+def _json(dec: msgspec.json.Decoder, data: bytes | str, where: str) -> Any:
+    """``dec.decode(data)``, with what makes the bytes unreadable as JSON reported as a damaged file
+    (a schema mismatch, ``msgspec.ValidationError``, is the caller's to word)."""
     try:
-        return _raw_decoder.decode(data)
+        return dec.decode(data)
+    except msgspec.ValidationError:
+        raise
     except msgspec.DecodeError as e:
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
     except UnicodeDecodeError as e:
