@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.3
+// SCHEMA_VERSION 2.4
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -19,6 +19,10 @@
 //                    storage (Storage.device). Compatible; a 2.2 reader refuses data-less and
 //                    subclass tensors (storage index -1, empty sha256) instead of misreading them,
 //                    loads other storages on the CPU, and ignores guards.
+//   2.4  2026-11-23  Member.xxh3: a fast digest (XXH3-128) of every archive member next to its
+//                    sha256, which load verifies instead of recomputing the sha256 (pt2serde
+//                    check still verifies both). Compatible; a 2.3 reader ignores it and checks
+//                    the sha256.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -630,8 +634,12 @@ struct DebugInfo {
 // ---- manifest.json ----
 
 struct Member {
-  10: string sha256;
+  10: string sha256;                   // names payloads (data/<sha256>); check and diff use it
   20: i64 size;
+  // Added 2.4. XXH3-128 of the member's bytes (the reference xxHash's canonical form: 32
+  // lowercase hex digits). serde.load verifies every byte with it instead of the sha256: it is
+  // ~15x faster to compute. Written for every member by 2.4 writers; absent in older artifacts.
+  30: optional string xxh3;
 }
 
 struct Manifest {

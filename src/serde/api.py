@@ -198,8 +198,9 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     """
     _check_not_at_end(f)
     with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
-        # A payload's sha256 covers its bytes; its zip CRC-32 is left to `pt2serde check`.
-        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False)
+        # A member's xxh3 (its sha256 before schema 2.4) covers its bytes; the sha256 of members
+        # that have an xxh3 and the payloads' zip CRC-32 are left to `pt2serde check`.
+        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False, sha256=False)
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
         if list(artifacts) == [None]:

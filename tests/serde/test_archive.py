@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from serde import archive
 from serde.archive import (
@@ -103,7 +104,8 @@ def test_round_trip_through_a_path(tmp_path: Path) -> None:
     assert got.schema_version == SCHEMA_VERSION
     m = got.manifest
     assert (m.format, m.format_version, m.torch_version) == ("pt2serde", 1, TORCH)  # no extra files: 1
-    assert m.members == {k: schema.Member(sha256=hashlib.sha256(v).hexdigest(), size=len(v))
+    assert m.members == {k: schema.Member(sha256=hashlib.sha256(v).hexdigest(), size=len(v),
+                                          xxh3=xxhash.xxh3_128(v).hexdigest())
                          for k, v in members.items()}
 
 

@@ -17,14 +17,16 @@ Layout (format_version 1; 2 when the archive has extra files):
   optional ``debug.json``) instead of at the top, and all of them share the ``data/`` payloads,
   so a tensor that several programs hold is stored once. Such an archive says format_version 3.
 * ``manifest.json`` (:class:`serde.core.schema.Manifest`) names the format, its version, the schema
-  version, the torch version and the sha256 and size of every other member.
+  version, the torch version and the sha256, the XXH3-128 (from schema 2.4 on) and the size of
+  every other member.
 
 The same members always give byte-identical files, whatever the order of the input mapping.
 
 Reading never trusts the file: the whole file is read once into one private buffer (or mapped,
 see :func:`read_archive`), the zip structure is checked end to end (sizes, offsets, contiguity,
 alignment, names), then the manifest is decoded (after its CRC-32 is checked: no sha256 covers it)
-and every member's sha256 verified, and finally every byte of zip framing is compared with what
+and every member's digests verified (its sha256 and its XXH3-128 when the manifest has one; with
+``sha256=False``, as ``serde.load`` reads, the XXH3-128 alone where there is one), and finally every byte of zip framing is compared with what
 :func:`write_archive` would write for those members (so dates, versions, attributes, padding and
 the CRC-32 of every member are exact; a payload's CRC-32 is recomputed unless ``payload_crc=False``,
 and then must agree between its two copies), before any member is handed out as a zero-copy
@@ -49,7 +51,9 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
+
+import xxhash
 
 from serde.core import schema, wire
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -72,7 +76,7 @@ __all__ = [
     "UnknownMemberError", "CompressedMemberError", "SizeLimitError", "MissingMemberError",
     "ManifestMismatchError", "ChecksumMismatchError", "FormatVersionError", "EXTRA_PREFIX", "extra_member",
     "PROGRAMS_PREFIX", "PROGRAM_NAME_RE", "program_member", "program_names", "check_program_name",
-    "SHA256_RE", "sha256_hex", "digest_all",
+    "SHA256_RE", "XXH3_RE", "sha256_hex", "xxh3_hex", "digest_all",
 ]
 
 EXTRA_PREFIX = "extra/"
@@ -91,6 +95,7 @@ _PROGRAM_MEMBER_RE = re.compile(r"programs/([A-Za-z_][A-Za-z0-9_]{0,63})/(progra
 _PAYLOAD_PREFIX = "data/"
 _PAYLOAD_RE = re.compile(r"data/[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a sha256 as the format writes it: 64 lowercase hex digits
+XXH3_RE = re.compile(r"[0-9a-f]{32}")  # an XXH3-128 as the format writes it: 32 lowercase hex digits
 _FIX = "re-save the program with pt2serde, or fetch an intact copy of the file"
 
 
@@ -185,7 +190,7 @@ class ManifestMismatchError(MalformedArtifactError):
 
 
 class ChecksumMismatchError(MalformedArtifactError):
-    """A member's sha256 differs from the one recorded in manifest.json."""
+    """A member's sha256 or XXH3-128 (or its zip CRC-32) differs from the one recorded."""
 
 
 class FormatVersionError(SchemaVersionError):
@@ -203,6 +208,12 @@ def payload_name(sha256_hex: str) -> str:
     return f"data/{sha256_hex}"
 
 
+def xxh3_hex(view: memoryview | bytes) -> str:
+    """The XXH3-128 of ``view`` as the manifest records it (the canonical big-endian form, in
+    lowercase hex). The reference C implementation releases the GIL on large buffers."""
+    return xxhash.xxh3_128(view).hexdigest()
+
+
 class ArchiveContents:
     """A verified archive. Members are zero-copy views into one buffer holding the whole file.
 
@@ -213,13 +224,12 @@ class ArchiveContents:
     __slots__ = ("manifest", "names", "schema_version", "_views", "_pending", "_where")
 
     def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview],
-                 pending: dict[str, int | None] | None = None, where: str = "<archive>") -> None:
+                 pending: dict[str, _Want] | None = None, where: str = "<archive>") -> None:
         self.manifest = manifest
         self.names: tuple[str, ...] = tuple(sorted(views))
         self.schema_version: tuple[int, int] = (manifest.schema_version.major, manifest.schema_version.minor)
         self._views = views
-        # members read with lazy=True and not yet verified: name -> the CRC-32 the zip records
-        # (None: not to be recomputed, see read_archive's payload_crc)
+        # members read with lazy=True and not yet verified: name -> the digests to check
         self._pending = dict(pending or {})
         self._where = where
 
@@ -229,8 +239,9 @@ class ArchiveContents:
     def member(self, name: str) -> memoryview:
         """The bytes of member ``name``; MissingMemberError if there is no such member.
 
-        A member left unverified by ``read_archive(..., lazy=True)`` is verified (sha256 and CRC-32)
-        here, the first time it is asked for: ChecksumMismatchError if it is corrupt.
+        A member left unverified by ``read_archive(..., lazy=True)`` is verified here (with the
+        digests ``read_archive`` would have used), the first time it is asked for:
+        ChecksumMismatchError if it is corrupt.
         """
         try:
             view = self._views[name]
@@ -240,9 +251,8 @@ class ArchiveContents:
                 f"the file is incomplete: {_FIX}"
             ) from None
         if name in self._pending:
-            crc = self._pending[name]
-            digest = _digest(_Job(view, crc is not None))
-            _check_digest(name, digest, self.manifest.members[name].sha256, crc, self._where)
+            want = self._pending[name]
+            _check_digest(name, _digest(_Job(view, want)), want, self._where)
             self._pending.pop(name, None)
         return view
 
@@ -296,16 +306,18 @@ def read_archive(
     mmap: bool = False,
     lazy: bool = False,
     payload_crc: bool = True,
+    sha256: bool = True,
 ) -> ArchiveContents:
-    """Read and fully verify an archive (structure, names, sizes, manifest, sha256 of every member).
+    """Read and fully verify an archive (structure, names, sizes, manifest, digests of every member).
 
     Args:
         src: a path, a binary file object (read from its current position to the end) or the bytes.
         limits: caps on file size, member count, member size and JSON member size.
         mmap: map a path (or a real file at offset 0) copy-on-write instead of reading it; see
             :func:`serde.load`. Other sources are read as usual. The mapped members are verified
-            by reading the file (through the page cache), not through the mapping, so they take
-            no memory of this process until they are touched.
+            through the mapping a piece at a time, each piece's pages dropped from this process
+            (``MADV_DONTNEED``; the page cache keeps them) once hashed, so they take no memory
+            of this process until they are touched.
         lazy: for tools that need the program, not the weights (``pt2serde show``, ``diff``):
             the file is mapped as with ``mmap`` and everything is verified as usual except the
             payloads (``data/...``) and extra files, which are neither read nor hashed here but
@@ -315,6 +327,10 @@ def read_archive(
             False (``serde.load``) a payload's bytes are verified by their sha256 alone, which
             covers the same bytes, and its CRC-32 fields by agreeing between its local header and
             the central directory: every flipped byte is still caught, at 60% of the hashing cost.
+        sha256: recompute the sha256 of every member (``pt2serde check``). With False
+            (``serde.load``, ``show``, ``diff``) a member whose manifest entry has an ``xxh3``
+            (schema 2.4 on) is verified by that digest alone, ~15x cheaper than its sha256 and
+            covering every byte just as well against damage; one without is verified by its sha256.
 
     Returns:
         ArchiveContents whose members are memoryviews over one buffer holding the whole file.
@@ -325,28 +341,27 @@ def read_archive(
         FormatVersionError.
     """
     where = _describe(src)
-    buf, fd = _read_all(src, limits, mmap or lazy)
-    try:
-        records, cd_off = _central_directory(buf, limits, where)
-        _reject_foreign(records, where)
-        views, starts = _check_members(buf, records, cd_off, limits, where)
-        recorded = {r.name: r.crc for r in records}
-        manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
-        # the members whose CRC-32 is recomputed (the others' sha256 covers the same bytes)
-        crc_of = {n for n in views if payload_crc or not n.startswith(_PAYLOAD_PREFIX)}
-        later = {n: recorded[n] if n in crc_of else None for n in views if lazy and not _is_json_member(n)}
-        now = [n for n in sorted(manifest.members) if n not in later]
-        # A mapped member is hashed from the file, so that verifying does not map its pages.
-        jobs = [_Job(views[n] if fd is None else _FileSpan(fd, starts[n], len(views[n])), n in crc_of) for n in now]
-        crcs = _verify_hashes(now, jobs, manifest, where)
-        crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
-        # A member whose CRC-32 is not computed (yet) is framed with the one the zip records: the
-        # local header must then agree with the central directory, so a flipped byte in either is
-        # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
-        _check_framing(buf, views, {**recorded, **crcs}, where)
-    finally:
-        if fd is not None:
-            os.close(fd)
+    buf, mapped = _read_all(src, limits, mmap or lazy)
+    records, cd_off = _central_directory(buf, limits, where)
+    _reject_foreign(records, where)
+    views, starts = _check_members(buf, records, cd_off, limits, where)
+    recorded = {r.name: r.crc for r in records}
+    manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
+    want = {}
+    for n, m in manifest.members.items():
+        # the CRC-32 is recomputed unless a digest covers the same bytes (see payload_crc)
+        crc = recorded[n] if payload_crc or not n.startswith(_PAYLOAD_PREFIX) else None
+        want[n] = _Want(m.sha256 if sha256 or m.xxh3 is None else None, m.xxh3, crc)
+    later = {n: want[n] for n in views if lazy and not _is_json_member(n)}
+    now = [n for n in sorted(manifest.members) if n not in later]
+    # A mapped member is hashed a piece at a time, its pages unmapped after each (see _pieces).
+    jobs = [_Job(_MappedSpan(buf.obj, starts[n], len(views[n])) if mapped else views[n], want[n]) for n in now]
+    crcs = _verify_hashes(now, jobs, want, where)
+    crcs[MANIFEST] = zlib.crc32(views[MANIFEST])
+    # A member whose CRC-32 is not computed (yet) is framed with the one the zip records: the
+    # local header must then agree with the central directory, so a flipped byte in either is
+    # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
+    _check_framing(buf, views, {**recorded, **crcs}, where)
     return ArchiveContents(manifest, views, later, where)
 
 
@@ -398,10 +413,10 @@ class _Record:
 
 
 class _Entry:
-    __slots__ = ("name", "data", "sha", "crc")
+    __slots__ = ("name", "data", "sha", "crc", "xxh")
 
-    def __init__(self, name: str, data: memoryview, sha: str, crc: int) -> None:
-        self.name, self.data, self.sha, self.crc = name, data, sha, crc
+    def __init__(self, name: str, data: memoryview, sha: str, crc: int, xxh: str = "") -> None:
+        self.name, self.data, self.sha, self.crc, self.xxh = name, data, sha, crc, xxh
 
 
 def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version: tuple[int, int],
@@ -416,11 +431,11 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
             raise UnknownMemberError(f"{where}: manifest.json is generated by write_archive; drop it")
         _check_name(name, where)
         views.append(_as_bytes_view(members[name], where))
-    for name, view, crc in zip(names, views, digest_all(zlib.crc32, views, "checksumming"), strict=True):
+    for name, view, (crc, xxh) in zip(names, views, digest_all(_crc32_and_xxh3, views, "checksumming"), strict=True):
         # A payload's name is its sha256, computed by the caller moments ago; hashing it again
         # would double the cost of saving large weights. read_archive verifies every byte.
         sha = name[5:] if name.startswith("data/") else sha256_hex(view)
-        entries[name] = _Entry(name, view, sha, crc)
+        entries[name] = _Entry(name, view, sha, crc, xxh)
     _check_required(set(entries), "write_archive: members")
     major, minor = schema_version
     manifest = schema.Manifest(
@@ -428,7 +443,9 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
         format_version=_format_version(entries),
         schema_version=schema.SchemaVersion(major=int(major), minor=int(minor)),
         torch_version=str(torch_version),
-        members={e.name: schema.Member(sha256=e.sha, size=len(e.data)) for e in entries.values()},
+        # the xxh3 is a 2.4 field: a manifest of an older version (upgrade tests) goes without
+        members={e.name: schema.Member(sha256=e.sha, size=len(e.data), xxh3=e.xxh if (major, minor) >= (2, 4) else None)
+                 for e in entries.values()},
     )
     mdata = memoryview(wire.encode(manifest))
     entries[MANIFEST] = _Entry(MANIFEST, mdata, sha256_hex(mdata), zlib.crc32(mdata))
@@ -668,13 +685,12 @@ def _aligned_buffer(n: int) -> memoryview:
     return memoryview(raw)[shift:shift + n]
 
 
-def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, int | None]:
-    """The whole archive in one buffer, and, when that buffer maps the file, a descriptor of the
-    file (the caller closes it) to verify the members by reading instead of through the mapping."""
+def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, bool]:
+    """The whole archive in one buffer, and whether that buffer maps the file (an ``mmap.mmap``)."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
-        return view, None
+        return view, False
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
@@ -687,11 +703,11 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, int | None]:
+def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool]:
     mapped = _map_file(f, limits, where) if use_mmap else None
     if mapped is not None:
-        return mapped, os.dup(f.fileno())
-    return _read_file(f, limits, where), None
+        return mapped, True
+    return _read_file(f, limits, where), False
 
 
 def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
@@ -1128,6 +1144,9 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
         if not SHA256_RE.fullmatch(m.sha256) or (name.startswith("data/") and m.sha256 != name[5:]):
             raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid sha256 {m.sha256!r} for "
                                         f"member {name!r}; {_FIX}")
+        if m.xxh3 is not None and not XXH3_RE.fullmatch(m.xxh3):
+            raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid xxh3 {m.xxh3!r} for member "
+                                        f"{name!r} (expected 32 lowercase hex digits); {_FIX}")
     return manifest
 
 
@@ -1178,86 +1197,116 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
         yield bar.update
 
 
+class _Want(NamedTuple):
+    """What a member must hash to: its sha256 and XXH3-128 (hex) and its CRC-32; None: that
+    digest is not computed for it."""
+
+    sha256: str | None
+    xxh3: str | None
+    crc: int | None
+
+
 class _Job:
-    """Hash ``src`` (its sha256, and its CRC-32 when ``crc``)."""
+    """Hash ``src`` with the digests ``want`` names."""
 
-    __slots__ = ("src", "crc")
+    __slots__ = ("src", "want")
 
-    def __init__(self, src: memoryview | bytes | _FileSpan, crc: bool) -> None:
-        self.src, self.crc = src, crc
+    def __init__(self, src: memoryview | bytes | _MappedSpan, want: _Want) -> None:
+        self.src, self.want = src, want
 
     def __len__(self) -> int:
         return len(self.src)
 
 
-class _FileSpan:
-    """``size`` bytes of a file at offset ``start``, hashed by reading the file (see _pieces)."""
+class _MappedSpan:
+    """``size`` bytes at offset ``start`` of a file mapping, hashed piece by piece (see _pieces)."""
 
-    __slots__ = ("fd", "start", "size")
+    __slots__ = ("mm", "start", "size")
 
-    def __init__(self, fd: int, start: int, size: int) -> None:
-        self.fd, self.start, self.size = fd, start, size
+    def __init__(self, mm: mmap.mmap, start: int, size: int) -> None:
+        self.mm, self.start, self.size = mm, start, size
 
     def __len__(self) -> int:
         return self.size
 
 
 _PIECE = 1 << 20
+_PAGE = mmap.PAGESIZE
 
 
-def _pieces(src: memoryview | bytes | _FileSpan) -> Iterator[memoryview | bytes]:
-    """``src`` in cache-sized pieces: each piece is hashed while it is still in cache. A file span
-    is read piece by piece into one small buffer (a file that shrank meanwhile yields fewer bytes,
-    which then fail their sha256)."""
-    if not isinstance(src, _FileSpan):
+def _pieces(src: memoryview | bytes | _MappedSpan) -> Iterator[memoryview | bytes]:
+    """``src`` in cache-sized pieces: each piece is hashed by every digest while it is in cache.
+
+    The pages of a mapped span are dropped from the process (``MADV_DONTNEED``) as soon as a
+    piece is hashed, so verifying a mapped file leaves nothing resident. That is safe because
+    nothing has written to the (copy-on-write) mapping yet: the page cache still holds the
+    file's bytes, which a later touch maps again. Hashing the mapping is twice as fast as
+    reading the file into a buffer (no copy), and pieces of neighbouring members may share a
+    page: dropping it under another thread only makes that thread fault it in again.
+    """
+    if not isinstance(src, _MappedSpan):
         for lo in range(0, len(src), _PIECE):
             yield src[lo:lo + _PIECE]
         return
-    buf = memoryview(bytearray(min(_PIECE, src.size)))
-    off, end = src.start, src.start + src.size
-    while off < end:
-        n = os.preadv(src.fd, [buf[:min(_PIECE, end - off)]], off)
-        if n <= 0:
-            return
-        yield buf[:n]
-        off += n
+    view = memoryview(src.mm)
+    try:
+        for lo in range(src.start, src.start + src.size, _PIECE):
+            hi = min(lo + _PIECE, src.start + src.size)
+            yield view[lo:hi]
+            first = lo - lo % _PAGE
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # a hint only
+                src.mm.madvise(mmap.MADV_DONTNEED, first, min(hi - first + (-hi) % _PAGE, len(src.mm) - first))
+    finally:
+        view.release()
 
 
-def _sha256_and_crc32(src: memoryview | bytes | _FileSpan) -> tuple[str, int]:
-    h, crc = hashlib.sha256(), 0
+def _digest(job: _Job) -> _Want:
+    """The digests of ``job.src`` that ``job.want`` asks for (the others None)."""
+    want, src = job.want, job.src
+    if want.sha256 is None and want.crc is None and not isinstance(src, _MappedSpan):
+        return _Want(None, xxh3_hex(src), None)  # one call: the C code hashes it without the GIL
+    sha = hashlib.sha256() if want.sha256 is not None else None
+    xxh = xxhash.xxh3_128() if want.xxh3 is not None else None
+    crc = 0
     for piece in _pieces(src):
-        h.update(piece)
+        if sha is not None:
+            sha.update(piece)
+        if xxh is not None:
+            xxh.update(piece)
+        if want.crc is not None:
+            crc = zlib.crc32(piece, crc)
+    return _Want(sha and sha.hexdigest(), xxh and xxh.hexdigest(), crc if want.crc is not None else None)
+
+
+def _crc32_and_xxh3(view: memoryview) -> tuple[int, str]:
+    """What the writer records of a member besides its sha256: one pass over cache-sized pieces."""
+    crc, xxh = 0, xxhash.xxh3_128()
+    for piece in _pieces(view):
         crc = zlib.crc32(piece, crc)
-    return h.hexdigest(), crc
+        xxh.update(piece)
+    return crc, xxh.hexdigest()
 
 
-def _digest(job: _Job) -> tuple[str, int | None]:
-    if job.crc:
-        return _sha256_and_crc32(job.src)
-    h = hashlib.sha256()
-    for piece in _pieces(job.src):
-        h.update(piece)
-    return h.hexdigest(), None
-
-
-def _check_digest(name: str, digest: tuple[str, int], sha256: str, crc: int | None, where: str) -> None:
-    """Raise ChecksumMismatchError unless ``digest`` (sha256 hex, CRC-32) is ``sha256`` and, when
-    given, ``crc``."""
-    if digest[0] != sha256:
-        raise ChecksumMismatchError(f"{where}: member {name!r} is corrupt: its sha256 is {digest[0]}, but "
-                                    f"{MANIFEST} records {sha256}; {_FIX}")
-    if crc is not None and digest[1] != crc:
+def _check_digest(name: str, got: _Want, want: _Want, where: str) -> None:
+    """Raise ChecksumMismatchError unless every digest computed in ``got`` is the one in ``want``."""
+    for kind, have, expected, whose in (("sha256", got.sha256, want.sha256, MANIFEST),
+                                        ("xxh3", got.xxh3, want.xxh3, MANIFEST)):
+        if have is not None and have != expected:
+            raise ChecksumMismatchError(f"{where}: member {name!r} is corrupt: its {kind} is {have}, but "
+                                        f"{whose} records {expected}; {_FIX}")
+    if got.crc is not None and got.crc != want.crc:
         raise ChecksumMismatchError(f"{where}: the CRC-32 the zip records for member {name!r} is not that of its "
                                     f"bytes; the file was damaged or rewritten by another tool: {_FIX}")
 
 
-def _verify_hashes(names: list[str], jobs: list[_Job], manifest: schema.Manifest, where: str) -> dict[str, int]:
-    """Check the sha256 of the members ``names`` against the manifest; return the CRC-32 of
-    those whose job computed it (for the framing check)."""
+def _verify_hashes(names: list[str], jobs: list[_Job], want: dict[str, _Want], where: str) -> dict[str, int]:
+    """Check the digests of the members ``names``; return the CRC-32 of those whose job computed
+    it (for the framing check)."""
     digests = digest_all(_digest, jobs, "verifying")
-    for name, digest in zip(names, digests, strict=True):
-        _check_digest(name, digest, manifest.members[name].sha256, None, where)
-    return {name: d[1] for name, d in zip(names, digests, strict=True) if d[1] is not None}
+    for name, got in zip(names, digests, strict=True):
+        # the CRC-32 is compared by the framing check, which names the header that disagrees
+        _check_digest(name, _Want(got.sha256, got.xxh3, None), want[name], where)
+    return {name: got.crc for name, got in zip(names, digests, strict=True) if got.crc is not None}
 
 
 def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:

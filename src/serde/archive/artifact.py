@@ -59,9 +59,9 @@ class SeveralProgramsError(SerializeError):
 
 
 def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS, mmap: bool = False,
-                  lazy: bool = False, payload_crc: bool = True) -> Artifact:
+                  lazy: bool = False, payload_crc: bool = True, sha256: bool = True) -> Artifact:
     """Read, verify, upgrade and decode a single-program artifact (``mmap``: see :func:`serde.load`;
-    ``lazy`` and ``payload_crc``: see :func:`serde.archive.read_archive`).
+    ``lazy``, ``payload_crc`` and ``sha256``: see :func:`serde.archive.read_archive`).
 
     Raises:
         SerializeError subclasses: ForeignArtifactError (not ours, e.g. torch.export.save output),
@@ -69,7 +69,7 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
         (outside the supported window), UpgradeError (no upgrader step), SeveralProgramsError
         (the artifact holds several programs: use :func:`read_artifacts`).
     """
-    programs = read_artifacts(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
+    programs = read_artifacts(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc, sha256=sha256)
     if list(programs) != [None]:
         raise SeveralProgramsError(
             f"the artifact holds {len(programs)} programs ({', '.join(programs)}), and this handles one; "
@@ -78,10 +78,11 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
 
 
 def read_artifacts(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
-                   mmap: bool = False, lazy: bool = False, payload_crc: bool = True) -> dict[str | None, Artifact]:
+                   mmap: bool = False, lazy: bool = False, payload_crc: bool = True,
+                   sha256: bool = True) -> dict[str | None, Artifact]:
     """Every program of an artifact, by name (``{None: artifact}`` for a single-program one);
     they share one verified archive (see :func:`read_artifact` for the errors and the options)."""
-    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc)
+    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc, sha256=sha256)
     version = contents.schema_version
     check_readable(version)
     names = archive.program_names(contents.names) or [None]

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from serde.archive.artifact import read_artifacts
 
     # payloads are read (and verified) only for the max abs difference of changed tensors
-    a_all, b_all = read_artifacts(args.a, lazy=True, payload_crc=False), read_artifacts(args.b, lazy=True, payload_crc=False)
+    a_all, b_all = (read_artifacts(args.a, lazy=True, payload_crc=False, sha256=False),
+                    read_artifacts(args.b, lazy=True, payload_crc=False, sha256=False))
     a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
     extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
     if list(a_all) == [None] and list(b_all) == [None]:

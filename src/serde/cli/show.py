@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from serde.archive.artifact import read_artifacts
 
     # the program and weights.json only: payloads are neither read nor hashed (`check` does that)
-    arts = read_artifacts(args.file, lazy=True, payload_crc=False)
+    arts = read_artifacts(args.file, lazy=True, payload_crc=False, sha256=False)
     parts = []
     for name, art in arts.items():
         text = _one(art, args)

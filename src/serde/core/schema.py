@@ -654,6 +654,7 @@ class DebugInfo(Struct, kw_only=True):
 class Member(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
     size: Annotated[int, Id(20)]
+    xxh3: Annotated[Optional[str], Id(30)] = None  # added 2.4
 
 
 class Manifest(Struct, kw_only=True):
