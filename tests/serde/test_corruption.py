@@ -1,7 +1,8 @@
 """Every corrupted byte of a saved artifact is detected by serde.load.
 
 The writer is deterministic, so the reader accepts exactly the bytes it would write: member data is
-covered by sha256 (in the manifest), the manifest by its CRC-32, and every byte of zip framing by a
+covered by its XXH3-128 (in the manifest; serde.load does not recompute the sha256 of a member that
+has one), the manifest by its CRC-32, and every byte of zip framing by a
 comparison with the framing regenerated from the members.
 """
 
