@@ -274,8 +274,11 @@ def _weights_load_rows(r: dict[str, Any]) -> list[Row]:
         *([("  first load of a fresh process, plain", *_min_med(r["first_load_speedup"]), ""),
            ("  first load of a fresh process, mmap=True", *_min_med(r["first_load_mmap_speedup"]), "")]
           if "first_load_speedup" in r else []),
-        ("  floor: torch.export.load / (read + sha256, all cores)", *_min_med(r["floor_speedup"]), ""),
+        (f"  floor: torch.export.load / (read + {r.get('floor_digest', 'sha256')}, all cores)",
+         *_min_med(r["floor_speedup"]), ""),
         ("  serde.load / floor", *_min_med(r["floor_vs_serde"]), ""),
+        *([("  floor with sha256 (artifacts before schema 2.4)", *_min_med(r["floor_sha256_speedup"]), "")]
+          if "floor_sha256_speedup" in r else []),
     ]
 
 
