@@ -110,10 +110,10 @@ def test_parallel_read_reports_a_short_file(tmp_path):
     fd = os.open(path, os.O_RDONLY)
     try:
         buf = archive._aligned_buffer(len(payload))
-        assert archive._pread_parallel(fd, buf, 0) == len(payload)
+        assert archive._pread_parallel(fd, buf, 0, archive.DEFAULT_LIMITS, "x") == (len(payload), {})
         assert bytes(buf) == payload
         longer = archive._aligned_buffer(len(payload) + archive._READ_CHUNK)
-        got = archive._pread_parallel(fd, longer, 0)
+        got, _ = archive._pread_parallel(fd, longer, 0, archive.DEFAULT_LIMITS, "x")
         assert got == len(payload)  # the first range that came up short decides
     finally:
         os.close(fd)
@@ -195,8 +195,20 @@ def test_lazy_read_verifies_a_payload_each_time_it_is_asked_for_until_it_passes(
     assert all(bytes(good.member(n)) == bytes(archive.read_archive(src).member(n)) for n in payloads)
 
 
+def test_big_payloads_are_hashed_while_they_are_read(wide):
+    # what the parallel read hands to the verification: the xxh3 of every big payload, at its
+    # data offset, equal to the manifest's (a flipped byte in one fails the load above)
+    _, src = wide
+    data = src.read_bytes()
+    manifest = archive.read_archive(data).manifest
+    _, mapped, early = archive._read_all(src, archive.DEFAULT_LIMITS)
+    big = {name: span for name, span in _payload_spans(data).items() if span[1] - span[0] >= 1 << 20}
+    assert not mapped and len(big) == 2
+    assert early == {start: (end - start, manifest.members[name].xxh3) for name, (start, end) in big.items()}
+
+
 def test_load_leaves_payload_crcs_to_check(wide):
-    """serde.load verifies a payload by its sha256 and its zip CRC-32 fields by their agreement
+    """serde.load verifies a payload by its xxh3 and its zip CRC-32 fields by their agreement
     (local header and central directory); the default read (`pt2serde check`) recomputes them."""
     ep, src = wide
     data = src.read_bytes()
@@ -205,7 +217,7 @@ def test_load_leaves_payload_crcs_to_check(wide):
     assert data.count(crc) == 2  # once in the local header, once in the central directory
     other = (int.from_bytes(crc, "little") ^ 1).to_bytes(4, "little")
     both = data.replace(crc, other)  # what a tool rewriting only the CRCs would leave
-    assert_programs_equal(ep, serde.load(both))  # every tensor byte is still verified by sha256
+    assert_programs_equal(ep, serde.load(both))  # every tensor byte is still verified by xxh3
     with pytest.raises(archive.CorruptZipError, match="local header"):
         archive.read_archive(both)  # the default, as `pt2serde check` reads: every CRC-32 recomputed
     for copy in range(2):  # one copy alone flipped: serde.load catches it

@@ -342,7 +342,7 @@ def read_archive(
         FormatVersionError.
     """
     where = _describe(src)
-    buf, mapped = _read_all(src, limits, mmap or lazy)
+    buf, mapped, early = _read_all(src, limits, mmap or lazy)
     records, cd_off = _central_directory(buf, limits, where)
     _reject_foreign(records, where)
     views, starts = _check_members(buf, records, cd_off, limits, where)
@@ -355,6 +355,13 @@ def read_archive(
         want[n] = _Want(m.sha256 if sha256 or m.xxh3 is None else None, m.xxh3, crc)
     later = {n: want[n] for n in views if lazy and not _is_json_member(n)}
     now = [n for n in sorted(manifest.members) if n not in later]
+    # A member hashed while it was read (see _read_file) needs nothing more when that is the one
+    # digest to check: its bytes have not changed since.
+    for n in now:
+        if want[n].sha256 is None and want[n].crc is None and (hit := early.get(starts[n])) and hit[0] == len(views[n]):
+            _check_digest(n, _Want(None, hit[1], None), want[n], where)
+    now = [n for n in now if not (want[n].sha256 is None and want[n].crc is None and starts[n] in early
+                                  and early[starts[n]][0] == len(views[n]))]
     # A mapped member is hashed a piece at a time, its pages unmapped after each (see _pieces).
     jobs = [_Job(_MappedSpan(buf.obj, starts[n], len(views[n])) if mapped else views[n], want[n]) for n in now]
     crcs = _verify_hashes(now, jobs, want, where)
@@ -733,12 +740,17 @@ def _huge_pages(mm: mmap.mmap) -> bool:
         return False
 
 
-def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, bool]:
-    """The whole archive in one buffer, and whether that buffer maps the file (an ``mmap.mmap``)."""
+# what _read_file hashed as it read: data offset -> (byte count, XXH3-128 hex)
+_Early = dict[int, tuple[int, str]]
+
+
+def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, bool, _Early]:
+    """The whole archive in one buffer, whether that buffer maps the file (an ``mmap.mmap``),
+    and the XXH3-128 of the spans hashed while they were read."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
-        return view, False
+        return view, False, {}
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
@@ -751,11 +763,12 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool]:
+def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool, _Early]:
     mapped = _map_file(f, limits, where) if use_mmap else None
     if mapped is not None:
-        return mapped, True
-    return _read_file(f, limits, where), False
+        return mapped, True, {}
+    buf, early = _read_file(f, limits, where)
+    return buf, False, early
 
 
 def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
@@ -777,7 +790,7 @@ def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
         return None
 
 
-def _read_file(f: BinaryIO, limits: Limits, where: str) -> memoryview:
+def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Early]:
     if isinstance(f, io.TextIOBase):
         raise ArtifactIOError(f"cannot read {where}: open the file in binary mode ('rb')")
     try:
@@ -796,12 +809,13 @@ def _read_file(f: BinaryIO, limits: Limits, where: str) -> memoryview:
         data = b"".join(parts)
         buf = _aligned_buffer(len(data))
         buf[:] = data
-        return buf
+        return buf, {}
     _check_file_size(size, limits, where)
     buf = _aligned_buffer(size)
+    early: _Early = {}
     if size >= _BIG_READ_BYTES and hasattr(os, "preadv"):
         start = f.tell()
-        got = _pread_parallel(f.fileno(), buf, start)
+        got, early = _pread_parallel(f.fileno(), buf, start, limits, where)
         f.seek(start + got)
     else:
         got = 0
@@ -812,7 +826,7 @@ def _read_file(f: BinaryIO, limits: Limits, where: str) -> memoryview:
             got += n
     if got != size or f.read(1):
         raise ArtifactIOError(f"{where} changed size while being read; retry once nothing is writing to it")
-    return buf
+    return buf, early
 
 
 # Files at least this big are read into an anonymous mapping by several threads at once: the
@@ -821,33 +835,91 @@ _BIG_READ_BYTES = 8 << 20
 _READ_CHUNK = 8 << 20
 
 
-def _pread_parallel(fd: int, buf: memoryview, start: int) -> int:
+def _pread_parallel(fd: int, buf: memoryview, start: int, limits: Limits, where: str) -> tuple[int, _Early]:
     """Fill ``buf`` from file offset ``start`` with positional reads on a few threads.
 
+    The zip directory at the end is read first; each big member's data is then read by one task
+    that hashes every piece (XXH3-128) while it is still in cache, which spares a second pass over
+    the bytes when the manifest turns out to record that digest. Nothing read here is trusted:
+    the spans come from an unverified directory, and a hash counts only for a member whose
+    verified data start and size are the span's (see read_archive).
+
     Returns the number of bytes read before the first short read (less than ``len(buf)`` when the
-    file shrank meanwhile); the file position is not used.
+    file shrank meanwhile; the file position is not used) and the spans' digests.
     """
     size = len(buf)
-    workers = max(1, min(os.cpu_count() or 1, 4, size // _READ_CHUNK))
-    step = -(-size // workers)
+    tail = min(size, _TAIL_BYTES)
+    got_tail = _pread_all(fd, buf, size - tail, size, start)
+    spans = _big_spans(fd, buf, start, limits, where) if got_tail == tail else []
+    tasks, pos, rest = [], 0, size - tail  # rest: where the bytes not read yet end
+    for lo, hi in spans:  # a span may reach into the tail: reading the tail's bytes again is harmless
+        gap = min(lo, rest)
+        tasks += [(a, min(gap, a + _READ_CHUNK), False) for a in range(pos, gap, _READ_CHUNK)]
+        tasks.append((lo, hi, True))
+        pos = hi
+    tasks += [(a, min(rest, a + _READ_CHUNK), False) for a in range(pos, rest, _READ_CHUNK)]
+    tasks.sort(key=lambda t: t[0] - t[1])  # biggest first, so that none starts last and runs alone
 
-    def fill(lo: int, done: Callable[[int], None]) -> int:
-        hi, off = min(size, lo + step), lo
+    def run(task: tuple[int, int, bool], done: Callable[[int], None]) -> tuple[int, str | None]:
+        lo, hi, hashed = task
+        h = xxhash.xxh3_128() if hashed else None
+        off = lo
         while off < hi:
-            n = os.preadv(fd, [buf[off:min(hi, off + _READ_CHUNK)]], start + off)
-            if n <= 0:
-                break
+            n = _pread_all(fd, buf, off, min(hi, off + _PIECE if hashed else hi), start)
+            if h is not None:
+                h.update(buf[off:off + n])
             off += n
             done(n)
-        return off - lo
+            if n == 0 or (not hashed and off < hi):
+                break
+        return off - lo, (h.hexdigest() if h is not None and off == hi else None)
 
-    ranges = range(0, size, step)
     with _progress(size, "reading") as done:
-        counts = list(_pool().map(lambda lo: fill(lo, done), ranges))
-    for lo, n in zip(ranges, counts, strict=True):
-        if n != min(step, size - lo):
-            return lo + n
-    return size
+        results = list(_pool().map(lambda t: run(t, done), tasks))
+    short = [lo + n for (lo, hi, _), (n, _) in zip(tasks, results, strict=True) if n != hi - lo]
+    if short or got_tail != tail:
+        return min(short or [size - tail + got_tail]), {}
+    return size, {lo: (hi - lo, d) for (lo, hi, _), (_, d) in zip(tasks, results, strict=True) if d is not None}
+
+
+# The end of a big file read first, for its zip directory (pt2serde's is ~100 bytes a member).
+_TAIL_BYTES = 1 << 20
+
+
+def _pread_all(fd: int, buf: memoryview, lo: int, hi: int, start: int) -> int:
+    """Read file bytes ``start + lo .. start + hi`` into ``buf[lo:hi]``; the count read (short at
+    the end of the file)."""
+    off = lo
+    while off < hi:
+        n = os.preadv(fd, [buf[off:hi]], start + off)
+        if n <= 0:
+            break
+        off += n
+    return off - lo
+
+
+def _big_spans(fd: int, buf: memoryview, start: int, limits: Limits, where: str) -> list[tuple[int, int]]:
+    """Where the data of the big members lies in ``buf``, as the zip directory (already read into
+    the end of ``buf``) and the local headers say; empty when they make no sense (the verifying
+    read then finds out why)."""
+    end = len(buf)
+    try:
+        records, _ = _central_directory(buf, limits, where)
+    except SerializeError:
+        return []
+    spans, header = [], bytearray(_LFH.size)
+    for rec in records:
+        if rec.usize < _PARALLEL_HASH_BYTES or rec.offset + _LFH.size > end:
+            continue
+        if _pread_all(fd, memoryview(header), 0, _LFH.size, start + rec.offset) != _LFH.size:
+            return []
+        nlen, elen = struct.unpack_from("<HH", header, 26)
+        lo = rec.offset + _LFH.size + nlen + elen
+        spans.append((lo, lo + rec.usize))
+    spans.sort()
+    if any(hi > end for _, hi in spans) or any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
+        return []
+    return spans
 
 
 def _check_file_size(n: int, limits: Limits, where: str) -> None:
