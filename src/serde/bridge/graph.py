@@ -120,6 +120,9 @@ class GraphWriter:
                     "saved; exported programs contain only placeholder, call_function, get_attr and output"
                 )
             handler(node)
+        # self.args holds a bound method of self: dropping it breaks the cycle, so the graph written
+        # here is freed by reference counting once unused, not kept until a full collection.
+        self.args = None  # type: ignore[assignment]
         return schema.Graph(
             inputs=self.inputs, outputs=self.outputs, nodes=self.nodes,
             tensor_values=self.tensor_values, sym_int_values=self.sym_int_values,

@@ -127,10 +127,19 @@ def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> 
     """``g`` with sources renumbered and checks sorted and deduplicated (idempotent)."""
     if g is None:
         return None
-    try:
-        return guards_from_code(guards_to_code(g, where=where), where=where)
-    except UnsupportedConstructError as e:  # unreachable for text we printed; keep the type honest
-        raise MalformedArtifactError(str(e)) from None
+    # guards_from_code(guards_to_code(g)), with one parse of each printed check instead of two:
+    # the parse that re-validates the printed text is the one whose tree gets numbered.
+    names = _source_names(g, where)
+    parser = _Parser(where)
+    trees = []
+    for i, e in enumerate(g.checks):
+        w = f"{where}.checks[{i}]"
+        text = _Printer(names, w).expr(e, 0)
+        try:
+            trees.append(parser.guard(text, w))
+        except UnsupportedConstructError as err:
+            raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+    return _number(parser.sources, trees) if trees else None
 
 
 def guard_texts(g: schema.InputGuards | None, *, where: str = "guards") -> list[str]:
