@@ -54,6 +54,8 @@ class ModuleKeys:
     def __init__(self) -> None:
         self._bases: dict[str, str] = {}
         self._taken: set[str] = set()
+        # (stored key, path) -> canonical entry: nodes of one module share their stack entries
+        self.entries: dict[tuple[str, str], schema.ModuleStackEntry] = {}
 
     def key(self, key: str, path: str) -> str:
         base, at, call = key.partition("@")
@@ -98,11 +100,15 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
     types: dict[str, str] = {}
     if m.nn_module_stack is not None:
         stack = []
+        entries = keys.entries
         for e in m.nn_module_stack:
-            k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
-            stack.append(schema.ModuleStackEntry(key=k, path=e.path))
+            new = entries.get((e.key, e.path))
+            if new is None:
+                k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
+                new = entries[(e.key, e.path)] = schema.ModuleStackEntry(key=k, path=e.path)
+            stack.append(new)
             if e.type_name is not None:
-                types[k] = e.type_name
+                types[new.key] = e.type_name
     sfs = None
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)

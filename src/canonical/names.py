@@ -138,7 +138,7 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
     blake = hashlib.blake2b
     for _ in range(RADIUS):
         prev = sig
-        sig = [blake(prev[i] + b"".join((prev[p] + t) if p is not None else t for p, t in rows[i]),
+        sig = [blake(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in rows[i]]),
                      digest_size=12).digest() for i in range(n)]
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))

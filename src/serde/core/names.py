@@ -336,15 +336,20 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
         for name in values:
             if not _local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
+    shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
+        if id(meta) in shapes_ok:
+            continue
         if not _shape_ok(meta.sizes, meta.strides, limits):
             _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
+        shapes_ok[id(meta)] = meta
     for i, a in enumerate(g.inputs):
         _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
         _check_argument_names(a, f"{where}.outputs[{i}]", limits)
+    known = _Known()
     for i, n in enumerate(g.nodes):
-        if _node_ok(n, limits):
+        if _node_ok(n, limits, known):
             continue
         at = f"{where}.nodes[{i}]"
         check_local_name(n.name, f"{at}.name", limits)
@@ -421,7 +426,34 @@ def _argument_ok(a: schema.Argument, limits: Limits) -> bool:
     return kind == "as_int" and -_INT64 <= a.as_int < _INT64
 
 
-def _node_ok(n: schema.Node, limits: Limits) -> bool:
+class _Known:
+    """Texts and FQNs of one graph's metadata that passed already: nodes repeat a few of them
+    (module keys and paths, source targets)."""
+
+    __slots__ = ("texts", "fqns")
+
+    def __init__(self) -> None:
+        self.texts: set[str] = set()
+        self.fqns: set[str] = set()
+
+    def text_ok(self, text: object, limits: Limits) -> bool:
+        if type(text) is str and text in self.texts:
+            return True
+        ok = _text_ok(text, limits)
+        if ok:
+            self.texts.add(text)  # type: ignore[arg-type]  # a str: _text_ok checked the type
+        return ok
+
+    def fqn_ok(self, name: object, limits: Limits) -> bool:
+        if type(name) is str and name in self.fqns:
+            return True
+        ok = _fqn_ok(name, limits)
+        if ok:
+            self.fqns.add(name)  # type: ignore[arg-type]
+        return ok
+
+
+def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
     if not _local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
@@ -436,29 +468,29 @@ def _node_ok(n: schema.Node, limits: Limits) -> bool:
     for o in n.outputs:
         if not _argument_ok(o, limits):
             return False
-    return _metadata_ok(n.metadata, limits)
+    return _metadata_ok(n.metadata, limits, known)
 
 
-def _metadata_ok(m: schema.NodeMetadata, limits: Limits) -> bool:
+def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
     """``_check_metadata`` would accept ``m``."""
     if m.stack_trace is not None and not _text_ok(m.stack_trace, limits):
         return False
-    if m.custom is not None and not _text_ok(m.custom, limits):
+    if m.custom is not None and not known.text_ok(m.custom, limits):
         return False
     if m.nn_module_stack is not None:
         if len(m.nn_module_stack) > limits.max_list_len:
             return False
         for e in m.nn_module_stack:
-            if not (_text_ok(e.key, limits) and _fqn_ok(e.path, limits)
-                    and (e.type_name is None or _text_ok(e.type_name, limits))):
+            if not (known.text_ok(e.key, limits) and known.fqn_ok(e.path, limits)
+                    and (e.type_name is None or known.text_ok(e.type_name, limits))):
                 return False
     if m.source_fn_stack is not None:
         if len(m.source_fn_stack) > limits.max_list_len:
             return False
         for sf in m.source_fn_stack:
-            if not (_text_ok(sf.name, limits) and _text_ok(sf.target, limits)):
+            if not (_text_ok(sf.name, limits) and known.text_ok(sf.target, limits)):
                 return False
-    return m.torch_fn is None or (_text_ok(m.torch_fn.name, limits) and _text_ok(m.torch_fn.target, limits))
+    return m.torch_fn is None or (_text_ok(m.torch_fn.name, limits) and known.text_ok(m.torch_fn.target, limits))
 
 
 def _check_metadata(m: schema.NodeMetadata, where: str, limits: Limits) -> None:
