@@ -452,7 +452,7 @@ class _Plan:
                 inputs.append(na if arg is na.arg else schema.NamedArgument(name=na.name, arg=arg, kind=na.kind))
             ctx.where = _NodePart(self.where, i, "outputs")
             outputs = [rename(o) for o in node.outputs]
-            meta, dbg = canonical_metadata(node.metadata, name, keys, labels)
+            meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg
             new_nodes.append(schema.Node(

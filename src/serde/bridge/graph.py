@@ -104,6 +104,7 @@ class GraphWriter:
         # Concrete tensor metas already written: most nodes of a graph share a few (equal metas
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
+        self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -243,7 +244,7 @@ class GraphWriter:
                 single = True if isinstance(target, torch._ops.HigherOrderOperator) or kind == "tensor" else None
         self.nodes.append(schema.Node(
             target=name, inputs=inputs, outputs=outputs,
-            metadata=serialize_node_metadata(node.meta, where),
+            metadata=serialize_node_metadata(node.meta, where, self._stack_entries),
             is_hop_single_tensor_return=single, name=node.name,
         ))
 
