@@ -105,6 +105,8 @@ class GraphWriter:
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
         self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
+        # FX node -> the Argument that refers to its value, written once and shared by every use
+        self._refs: dict[torch.fx.Node, schema.Argument] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -260,8 +262,13 @@ class GraphWriter:
                 used_kw += 1
             else:
                 continue  # default value: not stored, so the loaded node is identical
-            out.append(schema.NamedArgument(
-                name=a_name, arg=self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type), kind=kind))
+            if type(v) is torch.fx.Node and v.op != "get_attr":
+                arg = self._refs.get(v)
+                if arg is None:
+                    arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            else:
+                arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
         if len(args) > facts.positional or used_kw != len(kwargs):
             unknown = sorted(set(kwargs) - {a[0] for a in facts.arguments})
             raise UnsupportedConstructError(

@@ -331,10 +331,11 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     counter[0] += len(g.nodes)
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
+    known = _Known()
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            if not _local_ok(name, limits):
+            if not known.local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
@@ -347,7 +348,6 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
         _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
         _check_argument_names(a, f"{where}.outputs[{i}]", limits)
-    known = _Known()
     for i, n in enumerate(g.nodes):
         if _node_ok(n, limits, known):
             continue
@@ -414,12 +414,12 @@ def _shape_ok(sizes: list, strides: list, limits: Limits) -> bool:
     return numel <= limits.max_tensor_elements
 
 
-def _argument_ok(a: schema.Argument, limits: Limits) -> bool:
+def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
     """``_check_argument_names`` would accept ``a``; False for members it does not know (lists,
     symbolic values, subgraphs): those take the detailed path."""
     t = a.as_tensor
     if t is not None:
-        return _local_ok(t.name, limits)
+        return known.local_ok(t.name, limits)
     kind = a.kind
     if kind in _PLAIN_ARGUMENTS:
         return True
@@ -427,14 +427,24 @@ def _argument_ok(a: schema.Argument, limits: Limits) -> bool:
 
 
 class _Known:
-    """Texts and FQNs of one graph's metadata that passed already: nodes repeat a few of them
-    (module keys and paths, source targets)."""
+    """Names, texts and FQNs of one graph that passed already: a value's name is checked where it
+    is defined and where it is used, and nodes repeat a few metadata texts (module keys and paths,
+    source targets)."""
 
-    __slots__ = ("texts", "fqns")
+    __slots__ = ("locals", "texts", "fqns")
 
     def __init__(self) -> None:
+        self.locals: set[str] = set()
         self.texts: set[str] = set()
         self.fqns: set[str] = set()
+
+    def local_ok(self, name: object, limits: Limits) -> bool:
+        if type(name) is str and name in self.locals:
+            return True
+        ok = _local_ok(name, limits)
+        if ok:
+            self.locals.add(name)  # type: ignore[arg-type]
+        return ok
 
     def text_ok(self, text: object, limits: Limits) -> bool:
         if type(text) is str and text in self.texts:
@@ -456,17 +466,17 @@ class _Known:
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not _local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     for na in n.inputs:
         if na.kind == schema.ArgumentKind.KEYWORD and not (
                 type(na.name) is str and len(na.name) <= limits.max_name_chars
                 and _IDENT.match(na.name) is not None and na.name not in _KEYWORDS):
             return False
-        if not _argument_ok(na.arg, limits):
+        if not _argument_ok(na.arg, limits, known):
             return False
     for o in n.outputs:
-        if not _argument_ok(o, limits):
+        if not _argument_ok(o, limits, known):
             return False
     return _metadata_ok(n.metadata, limits, known)
 
