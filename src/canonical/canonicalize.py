@@ -436,6 +436,7 @@ class _Plan:
                 new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
             return new
 
+        at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
         for i in self.order:
             node, name = nodes[i], self.node_names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
@@ -444,13 +445,14 @@ class _Plan:
                     sub_name = self.sub_names[ga.name]
                     sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
                     self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
-            ctx.where = _NodePart(self.where, i, "inputs")
+            at.i, at.part = i, "inputs"
+            ctx.where = at
             inputs = []
             for na in node.inputs:
                 arg = rename(na.arg)
                 # a constant comes back as it is: so can its NamedArgument
                 inputs.append(na if arg is na.arg else schema.NamedArgument(name=na.name, arg=arg, kind=na.kind))
-            ctx.where = _NodePart(self.where, i, "outputs")
+            at.part = "outputs"
             outputs = [rename(o) for o in node.outputs]
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
