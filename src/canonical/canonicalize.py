@@ -305,7 +305,10 @@ class _Plan:
                         reserved_sub = {n for ns in sub_inputs for n in ns}
                         self.sub[ga.name] = _Plan(ga.graph, sub_inputs, reserved_sub,
                                                   f"{where}.nodes[{i}].inputs[{j}].graph", set(), facts)
-        node_facts = [self._node_facts(i, node, facts) for i, node in enumerate(nodes)]
+        # One call of ``facts`` per distinct target (a graph has few); the first node of a target
+        # is the one an error names, as when it was asked per node.
+        by_target: dict[str, OpFacts] = {}
+        node_facts = [self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
         #: whether a parent must treat a call of this graph as an effect
         self.has_effects = any(f.has_effect for f in node_facts)
         self.idx = idx = GraphIndex(g, where, node_facts)
@@ -354,9 +357,11 @@ class _Plan:
         self._fingerprint: bytes | None = None
         self.sub_args: dict[str, schema.GraphArgument] = {}
 
-    def _node_facts(self, i: int, node: schema.Node, facts: FactsFn) -> OpFacts:
-        f = facts(node.target, f"{self.where}.nodes[{i}] ({node.name!r})")
-        if any(self.sub[ga.name].has_effects for _, _, ga in self.subs_of.get(i, ())):
+    def _node_facts(self, i: int, node: schema.Node, facts: FactsFn, by_target: dict[str, OpFacts]) -> OpFacts:
+        f = by_target.get(node.target)
+        if f is None:
+            f = by_target[node.target] = facts(node.target, f"{self.where}.nodes[{i}] ({node.name!r})")
+        if i in self.subs_of and any(self.sub[ga.name].has_effects for _, _, ga in self.subs_of.get(i, ())):
             # What a subgraph writes is one of the operands handed to it, or state: opaque.
             return OPAQUE
         return f
@@ -400,7 +405,8 @@ class _Plan:
         g = self.graph
         m = g.tensor_values.get(name)
         if m is not None:
-            syms.see_meta(m, f"{self.where}.tensor_values[{name!r}]")
+            if not syms.seen_meta(m):
+                syms.see_meta(m, f"{self.where}.tensor_values[{name!r}]")
             return
         for field in ("sym_int_values", "sym_float_values", "sym_bool_values"):
             v = getattr(g, field).get(name)
@@ -417,6 +423,20 @@ class _Plan:
         labels = Labels()
         new_nodes: list[schema.Node] = []
         prefix = f"{path}/" if path else ""
+        # A value's renamed tensor reference, built once and shared by its definition and every use
+        # (Structs are immutable).
+        tensor_refs: dict[str, schema.Argument] = {}
+
+        def rename(a: schema.Argument) -> schema.Argument:
+            t = a.as_tensor
+            if t is None:
+                return rename_argument(a, ctx)
+            new = tensor_refs.get(t.name)
+            if new is None:
+                new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+            return new
+
+        at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
         for i in self.order:
             node, name = nodes[i], self.node_names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
@@ -425,12 +445,16 @@ class _Plan:
                     sub_name = self.sub_names[ga.name]
                     sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
                     self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
-            ctx.where = _NodePart(self.where, i, "inputs")
-            inputs = [schema.NamedArgument(name=na.name, arg=rename_argument(na.arg, ctx), kind=na.kind)
-                      for na in node.inputs]
-            ctx.where = _NodePart(self.where, i, "outputs")
-            outputs = [rename_argument(o, ctx) for o in node.outputs]
-            meta, dbg = canonical_metadata(node.metadata, name, keys, labels)
+            at.i, at.part = i, "inputs"
+            ctx.where = at
+            inputs = []
+            for na in node.inputs:
+                arg = rename(na.arg)
+                # a constant comes back as it is: so can its NamedArgument
+                inputs.append(na if arg is na.arg else schema.NamedArgument(name=na.name, arg=arg, kind=na.kind))
+            at.part = "outputs"
+            outputs = [rename(o) for o in node.outputs]
+            meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg
             new_nodes.append(schema.Node(

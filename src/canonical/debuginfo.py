@@ -54,6 +54,8 @@ class ModuleKeys:
     def __init__(self) -> None:
         self._bases: dict[str, str] = {}
         self._taken: set[str] = set()
+        # (stored key, path) -> canonical entry: nodes of one module share their stack entries
+        self.entries: dict[tuple[str, str], schema.ModuleStackEntry] = {}
 
     def key(self, key: str, path: str) -> str:
         base, at, call = key.partition("@")
@@ -92,17 +94,22 @@ class Labels:
 
 
 def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys, labels: Labels,
-                       ) -> tuple[schema.NodeMetadata, NodeDebug | None]:
-    """(canonical metadata, debug-only part or None) of one node."""
+                       want_debug: bool = True) -> tuple[schema.NodeMetadata, NodeDebug | None]:
+    """(canonical metadata, debug-only part or None) of one node; the debug part is always None
+    without ``want_debug``."""
     stack = None
     types: dict[str, str] = {}
     if m.nn_module_stack is not None:
         stack = []
+        entries = keys.entries
         for e in m.nn_module_stack:
-            k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
-            stack.append(schema.ModuleStackEntry(key=k, path=e.path))
-            if e.type_name is not None:
-                types[k] = e.type_name
+            new = entries.get((e.key, e.path))
+            if new is None:
+                k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
+                new = entries[(e.key, e.path)] = schema.ModuleStackEntry(key=k, path=e.path)
+            stack.append(new)
+            if want_debug and e.type_name is not None:
+                types[new.key] = e.type_name
     sfs = None
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)
@@ -112,7 +119,7 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
         tfn = schema.SourceFn(name=labels.label("torch_fn", m.torch_fn.name, node_name),
                               target=m.torch_fn.target)
     meta = schema.NodeMetadata(nn_module_stack=stack, source_fn_stack=sfs, torch_fn=tfn, custom=m.custom)
-    if m.stack_trace is None and m.from_node is None and not types:
+    if not want_debug or (m.stack_trace is None and m.from_node is None and not types):
         return meta, None
     return meta, NodeDebug(stack_trace=m.stack_trace, from_node=m.from_node, module_types=types or None)
 

@@ -37,6 +37,7 @@ them in tracing order. Subgraphs of other higher-order ops are ``<node>_graph<k>
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import Counter
@@ -70,6 +71,7 @@ ILLEGAL_NAMES = frozenset("""
 _NOT_IDENT = re.compile(r"[^0-9A-Za-z_]+")
 
 
+@functools.lru_cache(maxsize=4096)  # a program repeats a few module paths and targets on every node
 def sanitize(text: str) -> str:
     """``text`` as a Python identifier: other characters become ``_``; never starts with a digit."""
     s = _NOT_IDENT.sub("_", text)
@@ -78,6 +80,7 @@ def sanitize(text: str) -> str:
     return "_" + s if s[0].isdigit() else s
 
 
+@functools.lru_cache(maxsize=4096)
 def op_base(target: str) -> str:
     """Readable operator name of a node target (overload dropped)."""
     parts = target.split(".")
@@ -138,7 +141,7 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
     blake = hashlib.blake2b
     for _ in range(RADIUS):
         prev = sig
-        sig = [blake(prev[i] + b"".join((prev[p] + t) if p is not None else t for p, t in rows[i]),
+        sig = [blake(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in rows[i]]),
                      digest_size=12).digest() for i in range(n)]
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))

@@ -68,28 +68,35 @@ class GraphIndex:
             for name in argument_names(a):
                 self._define(name, -(pos + 1), 0, f"{where}.inputs[{pos}]")
         self.leaves: list[list[tuple[int, str, str]]] = []
+        producer, leaf_index = self.producer, self.leaf_index
+        # (the location strings of the errors are only built when one is raised)
         for i, node in enumerate(g.nodes):
             leaves = output_leaves(node.outputs)
             self.leaves.append(leaves)
             for j, (_, _, name) in enumerate(leaves):
-                self._define(name, i, j, f"{where}.nodes[{i}].outputs")
+                if name in producer:
+                    self._define(name, i, j, f"{where}.nodes[{i}].outputs")
+                producer[name] = i
+                leaf_index[name] = j
         self.refs: list[list[str]] = []
         self.preds: list[list[int]] = []
         self.succs: list[list[int]] = [[] for _ in range(n)]
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
             for j, na in enumerate(node.inputs):
-                for name in argument_names(na.arg):
-                    self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
+                t = na.arg.as_tensor  # the common case, without the walk
+                for name in (t.name,) if t is not None else argument_names(na.arg):
+                    if name not in producer:
+                        self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
                     refs.append(name)
             self.refs.append(refs)
-            preds = [p for p in (self.producer[r] for r in refs) if p >= 0]
-            self.preds.append(preds)
+            self.preds.append([p for p in map(producer.__getitem__, refs) if p >= 0])
         # Order-only edges constrain the schedule but take no part in the demand walk: they are
         # listed by stored index, and the walk's visiting order must not depend on it.
         self.data_preds = [list(p) for p in self.preds]
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
-            self.preds[i].extend(p for p in extra if p not in self.preds[i])
+            if extra:
+                self.preds[i].extend(p for p in extra if p not in self.preds[i])
         for i, preds in enumerate(self.preds):
             for p in preds:
                 self.succs[p].append(i)

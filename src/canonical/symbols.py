@@ -48,6 +48,10 @@ class SymbolRenamer:
         self._texts: dict[bytes, str] = {}
         self._trees: dict[bytes, tuple[schema.Expr, bool]] = {}
         self.seen_any = False  # no expression at all: metas are static and stay as they are
+        # TensorMeta objects already seen / renamed, by identity (writers share one object among
+        # the values of equal metas). Values hold the objects so that no id is reused.
+        self._metas_seen: dict[int, schema.TensorMeta] = {}
+        self._metas_out: dict[int, tuple[schema.TensorMeta, schema.TensorMeta]] = {}
 
     # -- collecting
 
@@ -78,7 +82,13 @@ class SymbolRenamer:
         for e in sym_value_exprs(v):
             self.see_text(self._text(wire.encode(e.expr), e.expr, where), where)
 
+    def seen_meta(self, m: schema.TensorMeta) -> bool:
+        """Whether this very object went through :meth:`see_meta` already (seeing it again would
+        assign no symbol)."""
+        return id(m) in self._metas_seen
+
     def see_meta(self, m: schema.TensorMeta, where: str) -> None:
+        self._metas_seen[id(m)] = m
         for s in m.sizes:
             if s.as_expr is not None:
                 self.see_value(s, where)
@@ -129,6 +139,12 @@ class SymbolRenamer:
     def meta(self, m: schema.TensorMeta) -> schema.TensorMeta:
         if not self.seen_any:
             return m
+        hit = self._metas_out.get(id(m))
+        if hit is None:
+            hit = self._metas_out[id(m)] = (m, self._meta(m))
+        return hit[1]
+
+    def _meta(self, m: schema.TensorMeta) -> schema.TensorMeta:
         sizes = [self.value(s) for s in m.sizes]
         strides = [self.value(s) for s in m.strides]
         off = self.value(m.storage_offset)

@@ -84,6 +84,9 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
             parts[name] = (program, weights, debug)
             payloads.update(own_payloads)  # content-addressed: a tensor several programs hold is stored once
         write_artifacts(f, parts, payloads, torch_version=str(torch.__version__), extra_files=extras)
+        # Freed while the collector is paused: each freed object lowers its allocation count, so
+        # re-enabling it does not start a collection that walks the whole written program.
+        del parts, payloads, program, weights, own_payloads, debug
     if start is not None:
         f.seek(start)  # type: ignore[union-attr]
 

@@ -104,6 +104,9 @@ class GraphWriter:
         # Concrete tensor metas already written: most nodes of a graph share a few (equal metas
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
+        self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
+        # FX node -> the Argument that refers to its value, written once and shared by every use
+        self._refs: dict[torch.fx.Node, schema.Argument] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -120,6 +123,9 @@ class GraphWriter:
                     "saved; exported programs contain only placeholder, call_function, get_attr and output"
                 )
             handler(node)
+        # self.args holds a bound method of self: dropping it breaks the cycle, so the graph written
+        # here is freed by reference counting once unused, not kept until a full collection.
+        self.args = None  # type: ignore[assignment]
         return schema.Graph(
             inputs=self.inputs, outputs=self.outputs, nodes=self.nodes,
             tensor_values=self.tensor_values, sym_int_values=self.sym_int_values,
@@ -240,7 +246,7 @@ class GraphWriter:
                 single = True if isinstance(target, torch._ops.HigherOrderOperator) or kind == "tensor" else None
         self.nodes.append(schema.Node(
             target=name, inputs=inputs, outputs=outputs,
-            metadata=serialize_node_metadata(node.meta, where),
+            metadata=serialize_node_metadata(node.meta, where, self._stack_entries),
             is_hop_single_tensor_return=single, name=node.name,
         ))
 
@@ -256,8 +262,13 @@ class GraphWriter:
                 used_kw += 1
             else:
                 continue  # default value: not stored, so the loaded node is identical
-            out.append(schema.NamedArgument(
-                name=a_name, arg=self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type), kind=kind))
+            if type(v) is torch.fx.Node and v.op != "get_attr":
+                arg = self._refs.get(v)
+                if arg is None:
+                    arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            else:
+                arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
         if len(args) > facts.positional or used_kw != len(kwargs):
             unknown = sorted(set(kwargs) - {a[0] for a in facts.arguments})
             raise UnsupportedConstructError(

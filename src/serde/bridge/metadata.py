@@ -63,7 +63,10 @@ def _deserialize_from_node(text: str) -> Any:
         return None
 
 
-def serialize_node_metadata(meta: dict[str, Any], where: str) -> schema.NodeMetadata:
+def serialize_node_metadata(meta: dict[str, Any], where: str,
+                            entries: dict[tuple, schema.ModuleStackEntry] | None = None) -> schema.NodeMetadata:
+    """``entries``: (key, path, module class) -> entry, filled and reused across the nodes of a graph
+    (the nodes of one module share their stack entries; Structs are immutable)."""
     stack = meta.get("nn_module_stack")
     sfs = meta.get("source_fn_stack")
     torch_fn = meta.get("torch_fn")
@@ -71,9 +74,7 @@ def serialize_node_metadata(meta: dict[str, Any], where: str) -> schema.NodeMeta
     from_node = meta.get("from_node")
     return schema.NodeMetadata(
         stack_trace=meta.get("stack_trace"),
-        nn_module_stack=None if stack is None else [
-            schema.ModuleStackEntry(key=k, path=v[0], type_name=_qualname(v[1])) for k, v in stack.items()
-        ],
+        nn_module_stack=None if stack is None else [_stack_entry(k, v, entries) for k, v in stack.items()],
         source_fn_stack=None if sfs is None else [
             schema.SourceFn(name=name, target=_qualname(fn)) for name, fn in sfs
         ],
@@ -81,6 +82,21 @@ def serialize_node_metadata(meta: dict[str, Any], where: str) -> schema.NodeMeta
         custom=None if custom is None else serialize_custom(custom, where),
         from_node=None if not from_node else _serialize_from_node(from_node),
     )
+
+
+def _stack_entry(key: str, v: tuple, entries: dict[tuple, schema.ModuleStackEntry] | None
+                 ) -> schema.ModuleStackEntry:
+    try:
+        ck = (key, v[0], v[1])
+        hash(ck)
+    except TypeError:  # an unhashable path or class: not shared
+        ck = None
+    e = entries.get(ck) if entries is not None and ck is not None else None
+    if e is None:
+        e = schema.ModuleStackEntry(key=key, path=v[0], type_name=_qualname(v[1]))
+        if entries is not None and ck is not None:
+            entries[ck] = e
+    return e
 
 
 def deserialize_node_metadata(m: schema.NodeMetadata, where: str) -> dict[str, Any]:

@@ -127,10 +127,19 @@ def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> 
     """``g`` with sources renumbered and checks sorted and deduplicated (idempotent)."""
     if g is None:
         return None
-    try:
-        return guards_from_code(guards_to_code(g, where=where), where=where)
-    except UnsupportedConstructError as e:  # unreachable for text we printed; keep the type honest
-        raise MalformedArtifactError(str(e)) from None
+    # guards_from_code(guards_to_code(g)), with one parse of each printed check instead of two:
+    # the parse that re-validates the printed text is the one whose tree gets numbered.
+    names = _source_names(g, where)
+    parser = _Parser(where)
+    trees = []
+    for i, e in enumerate(g.checks):
+        w = f"{where}.checks[{i}]"
+        text = _Printer(names, w).expr(e, 0)
+        try:
+            trees.append(parser.guard(text, w))
+        except UnsupportedConstructError as err:
+            raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+    return _number(parser.sources, trees) if trees else None
 
 
 def guard_texts(g: schema.InputGuards | None, *, where: str = "guards") -> list[str]:
@@ -407,7 +416,8 @@ def _make_source(symbol: str, k: SourceKey) -> schema.GuardSource:
 def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
     if depth > MAX_EXPR_DEPTH:
         raise MalformedArtifactError(f"guards: expression nested deeper than {MAX_EXPR_DEPTH}")
-    kind, v = e.kind, e.value
+    kind = e.kind
+    v = getattr(e, kind)  # (e.value would find the kind again)
     if kind == "symbol":
         return E(symbol=f(v))
     if kind == "opaque_unary":
@@ -421,10 +431,11 @@ def _symbols(e: schema.Expr) -> set[str]:
     out, stack = set(), [e]
     while stack:
         x = stack.pop()
-        v = x.value
-        if x.kind == "symbol":
+        kind = x.kind
+        v = getattr(x, kind)
+        if kind == "symbol":
             out.add(v)
-        elif x.kind == "opaque_unary":
+        elif kind == "opaque_unary":
             stack.append(v.arg)
         elif isinstance(v, list):
             stack.extend(v)
@@ -513,7 +524,8 @@ class _Printer:
         if depth > MAX_EXPR_DEPTH:
             raise MalformedArtifactError(f"{self.where}: expression nested deeper than {MAX_EXPR_DEPTH}")
         d = depth + 1
-        kind, v = e.kind, e.value
+        kind = e.kind
+        v = getattr(e, kind)  # (e.value would find the kind again)
         if kind == "symbol":
             if v not in self.names:
                 raise MalformedArtifactError(f"{self.where}: symbol {v!r} is not in guards.sources")
@@ -554,7 +566,7 @@ class _Printer:
 
     def _term(self, x: schema.Expr, i: int, d: int) -> str:
         """Terms of a sum; ``-1 * t`` prints as ``- t`` so guards read like torch's."""
-        if x.kind == "mul" and len(x.mul) == 2 and x.mul[0].kind == "integer" and x.mul[0].integer == -1:
+        if x.mul is not None and len(x.mul) == 2 and x.mul[0].integer == -1:
             return ("-" if i == 0 else " - ") + self.expr(x.mul[1], d)
         return ("" if i == 0 else " + ") + self.expr(x, d)
 

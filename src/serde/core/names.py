@@ -331,20 +331,25 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     counter[0] += len(g.nodes)
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
+    known = _Known()
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            if not _local_ok(name, limits):
+            if not known.local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
+    shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
+        if id(meta) in shapes_ok:
+            continue
         if not _shape_ok(meta.sizes, meta.strides, limits):
             _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
+        shapes_ok[id(meta)] = meta
     for i, a in enumerate(g.inputs):
         _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
         _check_argument_names(a, f"{where}.outputs[{i}]", limits)
     for i, n in enumerate(g.nodes):
-        if _node_ok(n, limits):
+        if _node_ok(n, limits, known):
             continue
         at = f"{where}.nodes[{i}]"
         check_local_name(n.name, f"{at}.name", limits)
@@ -409,56 +414,93 @@ def _shape_ok(sizes: list, strides: list, limits: Limits) -> bool:
     return numel <= limits.max_tensor_elements
 
 
-def _argument_ok(a: schema.Argument, limits: Limits) -> bool:
+def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
     """``_check_argument_names`` would accept ``a``; False for members it does not know (lists,
     symbolic values, subgraphs): those take the detailed path."""
     t = a.as_tensor
     if t is not None:
-        return _local_ok(t.name, limits)
+        return known.local_ok(t.name, limits)
     kind = a.kind
     if kind in _PLAIN_ARGUMENTS:
         return True
     return kind == "as_int" and -_INT64 <= a.as_int < _INT64
 
 
-def _node_ok(n: schema.Node, limits: Limits) -> bool:
+class _Known:
+    """Names, texts and FQNs of one graph that passed already: a value's name is checked where it
+    is defined and where it is used, and nodes repeat a few metadata texts (module keys and paths,
+    source targets)."""
+
+    __slots__ = ("locals", "texts", "fqns")
+
+    def __init__(self) -> None:
+        self.locals: set[str] = set()
+        self.texts: set[str] = set()
+        self.fqns: set[str] = set()
+
+    def local_ok(self, name: object, limits: Limits) -> bool:
+        if type(name) is str and name in self.locals:
+            return True
+        ok = _local_ok(name, limits)
+        if ok:
+            self.locals.add(name)  # type: ignore[arg-type]
+        return ok
+
+    def text_ok(self, text: object, limits: Limits) -> bool:
+        if type(text) is str and text in self.texts:
+            return True
+        ok = _text_ok(text, limits)
+        if ok:
+            self.texts.add(text)  # type: ignore[arg-type]  # a str: _text_ok checked the type
+        return ok
+
+    def fqn_ok(self, name: object, limits: Limits) -> bool:
+        if type(name) is str and name in self.fqns:
+            return True
+        ok = _fqn_ok(name, limits)
+        if ok:
+            self.fqns.add(name)  # type: ignore[arg-type]
+        return ok
+
+
+def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not _local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     for na in n.inputs:
         if na.kind == schema.ArgumentKind.KEYWORD and not (
                 type(na.name) is str and len(na.name) <= limits.max_name_chars
                 and _IDENT.match(na.name) is not None and na.name not in _KEYWORDS):
             return False
-        if not _argument_ok(na.arg, limits):
+        if not _argument_ok(na.arg, limits, known):
             return False
     for o in n.outputs:
-        if not _argument_ok(o, limits):
+        if not _argument_ok(o, limits, known):
             return False
-    return _metadata_ok(n.metadata, limits)
+    return _metadata_ok(n.metadata, limits, known)
 
 
-def _metadata_ok(m: schema.NodeMetadata, limits: Limits) -> bool:
+def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
     """``_check_metadata`` would accept ``m``."""
     if m.stack_trace is not None and not _text_ok(m.stack_trace, limits):
         return False
-    if m.custom is not None and not _text_ok(m.custom, limits):
+    if m.custom is not None and not known.text_ok(m.custom, limits):
         return False
     if m.nn_module_stack is not None:
         if len(m.nn_module_stack) > limits.max_list_len:
             return False
         for e in m.nn_module_stack:
-            if not (_text_ok(e.key, limits) and _fqn_ok(e.path, limits)
-                    and (e.type_name is None or _text_ok(e.type_name, limits))):
+            if not (known.text_ok(e.key, limits) and known.fqn_ok(e.path, limits)
+                    and (e.type_name is None or known.text_ok(e.type_name, limits))):
                 return False
     if m.source_fn_stack is not None:
         if len(m.source_fn_stack) > limits.max_list_len:
             return False
         for sf in m.source_fn_stack:
-            if not (_text_ok(sf.name, limits) and _text_ok(sf.target, limits)):
+            if not (_text_ok(sf.name, limits) and known.text_ok(sf.target, limits)):
                 return False
-    return m.torch_fn is None or (_text_ok(m.torch_fn.name, limits) and _text_ok(m.torch_fn.target, limits))
+    return m.torch_fn is None or (_text_ok(m.torch_fn.name, limits) and known.text_ok(m.torch_fn.target, limits))
 
 
 def _check_metadata(m: schema.NodeMetadata, where: str, limits: Limits) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import math
+from itertools import compress
+from operator import is_not
 from typing import Annotated, Literal, Optional
 
 import msgspec
@@ -66,6 +68,10 @@ class Struct(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """Base of every schema struct. Unknown fields are ignored on decode (forward compat)."""
 
 
+# As many Nones as any union has members (map() stops at the shorter input).
+_NONES = (None,) * 256
+
+
 class Union(Struct, kw_only=True):
     """Base of every schema union: all members optional, exactly one set."""
 
@@ -81,11 +87,8 @@ class Union(Struct, kw_only=True):
     @property
     def kind(self) -> str:
         """Name of the member that is set."""
-        values = msgspec.structs.astuple(self)
-        for f, v in zip(self.__struct_fields__, values, strict=True):
-            if v is not None:
-                return f
-        raise AssertionError("unreachable: validated in __post_init__")
+        # All in C (no Python-level loop over the members): it is asked for on every walk step.
+        return next(compress(self.__struct_fields__, map(is_not, msgspec.structs.astuple(self), _NONES)))
 
     @property
     def value(self):
@@ -665,3 +668,5 @@ class Manifest(Struct, kw_only=True):
     members: Annotated[dict[str, Member], Id(50)]
 
 
+
+assert all(len(u.__struct_fields__) <= len(_NONES) for u in Union.__subclasses__()), "grow _NONES"
