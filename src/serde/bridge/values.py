@@ -266,20 +266,22 @@ class SymbolicContext:
 
     def _fake_tensor(self, sizes: list, strides: list, offset: Any, dtype: torch.dtype, device: torch.device,
                      requires_grad: bool) -> torch.Tensor:
-        if isinstance(offset, int) and offset == 0:
-            # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
-            # machinery (half of a graph's load time): the meta kernel builds the tensor (and checks
-            # the sizes and strides), FakeTensor wraps it with the stored device.
-            with torch._C._DisableTorchDispatch():  # no mode may see it (load already sets modes aside)
+        # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
+        # machinery (with symbolic sizes its cache replays every size computation, several times
+        # the meta kernel's own cost): the meta kernel builds the tensor (and checks the sizes,
+        # strides and offset), FakeTensor wraps it with the stored device. No mode may see the meta
+        # calls (load already sets the caller's modes aside).
+        with torch._C._DisableTorchDispatch():
+            if isinstance(offset, int) and offset == 0:
                 elem = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
-            return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
-        with self.fake_mode:
-            # A view into a larger storage (e.g. an output of split): keep its offset exactly.
-            extent = offset + 1
-            for size, stride in zip(sizes, strides, strict=True):
-                extent = extent + (size - 1) * stride
-            base = torch.empty(extent, dtype=dtype, device=device, requires_grad=requires_grad)
-            return base.as_strided(sizes, strides, offset)
+            else:
+                # A view into a larger storage (e.g. an output of split): keep its offset exactly.
+                # Like export's own value (and unlike a view of a fresh base), the result is no view.
+                extent = offset + 1
+                for size, stride in zip(sizes, strides, strict=True):
+                    extent = extent + (size - 1) * stride
+                elem = torch.empty(extent, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+        return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
 
     def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:
         out: dict[sympy.Basic, ValueRanges] = {}
