@@ -392,6 +392,16 @@ class GraphReader:
 
     def read(self, g: schema.Graph, *, constant_input_names: dict[int, str] | None = None,
              extra_refs: Iterable[str] = ()) -> torch.fx.Graph:
+        try:
+            return self._read(g, constant_input_names, extra_refs)
+        finally:
+            # The reader and its ArgumentReader refer to each other: let go of the stored graph so
+            # the decoded schema objects are freed when the load returns, not by the cyclic collector.
+            self._g = None
+            self._subgraphs.clear()
+
+    def _read(self, g: schema.Graph, constant_input_names: dict[int, str] | None,
+              extra_refs: Iterable[str]) -> torch.fx.Graph:
         self._g = g
         refs = _referenced(g, extra_refs)
         for i, inp in enumerate(g.inputs):
