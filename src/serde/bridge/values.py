@@ -139,6 +139,7 @@ class SymbolicContext:
         # Every unbacked symbol of the program (graph._bind_unbacked binds them to nodes).
         self.unbacked_symbols: set[sympy.Symbol] = set()
         self._exprs: dict[str, sympy.Basic] = {}
+        self._devices: dict[tuple, torch.device] = {}
         self._serialized_ranges = range_constraints
         self._ranges: dict[str, ValueRanges] = {}
         max_unbacked = {"u": -1, "zuf": -1}
@@ -248,15 +249,23 @@ class SymbolicContext:
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
         """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""
-        sizes = [self.sym_int(s, f"{where}.sizes[{i}]") for i, s in enumerate(m.sizes)]
-        strides = [self.sym_int(s, f"{where}.strides[{i}]") for i, s in enumerate(m.strides)]
+        # Most sizes are plain ints: only a symbolic one needs the (field path for its) parser.
+        sizes = [s.as_int if s.as_int is not None else self.sym_int(s, f"{where}.sizes[{i}]")
+                 for i, s in enumerate(m.sizes)]
+        strides = [s.as_int if s.as_int is not None else self.sym_int(s, f"{where}.strides[{i}]")
+                   for i, s in enumerate(m.strides)]
         if len(sizes) != len(strides):
             raise MalformedArtifactError(f"{where}: {len(sizes)} sizes but {len(strides)} strides")
         layout = deserialize_layout(m.layout, where)
         if layout != torch.strided:
             raise MalformedArtifactError(f"{where}: only strided tensors are supported, got {layout}")
-        offset = self.sym_int(m.storage_offset, f"{where}.storage_offset")
-        dtype, device = deserialize_dtype(m.dtype, where), deserialize_device(m.device)
+        o = m.storage_offset
+        offset = o.as_int if o.as_int is not None else self.sym_int(o, f"{where}.storage_offset")
+        dtype = deserialize_dtype(m.dtype, where)
+        d = m.device
+        device = self._devices.get((d.type, d.index))
+        if device is None:
+            device = self._devices[(d.type, d.index)] = deserialize_device(d)
         try:
             return self._fake_tensor(sizes, strides, offset, dtype, device, m.requires_grad)
         except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # negative or out-of-range sizes, bad offsets
