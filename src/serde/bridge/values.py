@@ -140,6 +140,7 @@ class SymbolicContext:
         self.unbacked_symbols: set[sympy.Symbol] = set()
         self._exprs: dict[str, sympy.Basic] = {}
         self._devices: dict[tuple, torch.device] = {}
+        self._symints: dict[tuple, int | torch.SymInt] = {}
         self._serialized_ranges = range_constraints
         self._ranges: dict[str, ValueRanges] = {}
         max_unbacked = {"u": -1, "zuf": -1}
@@ -226,11 +227,18 @@ class SymbolicContext:
         if s.as_int is not None:
             return s.as_int
         e = s.as_expr
+        stored_hint = None if e.hint is None else e.hint.value
+        # SymInts are immutable: one object per distinct (expression, hint), as tracing shares
+        # a size among the tensors that have it.
+        key = (expr_key(e.expr, where=where), stored_hint)
+        out = self._symints.get(key)
+        if out is not None:
+            return out
         expr = self.expr(e.expr, where)
-        hint = self._hint(expr, None if e.hint is None else e.hint.value)
-        if isinstance(expr, sympy.Integer):
-            return int(expr)
-        return self.shape_env.create_symintnode(expr, hint=hint)
+        hint = self._hint(expr, stored_hint)
+        out = int(expr) if isinstance(expr, sympy.Integer) else self.shape_env.create_symintnode(expr, hint=hint)
+        self._symints[key] = out
+        return out
 
     def sym_float(self, s: schema.SymFloat, where: str) -> float | torch.SymFloat:
         if s.as_expr is None:
