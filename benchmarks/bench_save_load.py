@@ -13,12 +13,12 @@ Prints one JSON line: speedups (torch time / serde time, so > 1 means pt2serde i
 artifact sizes in bytes, whether every loaded program reproduces the original's outputs, and two
 measures of the load itself:
 
-- ``load_vs_floor``: ``serde.load`` time / the floor, the time to build the same ExportedProgram
-  from the original's own graph without a file: a copy of its FX graph that keeps every node's
-  ``meta`` (so the very same ``meta["val"]`` fake tensors), handed to ``ExportedProgram`` with
-  the original's signature, state dict, constants, ranges and module call graph. That is the
-  work no loader can skip; the rest of a load is reading, decoding, checking and building
-  fake tensors.
+- ``load_vs_floor``: ``serde.load`` time / the floor, the time torch takes to build the same
+  ExportedProgram from the original's own graph without a file: a copy of its FX graph that keeps
+  every node's ``meta``, with each ``meta["val"]`` rebuilt as a fresh value (same sizes, strides,
+  dtype, device and symbolic expressions) in a fresh ShapeEnv, handed to ``ExportedProgram`` with
+  the original's signature, state dict, constants, ranges and module call graph. That is the work
+  no loader can skip; the rest of a load is reading, decoding and checking.
 - ``load_call_speedup``: load and then the first call, ``load(path).module()(*args)``, torch's
   pair against ours. A loader that defers work (e.g. Python code generation) to first use pays
   it here.
@@ -110,21 +110,100 @@ def run(model: str, size: int, repeats: int) -> dict:
 
 
 def build_floor(ep):
-    """The same ExportedProgram as ``ep``, built from ``ep``'s own graph: no file, no decoding.
+    """The same ExportedProgram as ``ep``, built by torch from ``ep``'s own graph: no file, no decoding.
 
-    Every node is copied with its ``meta`` (the same ``meta["val"]`` objects); subgraphs are
-    copied the same way; weights, constants, signature, ranges and module call graph are ``ep``'s.
+    Every node is copied with its ``meta``; its ``meta["val"]`` is rebuilt as a fresh value with
+    the same sizes, strides, offset, dtype, device and symbolic expressions (the original's sympy
+    expressions, not reparsed) in a fresh ShapeEnv and FakeTensorMode, as every loaded program
+    needs its own (the original's belong to the original's fake mode). Subgraphs are copied the
+    same way; weights, constants, signature, ranges and module call graph are ``ep``'s.
     """
     from torch.export import ExportedProgram
 
-    root, graph = _copy_graph(ep.graph_module)
+    values = _FreshValues(ep)
+    root, graph = _copy_graph(ep.graph_module, values)
     return ExportedProgram(root=root, graph=graph, graph_signature=ep.graph_signature,
                            state_dict=ep.state_dict, range_constraints=ep.range_constraints,
                            module_call_graph=ep.module_call_graph, example_inputs=ep.example_inputs,
                            constants=ep.constants, verifiers=ep.verifiers)
 
 
-def _copy_graph(gm):
+class _FreshValues:
+    """Fresh ``meta["val"]`` values in a new ShapeEnv, by the cheapest construction torch offers:
+    each symbol registered once with its range and example value, each distinct expression made a
+    SymInt once, each tensor built by the meta kernel and wrapped in a FakeTensor directly (no
+    fake-mode dispatch)."""
+
+    def __init__(self, ep) -> None:
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        from torch.utils._sympy.numbers import int_oo
+        from torch.utils._sympy.value_ranges import ValueRanges
+
+        self.torch, self.FakeTensor = torch, FakeTensor
+        self.old_env = next((v.fake_mode.shape_env for n in ep.graph.nodes
+                             if isinstance(v := n.meta.get("val"), FakeTensor)), None)
+        self.env = ShapeEnv(assume_static_by_default=True)
+        self.mode = FakeTensorMode(allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.env)
+        self.unbounded = ValueRanges(-int_oo, int_oo)
+        self.syms: dict = {}
+        for sym, vr in ep.range_constraints.items():
+            self.env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
+            self._symbol(sym)
+
+    def _symbol(self, sym) -> None:
+        if sym in self.syms:
+            return
+        self.syms[sym] = True
+        old = self.old_env
+        if old is not None and sym in old.backed_var_to_val:
+            self.env.add_backed_var_to_val(sym, old.backed_var_to_val[sym])
+        elif sym not in self.env.var_to_range:
+            self.env.var_to_range[sym] = self.unbounded
+
+    def sym(self, v, create):
+        expr = v.node.expr
+        for s in expr.free_symbols:
+            self._symbol(s)
+        key = (create, expr)
+        out = self.syms.get(key)
+        if out is None:
+            out = self.syms[key] = getattr(self.env, create)(expr, hint=v.node.hint) \
+                if create != "create_symboolnode" else self.env.create_symboolnode(expr)
+        return out
+
+    def val(self, v):
+        torch = self.torch
+        if isinstance(v, torch.Tensor):
+            return self.tensor(v)
+        if isinstance(v, torch.SymInt):
+            return self.sym(v, "create_symintnode")
+        if isinstance(v, torch.SymFloat):
+            return self.sym(v, "create_symfloatnode")
+        if isinstance(v, torch.SymBool):
+            return self.sym(v, "create_symboolnode")
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.val(x) for x in v)
+        return v  # None, numbers, custom object references: plain data
+
+    def tensor(self, t):
+        torch = self.torch
+        sizes = [self.val(s) for s in t.shape]
+        strides = [self.val(s) for s in t.stride()]
+        offset = self.val(t.storage_offset())
+        with torch._C._DisableTorchDispatch():
+            if isinstance(offset, int) and offset == 0:
+                elem = torch.empty_strided(sizes, strides, dtype=t.dtype, device="meta")
+            else:
+                extent = offset + 1
+                for size, stride in zip(sizes, strides):
+                    extent = extent + (size - 1) * stride
+                elem = torch.empty(extent, dtype=t.dtype, device="meta").as_strided(sizes, strides, offset)
+        return self.FakeTensor(self.mode, elem, t.device, requires_grad=t.requires_grad)
+
+
+def _copy_graph(gm, values: _FreshValues):
     import torch
 
     root = torch.nn.Module()
@@ -135,6 +214,8 @@ def _copy_graph(gm):
     for old, new in val_map.items():
         if new.name != old.name:
             new.name = old.name  # fx renames some names (builtins such as `input`); the program's name wins
+        if "val" in new.meta:
+            new.meta["val"] = values.val(old.meta["val"])
     # graph_copy stops before the output node: add it back with its meta
     (value, node) = out
     new_out = graph.output(value)
@@ -143,7 +224,7 @@ def _copy_graph(gm):
         if n.op == "get_attr":
             attr = getattr(gm, n.target)
             if isinstance(attr, torch.fx.GraphModule):
-                attr = torch.fx.GraphModule(*_copy_graph(attr))
+                attr = torch.fx.GraphModule(*_copy_graph(attr, values))
             setattr(root, n.target, attr)
     return root, graph
 

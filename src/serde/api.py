@@ -207,14 +207,18 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
         if list(artifacts) == [None]:
-            return from_artifact(artifacts[None], map_location, limits=limits)
-        out, used = {}, set()
-        for name, artifact in artifacts.items():
-            # A payload an earlier program already wraps is copied: programs never share memory,
-            # so one program's in-place buffer update is never seen by another.
-            out[name] = from_artifact(artifact, map_location, limits=limits, copy_payloads=frozenset(used))
-            used.update(payload_name(s.sha256) for s in artifact.weights.storages if s.sha256)
-        return out
+            out = from_artifact(artifacts[None], map_location, limits=limits)
+        else:
+            out, used = {}, set()
+            for name, artifact in artifacts.items():
+                # A payload an earlier program already wraps is copied: programs never share memory,
+                # so one program's in-place buffer update is never seen by another.
+                out[name] = from_artifact(artifact, map_location, limits=limits, copy_payloads=frozenset(used))
+                used.update(payload_name(s.sha256) for s in artifact.weights.storages if s.sha256)
+        # The decoded schema objects go while the collector still sleeps: its first collection
+        # after the pause scans every object allocated during it, so it then sees only the program.
+        del artifacts
+    return out
 
 
 def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
@@ -251,6 +255,8 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
     if missing:
         ep = _move(ep, dict.fromkeys(missing, "cpu"))
+    if map_location is None:
+        return ep
     mapping = _resolve_map_location(map_location, _devices_of(ep))
     return _move(ep, mapping) if mapping else ep
 

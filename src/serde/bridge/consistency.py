@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from serde.core import schema
 from serde.errors import MalformedArtifactError
@@ -129,7 +130,12 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
             raise InconsistentProgramError(
                 f"{where}: {node.target} requires argument {name!r} ({fs}), which the node does not "
                 f"pass; {_FIX}")
-    # Types: the dispatcher's own matcher, on the values the graph says each argument holds.
+    # Types: the dispatcher's own matcher, on the values the graph says each argument holds. Its
+    # verdict depends only on what _arg_kind records of each value, so a call shaped like one it
+    # accepted before is accepted without asking again (a graph repeats a few call shapes).
+    key = _call_key(op, args, kwargs)
+    if key is not None and key in _ACCEPTED:
+        return
     arg_vals, kw_vals = _values(args), _values(kwargs)
     wrap = facts.may_wrap and any(isinstance(v, torch.Tensor) for v in (*arg_vals, *kw_vals.values()))
     if wrap:
@@ -156,6 +162,51 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         bad = next((j for j, na in enumerate(node.inputs) if f"argument '{na.name}'" in str(e)), None)
         at = f"{where}.inputs[{bad}]" if bad is not None else where
         raise InconsistentProgramError(f"{at}: the arguments do not fit {node.target}: {msg}; {_FIX}") from None
+    if key is not None:
+        if len(_ACCEPTED) >= _ACCEPTED_CAP:
+            _ACCEPTED.clear()
+        _ACCEPTED.add(key)
+
+
+# Call shapes (_call_key) the dispatcher's matcher accepted, shared by every load in the process.
+_ACCEPTED: set[tuple] = set()
+_ACCEPTED_CAP = 1 << 14
+_INT64 = 1 << 63
+_UNKEYED = object()  # a value whose kind does not decide the matcher's verdict: always ask it
+# Values the matcher types by their Python type alone.
+_BY_TYPE = frozenset({float, bool, complex, type(None), torch.SymInt, torch.SymFloat, torch.SymBool})
+# Values the matcher may read (a device or dtype name as text, ...): the value itself is the kind.
+_BY_VALUE = frozenset({str, torch.dtype, torch.layout, torch.memory_format, torch.device})
+
+
+def _arg_kind(v: Any) -> Any:
+    """What the schema matcher's verdict on an argument depends on: its type, whether an int fits
+    int64, a list's length and element kinds, and the value of text and enum-like arguments."""
+    if type(v) is torch.fx.Node:
+        v = v.meta.get("val")
+    t = type(v)
+    if t is FakeTensor:
+        return torch.Tensor
+    if t is int:
+        return int if -_INT64 <= v < _INT64 else _UNKEYED
+    if t in _BY_TYPE:
+        return t
+    if isinstance(v, torch.Tensor):
+        return torch.Tensor
+    if t is list or t is tuple:
+        kinds = tuple(_arg_kind(x) for x in v)
+        return _UNKEYED if _UNKEYED in kinds else (t, kinds)
+    if t in _BY_VALUE:
+        return t, v
+    return _UNKEYED
+
+
+def _call_key(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
+    kinds = tuple(_arg_kind(a) for a in args)
+    kw = tuple((k, _arg_kind(v)) for k, v in kwargs.items())
+    if _UNKEYED in kinds or any(k is _UNKEYED for _, k in kw):
+        return None
+    return op, kinds, kw
 
 
 _NUMBERS = (int, float, bool, complex, torch.SymInt, torch.SymFloat, torch.SymBool)

@@ -400,10 +400,27 @@ class GraphReader:
         self._targets: dict[str, Any] = {}
         self._g: schema.Graph | None = None
         self._subgraphs: dict[str, schema.Graph] = {}
+        self._tables: dict[str, dict] = {}
 
     def read(self, g: schema.Graph, *, constant_input_names: dict[int, str] | None = None,
              extra_refs: Iterable[str] = ()) -> torch.fx.Graph:
+        try:
+            return self._read(g, constant_input_names, extra_refs)
+        finally:
+            # The reader and its ArgumentReader refer to each other: let go of the stored graph so
+            # the decoded schema objects are freed when the load returns, not by the cyclic collector.
+            self._g = None
+            self._tables = {}
+            self._subgraphs.clear()
+
+    def _read(self, g: schema.Graph, constant_input_names: dict[int, str] | None,
+              extra_refs: Iterable[str]) -> torch.fx.Graph:
         self._g = g
+        self._tables = {
+            "as_tensor": g.tensor_values, "as_sym_int": g.sym_int_values,
+            "as_sym_bool": g.sym_bool_values, "as_sym_float": g.sym_float_values,
+            "as_custom_obj": g.custom_obj_values,
+        }
         refs = _referenced(g, extra_refs)
         for i, inp in enumerate(g.inputs):
             self._placeholder(i, inp, constant_input_names or {})
@@ -424,13 +441,7 @@ class GraphReader:
     # -- values
 
     def _meta(self, name: str, kind: str, where: str) -> Any:
-        g = self._g
-        table = {
-            "as_tensor": g.tensor_values, "as_sym_int": g.sym_int_values,
-            "as_sym_bool": g.sym_bool_values, "as_sym_float": g.sym_float_values,
-            "as_custom_obj": g.custom_obj_values,
-        }[kind]
-        m = table.get(name)
+        m = self._tables[kind].get(name)
         if m is None:
             raise MalformedArtifactError(
                 f"{where}: value {name!r} has no entry in the graph's {kind[3:]} values table"

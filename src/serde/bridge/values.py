@@ -139,6 +139,8 @@ class SymbolicContext:
         # Every unbacked symbol of the program (graph._bind_unbacked binds them to nodes).
         self.unbacked_symbols: set[sympy.Symbol] = set()
         self._exprs: dict[str, sympy.Basic] = {}
+        self._devices: dict[tuple, torch.device] = {}
+        self._symints: dict[tuple, int | torch.SymInt] = {}
         self._serialized_ranges = range_constraints
         self._ranges: dict[str, ValueRanges] = {}
         max_unbacked = {"u": -1, "zuf": -1}
@@ -225,11 +227,18 @@ class SymbolicContext:
         if s.as_int is not None:
             return s.as_int
         e = s.as_expr
+        stored_hint = None if e.hint is None else e.hint.value
+        # SymInts are immutable: one object per distinct (expression, hint), as tracing shares
+        # a size among the tensors that have it.
+        key = (expr_key(e.expr, where=where), stored_hint)
+        out = self._symints.get(key)
+        if out is not None:
+            return out
         expr = self.expr(e.expr, where)
-        hint = self._hint(expr, None if e.hint is None else e.hint.value)
-        if isinstance(expr, sympy.Integer):
-            return int(expr)
-        return self.shape_env.create_symintnode(expr, hint=hint)
+        hint = self._hint(expr, stored_hint)
+        out = int(expr) if isinstance(expr, sympy.Integer) else self.shape_env.create_symintnode(expr, hint=hint)
+        self._symints[key] = out
+        return out
 
     def sym_float(self, s: schema.SymFloat, where: str) -> float | torch.SymFloat:
         if s.as_expr is None:
@@ -248,15 +257,23 @@ class SymbolicContext:
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
         """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""
-        sizes = [self.sym_int(s, f"{where}.sizes[{i}]") for i, s in enumerate(m.sizes)]
-        strides = [self.sym_int(s, f"{where}.strides[{i}]") for i, s in enumerate(m.strides)]
+        # Most sizes are plain ints: only a symbolic one needs the (field path for its) parser.
+        sizes = [s.as_int if s.as_int is not None else self.sym_int(s, f"{where}.sizes[{i}]")
+                 for i, s in enumerate(m.sizes)]
+        strides = [s.as_int if s.as_int is not None else self.sym_int(s, f"{where}.strides[{i}]")
+                   for i, s in enumerate(m.strides)]
         if len(sizes) != len(strides):
             raise MalformedArtifactError(f"{where}: {len(sizes)} sizes but {len(strides)} strides")
         layout = deserialize_layout(m.layout, where)
         if layout != torch.strided:
             raise MalformedArtifactError(f"{where}: only strided tensors are supported, got {layout}")
-        offset = self.sym_int(m.storage_offset, f"{where}.storage_offset")
-        dtype, device = deserialize_dtype(m.dtype, where), deserialize_device(m.device)
+        o = m.storage_offset
+        offset = o.as_int if o.as_int is not None else self.sym_int(o, f"{where}.storage_offset")
+        dtype = deserialize_dtype(m.dtype, where)
+        d = m.device
+        device = self._devices.get((d.type, d.index))
+        if device is None:
+            device = self._devices[(d.type, d.index)] = deserialize_device(d)
         try:
             return self._fake_tensor(sizes, strides, offset, dtype, device, m.requires_grad)
         except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # negative or out-of-range sizes, bad offsets
@@ -266,20 +283,22 @@ class SymbolicContext:
 
     def _fake_tensor(self, sizes: list, strides: list, offset: Any, dtype: torch.dtype, device: torch.device,
                      requires_grad: bool) -> torch.Tensor:
-        if isinstance(offset, int) and offset == 0:
-            # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
-            # machinery (half of a graph's load time): the meta kernel builds the tensor (and checks
-            # the sizes and strides), FakeTensor wraps it with the stored device.
-            with torch._C._DisableTorchDispatch():  # no mode may see it (load already sets modes aside)
+        # What FakeTensorMode does for a tensor constructor, without its dispatch and cache-key
+        # machinery (with symbolic sizes its cache replays every size computation, several times
+        # the meta kernel's own cost): the meta kernel builds the tensor (and checks the sizes,
+        # strides and offset), FakeTensor wraps it with the stored device. No mode may see the meta
+        # calls (load already sets the caller's modes aside).
+        with torch._C._DisableTorchDispatch():
+            if isinstance(offset, int) and offset == 0:
                 elem = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
-            return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
-        with self.fake_mode:
-            # A view into a larger storage (e.g. an output of split): keep its offset exactly.
-            extent = offset + 1
-            for size, stride in zip(sizes, strides, strict=True):
-                extent = extent + (size - 1) * stride
-            base = torch.empty(extent, dtype=dtype, device=device, requires_grad=requires_grad)
-            return base.as_strided(sizes, strides, offset)
+            else:
+                # A view into a larger storage (e.g. an output of split): keep its offset exactly.
+                # Like export's own value (and unlike a view of a fresh base), the result is no view.
+                extent = offset + 1
+                for size, stride in zip(sizes, strides, strict=True):
+                    extent = extent + (size - 1) * stride
+                elem = torch.empty(extent, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+        return FakeTensor(self.fake_mode, elem, device, requires_grad=requires_grad)
 
     def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:
         out: dict[sympy.Basic, ValueRanges] = {}
