@@ -19,6 +19,8 @@ measures of the load itself:
   dtype, device and symbolic expressions) in a fresh ShapeEnv, handed to ``ExportedProgram`` with
   the original's signature, state dict, constants, ranges and module call graph. That is the work
   no loader can skip; the rest of a load is reading, decoding and checking.
+- ``load_vs_floor_shared``: the same against the floor of earlier releases, which keeps the
+  original's own ``meta["val"]`` objects (no fake values built at all).
 - ``load_call_speedup``: load and then the first call, ``load(path).module()(*args)``, torch's
   pair against ours. A loader that defers work (e.g. Python code generation) to first use pays
   it here.
@@ -79,7 +81,8 @@ def run(model: str, size: int, repeats: int) -> dict:
         load_fns = {"serde": lambda: loaded.__setitem__("serde", serde.load(ours)),
                     "serde_mmap": lambda: loaded.__setitem__("serde_mmap", serde.load(ours, mmap=True)),
                     "torch": lambda: loaded.__setitem__("torch", torch.export.load(theirs)),
-                    "floor": lambda: loaded.__setitem__("floor", build_floor(ep))}
+                    "floor": lambda: loaded.__setitem__("floor", build_floor(ep)),
+                    "floor_shared": lambda: loaded.__setitem__("floor_shared", build_floor(ep, fresh_values=False))}
         inner = calibrate(load_fns["torch"])
         load = time_interleaved(load_fns, repeats, inner)
         call = time_interleaved({"serde": lambda: serde.load(ours).module()(*args),
@@ -102,6 +105,7 @@ def run(model: str, size: int, repeats: int) -> dict:
         "load_speedup": ratio(load["torch"], load["serde"]),
         "load_mmap_speedup": ratio(load["torch"], load["serde_mmap"]),
         "load_vs_floor": ratio(load["serde"], load["floor"]),
+        "load_vs_floor_shared": ratio(load["serde"], load["floor_shared"]),
         "load_call_speedup": ratio(call["torch"], call["serde"]),
         **sizes,
         "size_ratio": round(sizes["serde_bytes"] / sizes["torch_bytes"], 3),
@@ -109,7 +113,7 @@ def run(model: str, size: int, repeats: int) -> dict:
     }
 
 
-def build_floor(ep):
+def build_floor(ep, fresh_values: bool = True):
     """The same ExportedProgram as ``ep``, built by torch from ``ep``'s own graph: no file, no decoding.
 
     Every node is copied with its ``meta``; its ``meta["val"]`` is rebuilt as a fresh value with
@@ -117,10 +121,14 @@ def build_floor(ep):
     expressions, not reparsed) in a fresh ShapeEnv and FakeTensorMode, as every loaded program
     needs its own (the original's belong to the original's fake mode). Subgraphs are copied the
     same way; weights, constants, signature, ranges and module call graph are ``ep``'s.
+
+    With ``fresh_values=False`` the copy keeps the original's ``meta["val"]`` objects themselves
+    (the floor of earlier releases, printed as ``load_vs_floor_shared``): less than any loader can
+    do, since a loaded program cannot share the original's fake mode.
     """
     from torch.export import ExportedProgram
 
-    values = _FreshValues(ep)
+    values = _FreshValues(ep) if fresh_values else None
     root, graph = _copy_graph(ep.graph_module, values)
     return ExportedProgram(root=root, graph=graph, graph_signature=ep.graph_signature,
                            state_dict=ep.state_dict, range_constraints=ep.range_constraints,
@@ -203,7 +211,7 @@ class _FreshValues:
         return self.FakeTensor(self.mode, elem, t.device, requires_grad=t.requires_grad)
 
 
-def _copy_graph(gm, values: _FreshValues):
+def _copy_graph(gm, values: _FreshValues | None):
     import torch
 
     root = torch.nn.Module()
@@ -214,7 +222,7 @@ def _copy_graph(gm, values: _FreshValues):
     for old, new in val_map.items():
         if new.name != old.name:
             new.name = old.name  # fx renames some names (builtins such as `input`); the program's name wins
-        if "val" in new.meta:
+        if values is not None and "val" in new.meta:
             new.meta["val"] = values.val(old.meta["val"])
     # graph_copy stops before the output node: add it back with its meta
     (value, node) = out

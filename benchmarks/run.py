@@ -232,6 +232,8 @@ def _save_load_rows(r: dict[str, Any]) -> list[Row]:
           if "load_call_speedup" in r else []),
         *([("serde.load / floor (the same program, no file)", *_x(r["load_vs_floor"]), "load_vs_floor.min")]
           if "load_vs_floor" in r else []),
+        *([("  / the earlier floor (the original's own fake values)", *_x(r["load_vs_floor_shared"]), "")]
+          if "load_vs_floor_shared" in r else []),
         ("artifact size (serde / torch)", f"{r['size_ratio']:.2f}x", size, "size_ratio"),
     ]
 

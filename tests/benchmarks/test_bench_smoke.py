@@ -83,6 +83,7 @@ def test_case_record_is_well_formed(request, name):
         _ratio_ok(r["save_speedup"])
         _ratio_ok(r["load_speedup"])
         _ratio_ok(r["load_vs_floor"])
+        _ratio_ok(r["load_vs_floor_shared"])
         _ratio_ok(r["load_call_speedup"])
         assert r["serde_bytes"] > 0 and r["torch_bytes"] > 0
         assert r["size_ratio"] == pytest.approx(r["serde_bytes"] / r["torch_bytes"], abs=1e-3)
