@@ -205,7 +205,7 @@ class _FreshValues:
                 elem = torch.empty_strided(sizes, strides, dtype=t.dtype, device="meta")
             else:
                 extent = offset + 1
-                for size, stride in zip(sizes, strides):
+                for size, stride in zip(sizes, strides, strict=True):
                     extent = extent + (size - 1) * stride
                 elem = torch.empty(extent, dtype=t.dtype, device="meta").as_strided(sizes, strides, offset)
         return self.FakeTensor(self.mode, elem, t.device, requires_grad=t.requires_grad)
