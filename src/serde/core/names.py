@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from serde.core.walk import argument_names, argument_subgraphs
 from serde.errors import UnsafeArtifactError
@@ -439,28 +439,23 @@ class _Known:
         self.fqns: set[str] = set()
 
     def local_ok(self, name: object, limits: Limits) -> bool:
-        if type(name) is str and name in self.locals:
-            return True
-        ok = _local_ok(name, limits)
-        if ok:
-            self.locals.add(name)  # type: ignore[arg-type]
-        return ok
+        return _passes_once(self.locals, name, _local_ok, limits)
 
     def text_ok(self, text: object, limits: Limits) -> bool:
-        if type(text) is str and text in self.texts:
-            return True
-        ok = _text_ok(text, limits)
-        if ok:
-            self.texts.add(text)  # type: ignore[arg-type]  # a str: _text_ok checked the type
-        return ok
+        return _passes_once(self.texts, text, _text_ok, limits)
 
     def fqn_ok(self, name: object, limits: Limits) -> bool:
-        if type(name) is str and name in self.fqns:
-            return True
-        ok = _fqn_ok(name, limits)
-        if ok:
-            self.fqns.add(name)  # type: ignore[arg-type]
-        return ok
+        return _passes_once(self.fqns, name, _fqn_ok, limits)
+
+
+def _passes_once(passed: set[str], value: object, check: Callable[[object, Limits], bool], limits: Limits) -> bool:
+    """``check(value, limits)``, remembering the strings that passed so each is checked once."""
+    if type(value) is str and value in passed:
+        return True
+    ok = check(value, limits)
+    if ok:
+        passed.add(value)  # type: ignore[arg-type]  # a str: the checks accept nothing else
+    return ok
 
 
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
