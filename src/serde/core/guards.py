@@ -23,6 +23,7 @@ from typing import Any
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 from . import schema
+from .exprs import expr_symbols
 from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
@@ -396,7 +397,7 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
         checks.setdefault(_Printer(names, "guards").expr(t, 0), t)
     used = set()
     for t in checks.values():
-        used |= _symbols(t)
+        used |= expr_symbols(t)
     if used != set(rename.values()):  # unreachable: every source came from a check
         raise AssertionError("guard sources and checks disagree")
     return schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
@@ -425,21 +426,6 @@ def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
     if isinstance(v, list):
         return E(**{kind: [_rename(x, f, depth + 1) for x in v]})
     return e
-
-
-def _symbols(e: schema.Expr) -> set[str]:
-    out, stack = set(), [e]
-    while stack:
-        x = stack.pop()
-        kind = x.kind
-        v = getattr(x, kind)
-        if kind == "symbol":
-            out.add(v)
-        elif kind == "opaque_unary":
-            stack.append(v.arg)
-        elif isinstance(v, list):
-            stack.extend(v)
-    return out
 
 
 def _negate(e: schema.Expr) -> schema.Expr:
