@@ -357,11 +357,11 @@ def read_archive(
     now = [n for n in sorted(manifest.members) if n not in later]
     # A member hashed while it was read (see _read_file) needs nothing more when that is the one
     # digest to check: its bytes have not changed since.
-    for n in now:
-        if want[n].sha256 is None and want[n].crc is None and (hit := early.get(starts[n])) and hit[0] == len(views[n]):
-            _check_digest(n, _Want(None, hit[1], None), want[n], where)
-    now = [n for n in now if not (want[n].sha256 is None and want[n].crc is None and starts[n] in early
-                                  and early[starts[n]][0] == len(views[n]))]
+    hashed = {n: hit[1] for n in now if want[n].sha256 is None and want[n].crc is None
+              and (hit := early.get(starts[n])) is not None and hit[0] == len(views[n])}
+    for n, xxh3 in hashed.items():
+        _check_digest(n, _Want(None, xxh3, None), want[n], where)
+    now = [n for n in now if n not in hashed]
     # A mapped member is hashed a piece at a time, its pages unmapped after each (see _pieces).
     jobs = [_Job(_MappedSpan(buf.obj, starts[n], len(views[n])) if mapped else views[n], want[n]) for n in now]
     crcs = _verify_hashes(now, jobs, want, where)
