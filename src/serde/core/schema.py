@@ -668,5 +668,5 @@ class Manifest(Struct, kw_only=True):
     members: Annotated[dict[str, Member], Id(50)]
 
 
-
-assert all(len(u.__struct_fields__) <= len(_NONES) for u in Union.__subclasses__()), "grow _NONES"
+if any(len(u.__struct_fields__) > len(_NONES) for u in Union.__subclasses__()):  # checked at import, also under -O
+    raise AssertionError("a union has more members than _NONES has entries: grow _NONES")
