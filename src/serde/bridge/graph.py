@@ -34,12 +34,26 @@ from .values import (
     serialize_tensor_meta,
 )
 
-__all__ = ["GraphWriter", "GraphReader"]
+__all__ = ["GraphWriter", "GraphReader", "lazy_graph_module", "LAZY_CODEGEN"]
+
+try:  # torch's lazy graph module: same module, its Python code is generated on first use
+    from torch.fx._lazy_graph_module import _LazyGraphModule as _GraphModuleClass
+except ImportError:  # a torch without it: generate the code at once, as a plain GraphModule does
+    _GraphModuleClass = torch.fx.GraphModule
+# Whether lazy_graph_module defers code generation (it does not on a torch without the lazy class).
+LAZY_CODEGEN = _GraphModuleClass is not torch.fx.GraphModule
 
 _CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
 _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
+
+
+def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """``torch.fx.GraphModule(root, graph)`` that generates and compiles its forward's Python code on
+    first use (a call, ``.code``, ``print``) instead of now: a load does not run what it builds, and
+    ``ep.module()`` generates code for a module of its own anyway."""
+    return _GraphModuleClass(root, graph)
 
 
 def _custom_obj_class(n: torch.fx.Node) -> str:
@@ -516,7 +530,7 @@ class GraphReader:
             check_attr_name(ga.name, f"{where}.name")  # also done by names.check_program; kept for direct readers
             reader = GraphReader(self.ctx, f"{where}.graph")
             graph = reader.read(ga.graph)
-            setattr(self.root, ga.name, torch.fx.GraphModule(reader.root, graph))
+            setattr(self.root, ga.name, lazy_graph_module(reader.root, graph))
             self._subgraphs[ga.name] = ga.graph
         elif first != ga.graph:
             raise MalformedArtifactError(

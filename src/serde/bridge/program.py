@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
+import torch.export.exported_program as torch_exported_program
 from torch._export.verifier import SpecViolationError, TrainingIRVerifier, Verifier
 from torch.export.exported_program import ExportedProgram
 
@@ -25,7 +27,7 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .consistency import InconsistentProgramError, check_module_call_graph, check_signature
 from .custom_objects import decode_constants
-from .graph import GraphReader, GraphWriter
+from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
 from .metadata import deserialize_custom, serialize_custom
 from .signature import (
     constant_input_names,
@@ -104,9 +106,9 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         _fake_custom_objects(graph, signature, constants, ctx)
     module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
     check_module_call_graph(module_call_graph, gm_s.signature)
-    # ExportedProgram builds (and compiles) the GraphModule itself: hand it the plain root.
+    # ExportedProgram builds the GraphModule itself: hand it the plain root.
     try:
-        ep = ExportedProgram(
+        ep = _new_exported_program(
             root=reader.root,
             graph=graph,
             graph_signature=signature,
@@ -126,6 +128,44 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     ep._guards_code = deserialize_guards(p.guards, gm_s)
     return ep
+
+
+# The module-level function ExportedProgram.__init__ builds its graph module with (torch 2.3 to at
+# least 2.13). Checked once: with another torch, programs are built exactly as torch builds them.
+_GM_FACTORY = "_create_graph_module_for_export"
+_LAZY_PROGRAMS = (LAZY_CODEGEN and callable(getattr(torch_exported_program, _GM_FACTORY, None))
+                  and _GM_FACTORY in getattr(getattr(ExportedProgram.__init__, "__code__", None), "co_names", ()))
+_LAZY_LOCK = threading.Lock()
+
+
+def _new_exported_program(**kwargs: Any) -> ExportedProgram:
+    """``ExportedProgram(**kwargs)`` whose graph module generates its Python code on first use.
+
+    Why the swap: ExportedProgram.__init__ builds its graph module by calling
+    ``torch.fx.GraphModule(root, graph)``, which generates and compiles the forward's source at
+    once (a quarter of loading a 5,000-node program), and has no parameter to defer it; the usual
+    next step, ``ep.module()``, builds a module of its own and generates code for that anyway.
+    For the length of this call, and for this thread only, the function __init__ builds the module
+    with is swapped for one that builds torch's lazy graph module; everything else __init__ does
+    (getitem elimination, verifiers, guards) runs unchanged, and other threads get torch's own.
+    What the lazy module gives up: torch's fallback for code that does not compile (custom objects
+    inlined in the graph) cannot happen here, since our graphs take custom objects as inputs and
+    every name in them is checked.
+    """
+    if not _LAZY_PROGRAMS:
+        return ExportedProgram(**kwargs)
+    owner = threading.get_ident()
+    with _LAZY_LOCK:
+        eager = getattr(torch_exported_program, _GM_FACTORY)
+
+        def build(root: Any, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+            return lazy_graph_module(root, graph) if threading.get_ident() == owner else eager(root, graph)
+
+        setattr(torch_exported_program, _GM_FACTORY, build)
+        try:
+            return ExportedProgram(**kwargs)
+        finally:
+            setattr(torch_exported_program, _GM_FACTORY, eager)
 
 
 def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.InputGuards | None:
