@@ -130,8 +130,8 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     return ep
 
 
-# The module-level function ExportedProgram.__init__ builds its graph module with (torch 2.3 to at
-# least 2.13). Checked once: with another torch, programs are built exactly as torch builds them.
+# The module-level function ExportedProgram.__init__ builds its graph module with (torch 2.13).
+# Checked once, at import: with a torch that builds it otherwise, programs are built as torch does.
 _GM_FACTORY = "_create_graph_module_for_export"
 _LAZY_PROGRAMS = (LAZY_CODEGEN and callable(getattr(torch_exported_program, _GM_FACTORY, None))
                   and _GM_FACTORY in getattr(getattr(ExportedProgram.__init__, "__code__", None), "co_names", ()))
