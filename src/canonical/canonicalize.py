@@ -48,7 +48,7 @@ from .debuginfo import (
     with_debug,
 )
 from .names import Namespace, SubgraphNamer, node_names, sanitize
-from .order import GraphIndex, canonical_order, node_key
+from .order import GraphIndex, canonical_order, hidden_ref_node_keys, node_key
 from .symbols import SymbolRenamer
 
 __all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
@@ -331,7 +331,7 @@ class _Plan:
             producers.append(row)
         self.node_names = node_names(
             order, [n.target for n in nodes], [scope_of(n.metadata) for n in nodes],
-            [node_key(n, local) for n in nodes], producers, ns,
+            hidden_ref_node_keys(nodes, local), producers, ns,
         )
         for i in order:
             node, name = nodes[i], self.node_names[i]

@@ -127,14 +127,23 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         order: canonical order (stored node indices).
         targets: per node, its target string.
         scopes: per node, its sanitized innermost module path ("" at the root).
-        local_keys: per node, a name-free key of its target and constant arguments.
+        local_keys: per node, a name-free key of its target and constant arguments (tuples of
+            str, bytes, int and None).
         producers: per node, per reference in argument order: ``(node index, output index)`` for
             a node's value, or ``(input name, 0)`` for a graph input (its canonical name).
         namespace: receives the names (graph inputs already reserved in it).
     """
     n = len(targets)
     bases = [op_base(t) for t in targets]
-    sig: list[bytes] = [_digest((targets[i], scopes[i], local_keys[i])) for i in range(n)]
+    # Keys hold only str, bytes, int and tuples, so equal keys have equal reprs: nodes that look
+    # alike (most of a long graph) share one digest.
+    first: dict[tuple, bytes] = {}
+    sig: list[bytes] = []
+    for part in zip(targets, scopes, local_keys):
+        d = first.get(part)
+        if d is None:
+            d = first[part] = _digest(part)
+        sig.append(d)
     # Producer tokens: a node's value is (its signature, output index); an input is its name.
     rows = [[(p, b"%d;" % j) if isinstance(p, int) else (None, b"in:%d:%s;" % (len(p), p.encode()))
              for p, j in producers[i]] for i in range(n)]

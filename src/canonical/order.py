@@ -39,7 +39,7 @@ from serde.errors import MalformedArtifactError
 
 from .effects import effect_edges
 
-__all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
+__all__ = ["GraphIndex", "canonical_order", "node_key", "hidden_ref_node_keys", "meta_key", "EMPTY_STACK_KEY"]
 
 
 
@@ -167,6 +167,30 @@ def node_key(node: schema.Node, ctx: Any) -> tuple:
     # kind as a plain int: keys are hashed through repr(), which must not depend on enum reprs
     return (node.target, tuple((na.name, None if na.kind is None else int(na.kind), argument_key(na.arg, ctx))
                                for na in node.inputs))
+
+
+def hidden_ref_node_keys(nodes: Sequence[schema.Node], ctx: Any) -> list[tuple]:
+    """``node_key`` of every node, for a ``ctx`` whose ``value`` gives one key for every name (the
+    key of an argument object is then fixed: each object shared by several nodes is keyed once)."""
+    hidden = ("as_tensor", ("t", ctx.value("")))
+    by_arg: dict[int, tuple] = {}  # id(NamedArgument) -> its part of the key (the nodes keep it alive)
+    by_ref: dict[tuple, tuple] = {}  # (argument name, kind) -> the part of a tensor reference
+    out = []
+    for node in nodes:
+        parts = []
+        for na in node.inputs:
+            if na.arg.as_tensor is not None:
+                part = by_ref.get((na.name, na.kind))
+                if part is None:
+                    part = by_ref[(na.name, na.kind)] = (na.name, None if na.kind is None else int(na.kind), hidden)
+            else:
+                part = by_arg.get(id(na))
+                if part is None:
+                    part = by_arg[id(na)] = (na.name, None if na.kind is None else int(na.kind),
+                                             argument_key(na.arg, ctx))
+            parts.append(part)
+        out.append((node.target, tuple(parts)))
+    return out
 
 
 def meta_key(m: schema.NodeMetadata) -> tuple:

@@ -40,6 +40,7 @@ _CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
 _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def _custom_obj_class(n: torch.fx.Node) -> str:
@@ -107,6 +108,8 @@ class GraphWriter:
         self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
         # FX node -> the Argument that refers to its value, written once and shared by every use
         self._refs: dict[torch.fx.Node, schema.Argument] = {}
+        # (argument name, kind, type, value) -> the NamedArgument passing that scalar
+        self._consts: dict[tuple, schema.NamedArgument] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -262,10 +265,21 @@ class GraphWriter:
                 used_kw += 1
             else:
                 continue  # default value: not stored, so the loaded node is identical
-            if type(v) is torch.fx.Node and v.op != "get_attr":
+            t = type(v)
+            if t is torch.fx.Node and v.op != "get_attr":
                 arg = self._refs.get(v)
                 if arg is None:
                     arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            elif t in _SCALARS:
+                # Equal scalars give equal arguments: one frozen NamedArgument serves every node
+                # passing it the same way. Floats by their bits (0.0 == -0.0, but they differ).
+                key = (a_name, kind, t, v.hex() if t is float else v)
+                na = self._consts.get(key)
+                if na is None:
+                    na = self._consts[key] = schema.NamedArgument(
+                        name=a_name, arg=self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type), kind=kind)
+                out.append(na)
+                continue
             else:
                 arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
@@ -283,7 +297,10 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
-            return [self._value(node.name, val, f"{where}.outputs[0]")]
+            out = self._value(node.name, val, f"{where}.outputs[0]")
+            if out.as_tensor is not None:
+                self._refs[node] = out  # what ArgumentWriter would write for a use of this node
+            return [out]
         if len(returns) == 1:
             return [self._list_element(node, None, val, where)]
         if not isinstance(val, (tuple, list)) or len(val) != len(returns):
