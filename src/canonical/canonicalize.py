@@ -43,8 +43,7 @@ from .debuginfo import (
     ModuleKeys,
     NodeDebug,
     canonical_metadata,
-    frame_of,
-    scope_of,
+    frames_and_scopes,
     with_debug,
 )
 from .names import Namespace, SubgraphNamer, node_names, sanitize
@@ -312,7 +311,7 @@ class _Plan:
         #: whether a parent must treat a call of this graph as an effect
         self.has_effects = any(f.has_effect for f in node_facts)
         self.idx = idx = GraphIndex(g, where, node_facts)
-        stacks = [frame_of(n.metadata) for n in nodes]
+        stacks, scopes = frames_and_scopes([n.metadata for n in nodes])
         self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)
 
         # Names: inputs as given, then nodes, then multi-output values, then subgraphs.
@@ -330,7 +329,7 @@ class _Plan:
                 row.append((p, idx.leaf_index[r]) if p >= 0 else (self.value_map[r], 0))
             producers.append(row)
         self.node_names = node_names(
-            order, [n.target for n in nodes], [scope_of(n.metadata) for n in nodes],
+            order, [n.target for n in nodes], scopes,
             hidden_ref_node_keys(nodes, local), producers, ns,
         )
         for i in order:

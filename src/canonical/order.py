@@ -71,7 +71,9 @@ class GraphIndex:
         producer, leaf_index = self.producer, self.leaf_index
         # (the location strings of the errors are only built when one is raised)
         for i, node in enumerate(g.nodes):
-            leaves = output_leaves(node.outputs)
+            outs = node.outputs
+            t = outs[0].as_tensor if len(outs) == 1 else None  # the common case, without the walk
+            leaves = [(0, "as_tensor", t.name)] if t is not None else output_leaves(outs)
             self.leaves.append(leaves)
             for j, (_, _, name) in enumerate(leaves):
                 if name in producer:
@@ -93,10 +95,11 @@ class GraphIndex:
             self.preds.append([p for p in map(producer.__getitem__, refs) if p >= 0])
         # Order-only edges constrain the schedule but take no part in the demand walk: they are
         # listed by stored index, and the walk's visiting order must not depend on it.
-        self.data_preds = [list(p) for p in self.preds]
+        # (a node with order-only edges gets a new list; the others share theirs)
+        self.data_preds = list(self.preds)
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
             if extra:
-                self.preds[i].extend(p for p in extra if p not in self.preds[i])
+                self.preds[i] = self.preds[i] + [p for p in extra if p not in self.preds[i]]
         for i, preds in enumerate(self.preds):
             for p in preds:
                 self.succs[p].append(i)

@@ -106,6 +106,7 @@ class GraphWriter:
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
         self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
+        self._stacks: dict[tuple, list[schema.ModuleStackEntry]] = {}
         # FX node -> the Argument that refers to its value, written once and shared by every use
         self._refs: dict[torch.fx.Node, schema.Argument] = {}
         # (argument name, kind, type, value) -> the NamedArgument passing that scalar
@@ -249,7 +250,7 @@ class GraphWriter:
                 single = True if isinstance(target, torch._ops.HigherOrderOperator) or kind == "tensor" else None
         self.nodes.append(schema.Node(
             target=name, inputs=inputs, outputs=outputs,
-            metadata=serialize_node_metadata(node.meta, where, self._stack_entries),
+            metadata=serialize_node_metadata(node.meta, where, self._stack_entries, self._stacks),
             is_hop_single_tensor_return=single, name=node.name,
         ))
 

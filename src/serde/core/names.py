@@ -427,16 +427,19 @@ def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
 
 
 class _Known:
-    """Names, texts and FQNs of one graph that passed already: a value's name is checked where it
-    is defined and where it is used, and nodes repeat a few metadata texts (module keys and paths,
-    source targets)."""
+    """Names, texts, FQNs and module stacks of one graph that passed already: a value's name is
+    checked where it is defined and where it is used, and nodes repeat a few metadata texts (module
+    keys and paths, source targets)."""
 
-    __slots__ = ("locals", "texts", "fqns")
+    __slots__ = ("locals", "texts", "fqns", "stacks")
 
     def __init__(self) -> None:
         self.locals: set[str] = set()
         self.texts: set[str] = set()
         self.fqns: set[str] = set()
+        # nn_module_stack lists that passed, by identity (writers share one per module), each kept
+        # alive here so its id is not reused
+        self.stacks: dict[int, list] = {}
 
     def local_ok(self, name: object, limits: Limits) -> bool:
         return _passes_once(self.locals, name, _local_ok, limits)
@@ -482,13 +485,15 @@ def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
         return False
     if m.custom is not None and not known.text_ok(m.custom, limits):
         return False
-    if m.nn_module_stack is not None:
-        if len(m.nn_module_stack) > limits.max_list_len:
+    stack = m.nn_module_stack
+    if stack is not None and id(stack) not in known.stacks:
+        if len(stack) > limits.max_list_len:
             return False
-        for e in m.nn_module_stack:
+        for e in stack:
             if not (known.text_ok(e.key, limits) and known.fqn_ok(e.path, limits)
                     and (e.type_name is None or known.text_ok(e.type_name, limits))):
                 return False
+        known.stacks[id(stack)] = stack
     if m.source_fn_stack is not None:
         if len(m.source_fn_stack) > limits.max_list_len:
             return False
