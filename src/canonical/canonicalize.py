@@ -307,7 +307,8 @@ class _Plan:
         # One call of ``facts`` per distinct target (a graph has few); the first node of a target
         # is the one an error names, as when it was asked per node.
         by_target: dict[str, OpFacts] = {}
-        node_facts = [self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
+        node_facts = [by_target[t] if (t := node.target) in by_target and i not in self.subs_of
+                      else self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
         #: whether a parent must treat a call of this graph as an effect
         self.has_effects = any(f.has_effect for f in node_facts)
         self.idx = idx = GraphIndex(g, where, node_facts)
@@ -321,23 +322,20 @@ class _Plan:
                 self.value_map[old] = nn
         ns = Namespace(reserved)
         local = _LocalCtx(self)
-        producers = []
-        for i in range(len(nodes)):
-            row = []
-            for r in idx.refs[i]:
-                p = idx.producer[r]
-                row.append((p, idx.leaf_index[r]) if p >= 0 else (self.value_map[r], 0))
-            producers.append(row)
+        producer, leaf_index, value_map = idx.producer, idx.leaf_index, self.value_map
+        producers = [[(p, leaf_index[r]) if (p := producer[r]) >= 0 else (value_map[r], 0) for r in refs]
+                     for refs in idx.refs]
         self.node_names = node_names(
             order, [n.target for n in nodes], scopes,
             hidden_ref_node_keys(nodes, local), producers, ns,
         )
+        names = self.node_names
         for i in order:
-            node, name = nodes[i], self.node_names[i]
+            node, name = nodes[i], names[i]
             leaves = idx.leaves[i]
-            if len(node.outputs) == 1 and len(leaves) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
+            if len(leaves) == 1 and len(node.outputs) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
                     is_bare_return(node)):
-                self.value_map[leaves[0][2]] = name
+                value_map[leaves[0][2]] = name
             else:
                 for k, (_, _, old) in enumerate(leaves):
                     self.value_map[old] = ns.claim(f"{name}_{k}")
@@ -346,8 +344,10 @@ class _Plan:
         self.sub_names: dict[str, str] = {}
         namer = SubgraphNamer(sub_ns)
         for i in order:
+            if i not in self.subs_of:
+                continue
             new: dict[str, tuple[int, str]] = {}
-            for k, (_, arg_name, ga) in enumerate(self.subs_of.get(i, ())):
+            for k, (_, arg_name, ga) in enumerate(self.subs_of[i]):
                 if ga.name not in self.sub_names and ga.name not in new:
                     new[ga.name] = (k, arg_name)
             if new:
@@ -425,11 +425,16 @@ class _Plan:
         # A value's renamed tensor reference, built once and shared by its definition and every use
         # (Structs are immutable).
         tensor_refs: dict[str, schema.Argument] = {}
+        # Any other argument object renames the same wherever it is used (writers share constants).
+        others: dict[int, tuple[schema.Argument, schema.Argument]] = {}  # id -> (argument, renamed)
 
         def rename(a: schema.Argument) -> schema.Argument:
             t = a.as_tensor
             if t is None:
-                return rename_argument(a, ctx)
+                done = others.get(id(a))
+                if done is None:
+                    done = others[id(a)] = (a, rename_argument(a, ctx))
+                return done[1]
             new = tensor_refs.get(t.name)
             if new is None:
                 new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -347,16 +348,23 @@ class _Scheduler:
             self.schedule(items, depth + 1)  # everything is in one child frame
             return
         units, unit_of, succ, indeg = self._units(items, depth, flat=False)
-        if not _acyclic(succ, indeg):
+        # Units of one node each link as their nodes do, and the graph is acyclic (GraphIndex checked).
+        if len(units) != len(items) and not _acyclic(succ, indeg):
             # Blocks that need each other's values: only possible when the stored order already
             # interleaved these frames. Schedule node by node instead.
             units, unit_of, succ, indeg = self._units(items, depth, flat=True)
             frames = self.frames
         m = len(units)
-        uprio = [min(self.prio[i] for i in members) for members in units]
+        prio = self.prio
+        uprio = [prio[members[0]] if len(members) == 1 else min(prio[i] for i in members) for members in units]
         is_block = [len(members) > 1 or len(frames[members[0]]) > depth for members in units]
+        # A unit whose priority no other unit has is ordered by it alone: the ranks of its inputs,
+        # which break ties, need not be computed (demand-ordered nodes all have their own).
+        tied = {p for p, c in Counter(uprio).items() if c > 1}
 
         def key(u: int) -> tuple:
+            if uprio[u] not in tied:
+                return (uprio[u], (), u)
             inside = set(units[u]) if is_block[u] else None
             return (uprio[u], self._input_ranks(units[u], inside), u)
 
