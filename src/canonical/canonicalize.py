@@ -441,21 +441,27 @@ class _Plan:
             return new
 
         at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
+        ctx.where = at
+        names, subs_of, NamedArgument = self.node_names, self.subs_of, schema.NamedArgument
         for i in self.order:
-            node, name = nodes[i], self.node_names[i]
+            node, name = nodes[i], names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
-            for _, _, ga in self.subs_of.get(i, ()):
-                if ga.name not in self.sub_args:
-                    sub_name = self.sub_names[ga.name]
-                    sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
-                    self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+            if i in subs_of:
+                for _, _, ga in subs_of[i]:
+                    if ga.name not in self.sub_args:
+                        sub_name = self.sub_names[ga.name]
+                        sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
+                        self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+                ctx.where = at
             at.i, at.part = i, "inputs"
-            ctx.where = at
             inputs = []
             for na in node.inputs:
-                arg = rename(na.arg)
+                a = na.arg
+                arg = tensor_refs.get(a.as_tensor.name) if a.as_tensor is not None else None
+                if arg is None:
+                    arg = rename(a)
                 # a constant comes back as it is: so can its NamedArgument
-                inputs.append(na if arg is na.arg else schema.NamedArgument(name=na.name, arg=arg, kind=na.kind))
+                inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
             outputs = [rename(o) for o in node.outputs]
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)

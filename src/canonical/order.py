@@ -84,11 +84,19 @@ class GraphIndex:
         self.refs: list[list[str]] = []
         self.preds: list[list[int]] = []
         self.succs: list[list[int]] = [[] for _ in range(n)]
+        other_names: dict[int, tuple[str, ...]] = {}  # id(argument) -> its names (writers share constants)
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
             for j, na in enumerate(node.inputs):
-                t = na.arg.as_tensor  # the common case, without the walk
-                for name in (t.name,) if t is not None else argument_names(na.arg):
+                a = na.arg
+                t = a.as_tensor  # the common case, without the walk
+                if t is not None:
+                    names: Any = (t.name,)
+                else:
+                    names = other_names.get(id(a))
+                    if names is None:
+                        names = other_names[id(a)] = tuple(argument_names(a))
+                for name in names:
                     if name not in producer:
                         self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
                     refs.append(name)

@@ -101,7 +101,7 @@ class GraphWriter:
         self.is_single_tensor_return = False
         self.args = ArgumentWriter(self._subgraph, _custom_obj_class)
         self._names = {n.name for n in gm.graph.nodes}
-        self._target_names: dict[Any, str] = {}
+        self._targets: dict[int, tuple[Any, str, _SchemaFacts | None]] = {}  # id -> (target, name, facts)
         # Concrete tensor metas already written: most nodes of a graph share a few (equal metas
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
@@ -222,13 +222,15 @@ class GraphWriter:
         if target is operator.getitem and _produces_multi(node.args[0]):
             return  # folded into the producer's outputs
         where = f"{self.where}.nodes[{node.name!r}]"
-        name = self._target_names.get(target) if isinstance(target, _CACHEABLE) else None
-        if name is None:
-            name = serialize_target(target, where=where)
+        # By identity: operators hash in Python, and a graph has few distinct targets (naming one is not free).
+        known = self._targets.get(id(target))
+        if known is None:
+            known = (target, serialize_target(target, where=where),
+                     _schema_facts(target) if isinstance(target, torch._ops.OpOverload) else None)
             if isinstance(target, _CACHEABLE):
-                self._target_names[target] = name  # a graph has few distinct targets; naming one is not free
-        if isinstance(target, torch._ops.OpOverload):
-            facts = _schema_facts(target)
+                self._targets[id(target)] = known  # (holding the target keeps its id its own)
+        _, name, facts = known
+        if facts is not None:
             inputs = self._schema_inputs(node, facts, where)
             outputs = self._schema_outputs(node, facts, where)
             single = None
@@ -273,8 +275,8 @@ class GraphWriter:
                     arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             elif t in _SCALARS:
                 # Equal scalars give equal arguments: one frozen NamedArgument serves every node
-                # passing it the same way. Floats by their bits (0.0 == -0.0, but they differ).
-                key = (a_name, kind, t, v.hex() if t is float else v)
+                # passing it the same way (0.0 == -0.0, but they differ: a zero goes by its repr).
+                key = (a_name, kind, t, v) if t is not float or v != 0 else (a_name, kind, t, repr(v))
                 na = self._consts.get(key)
                 if na is None:
                     na = self._consts[key] = schema.NamedArgument(
