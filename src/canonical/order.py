@@ -71,11 +71,20 @@ class GraphIndex:
         self.leaves: list[list[tuple[int, str, str]]] = []
         producer, leaf_index = self.producer, self.leaf_index
         # (the location strings of the errors are only built when one is raised)
+        all_leaves = self.leaves
         for i, node in enumerate(g.nodes):
             outs = node.outputs
             t = outs[0].as_tensor if len(outs) == 1 else None  # the common case, without the walk
-            leaves = [(0, "as_tensor", t.name)] if t is not None else output_leaves(outs)
-            self.leaves.append(leaves)
+            if t is not None:
+                name = t.name
+                all_leaves.append([(0, "as_tensor", name)])
+                if name in producer:
+                    self._define(name, i, 0, f"{where}.nodes[{i}].outputs")
+                producer[name] = i
+                leaf_index[name] = 0
+                continue
+            leaves = output_leaves(outs)
+            all_leaves.append(leaves)
             for j, (_, _, name) in enumerate(leaves):
                 if name in producer:
                     self._define(name, i, j, f"{where}.nodes[{i}].outputs")
@@ -87,6 +96,7 @@ class GraphIndex:
         other_names: dict[int, tuple[str, ...]] = {}  # id(argument) -> its names (writers share constants)
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
+            preds: list[int] = []
             for j, na in enumerate(node.inputs):
                 a = na.arg
                 t = a.as_tensor  # the common case, without the walk
@@ -97,11 +107,14 @@ class GraphIndex:
                     if names is None:
                         names = other_names[id(a)] = tuple(argument_names(a))
                 for name in names:
-                    if name not in producer:
+                    p = producer.get(name)
+                    if p is None:
                         self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
                     refs.append(name)
+                    if p >= 0:  # type: ignore[operator]  # (_check_ref raised for None)
+                        preds.append(p)
             self.refs.append(refs)
-            self.preds.append([p for p in map(producer.__getitem__, refs) if p >= 0])
+            self.preds.append(preds)
         # Order-only edges constrain the schedule but take no part in the demand walk: they are
         # listed by stored index, and the walk's visiting order must not depend on it.
         # (a node with order-only edges gets a new list; the others share theirs)
@@ -355,6 +368,9 @@ class _Scheduler:
                 len({frames[i][depth] for i in items}) == 1:
             self.schedule(items, depth + 1)  # everything is in one child frame
             return
+        if all(len(frames[i]) <= depth for i in items):
+            self._schedule_nodes(items)  # no child frame here: every unit is one node
+            return
         units, unit_of, succ, indeg = self._units(items, depth, flat=False)
         # Units of one node each link as their nodes do, and the graph is acyclic (GraphIndex checked).
         if len(units) != len(items) and not _acyclic(succ, indeg):
@@ -384,6 +400,39 @@ class _Scheduler:
                 self.schedule(units[u], depth + 1)
             else:
                 self._emit(units[u][0])
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, key(v))
+
+    def _schedule_nodes(self, items: list[int]) -> None:
+        """``schedule`` of plain nodes (no child frames): Kahn's algorithm over the nodes, each keyed
+        as its one-node unit would be (unit number = position in ``items``)."""
+        pos = {i: u for u, i in enumerate(items)}
+        prio, preds = self.prio, self.idx.preds
+        m = len(items)
+        indeg = [0] * m
+        succ: list[list[int]] = [[] for _ in range(m)]
+        for u, i in enumerate(items):
+            ps = preds[i]
+            for p in (set(ps) if len(ps) > 1 else ps):  # a value read twice is one edge
+                up = pos.get(p)
+                if up is not None and up != u:
+                    succ[up].append(u)
+                    indeg[u] += 1
+        # (as in schedule: a priority no other node has decides alone, without the input ranks)
+        tied = {p for p, c in Counter(prio[i] for i in items).items() if c > 1}
+
+        def key(u: int) -> tuple:
+            i = items[u]
+            pr = prio[i]
+            return (pr, self._input_ranks([i], None) if pr in tied else (), u)
+
+        heap = [key(u) for u in range(m) if indeg[u] == 0]
+        heapq.heapify(heap)
+        while heap:
+            u = heapq.heappop(heap)[-1]
+            self._emit(items[u])
             for v in succ[u]:
                 indeg[v] -= 1
                 if indeg[v] == 0:

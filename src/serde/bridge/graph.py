@@ -167,10 +167,9 @@ class GraphWriter:
         key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
                              *t.stride())
         try:
-            hash(key)
+            meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
-            key = None
-        meta = self._metas.get(key) if key is not None else None
+            key = meta = None
         if meta is None:
             meta = serialize_tensor_meta(t, where)
             if key is not None:

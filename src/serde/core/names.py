@@ -427,11 +427,11 @@ def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
 
 
 class _Known:
-    """Names, texts, FQNs and module stacks of one graph that passed already: a value's name is
+    """Names, texts, FQNs, module stacks and arguments of one graph that passed already: a value's name is
     checked where it is defined and where it is used, and nodes repeat a few metadata texts (module
     keys and paths, source targets)."""
 
-    __slots__ = ("locals", "texts", "fqns", "stacks")
+    __slots__ = ("locals", "texts", "fqns", "stacks", "args")
 
     def __init__(self) -> None:
         self.locals: set[str] = set()
@@ -440,6 +440,9 @@ class _Known:
         # nn_module_stack lists that passed, by identity (writers share one per module), each kept
         # alive here so its id is not reused
         self.stacks: dict[int, list] = {}
+        # node arguments that passed, by identity (a value's definition and its uses share one;
+        # writers share constants)
+        self.args: dict[int, schema.Argument] = {}
 
     def local_ok(self, name: object, limits: Limits) -> bool:
         return _passes_once(self.locals, name, _local_ok, limits)
@@ -466,17 +469,26 @@ def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     cap = limits.max_list_len
     if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
         return False
+    passed = known.args
     for na in n.inputs:
-        if na.kind == schema.ArgumentKind.KEYWORD and not (
+        if na.kind == _KEYWORD and not (
                 type(na.name) is str and len(na.name) <= limits.max_name_chars
                 and _IDENT.match(na.name) is not None and na.name not in _KEYWORDS):
             return False
-        if not _argument_ok(na.arg, limits, known):
-            return False
+        a = na.arg
+        if id(a) not in passed:
+            if not _argument_ok(a, limits, known):
+                return False
+            passed[id(a)] = a
     for o in n.outputs:
-        if not _argument_ok(o, limits, known):
-            return False
+        if id(o) not in passed:
+            if not _argument_ok(o, limits, known):
+                return False
+            passed[id(o)] = o
     return _metadata_ok(n.metadata, limits, known)
+
+
+_KEYWORD = schema.ArgumentKind.KEYWORD
 
 
 def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
