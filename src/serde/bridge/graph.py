@@ -40,6 +40,7 @@ _CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
 _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
+_NO_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
 _SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
@@ -164,8 +165,14 @@ class GraphWriter:
         raise UnsupportedConstructError(f"{where}: a value of type {type(val).__qualname__} cannot be stored")
 
     def _tensor_meta(self, t: torch.Tensor, where: str) -> schema.TensorMeta:
-        key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
-                             *t.stride())
+        if type(t).__torch_function__ is _NO_TORCH_FUNCTION:
+            # A subclass that does not customize __torch_function__ (FakeTensor) reads the same with
+            # it disabled, and each getter skips the subclass check (about half their cost).
+            with torch._C.DisableTorchFunctionSubclass():
+                key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape,
+                                     None, *t.stride())
+        else:
+            key = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None, *t.stride())
         try:
             meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared

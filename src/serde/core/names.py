@@ -332,10 +332,15 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
     known = _Known()
+    passed = known.locals
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            if not known.local_ok(name, limits):
+            if name in passed:
+                continue
+            if _local_ok(name, limits):
+                passed.add(name)
+            else:
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
