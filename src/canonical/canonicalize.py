@@ -463,7 +463,13 @@ class _Plan:
                 # a constant comes back as it is: so can its NamedArgument
                 inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
-            outputs = [rename(o) for o in node.outputs]
+            outs = node.outputs
+            t = outs[0].as_tensor if len(outs) == 1 else None
+            if t is not None and t.name not in tensor_refs:  # most nodes: a fresh tensor, inline
+                new_ref = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                outputs = [new_ref]
+            else:
+                outputs = [rename(o) for o in outs]
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg

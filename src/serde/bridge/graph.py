@@ -164,7 +164,8 @@ class GraphWriter:
             return A(as_none=True)
         raise UnsupportedConstructError(f"{where}: a value of type {type(val).__qualname__} cannot be stored")
 
-    def _tensor_meta(self, t: torch.Tensor, where: str) -> schema.TensorMeta:
+    def _tensor_meta(self, t: torch.Tensor, where: str, part: str = "") -> schema.TensorMeta:
+        """The meta of ``t``; ``where + part`` names it in errors."""
         if type(t).__torch_function__ is _NO_TORCH_FUNCTION:
             # A subclass that does not customize __torch_function__ (FakeTensor) reads the same with
             # it disabled, and each getter skips the subclass check (about half their cost).
@@ -178,7 +179,7 @@ class GraphWriter:
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
             key = meta = None
         if meta is None:
-            meta = serialize_tensor_meta(t, where)
+            meta = serialize_tensor_meta(t, where + part)
             if key is not None:
                 self._metas[key] = meta
         return meta
@@ -306,10 +307,12 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
-            out = self._value(node.name, val, f"{where}.outputs[0]")
-            if out.as_tensor is not None:
-                self._refs[node] = out  # what ArgumentWriter would write for a use of this node
-            return [out]
+            if isinstance(val, torch.Tensor):  # most nodes: _value's tensor case, its location formatted on need
+                name = node.name
+                self.tensor_values[name] = self._tensor_meta(val, where, ".outputs[0]")
+                out = self._refs[node] = A(as_tensor=schema.TensorArgument(name=name))  # what a use would write
+                return [out]
+            return [self._value(node.name, val, f"{where}.outputs[0]")]
         if len(returns) == 1:
             return [self._list_element(node, None, val, where)]
         if not isinstance(val, (tuple, list)) or len(val) != len(returns):

@@ -472,7 +472,10 @@ def _passes_once(passed: set[str], value: object, check: Callable[[object, Limit
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    name = n.name
+    if not (type(name) is str and name in known.locals) and not known.local_ok(name, limits):
+        return False
+    if len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     passed = known.args
     for na in n.inputs:
