@@ -114,12 +114,15 @@ class Labels:
         return new
 
 
+_NO_TYPES: dict[str, str] = {}  # (read only)
+
+
 def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys, labels: Labels,
                        want_debug: bool = True) -> tuple[schema.NodeMetadata, NodeDebug | None]:
     """(canonical metadata, debug-only part or None) of one node; the debug part is always None
     without ``want_debug``."""
     stack = None
-    types: dict[str, str] = {}
+    types: dict[str, str] = _NO_TYPES
     stored = m.nn_module_stack
     if stored is not None:
         known = keys.stacks.get(id(stored))
@@ -138,7 +141,7 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
                     types[new.key] = e.type_name
             keys.stacks[id(stored)] = (stored, stack, types)
         if not want_debug:
-            types = {}
+            types = _NO_TYPES
     sfs = None
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)
