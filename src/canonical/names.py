@@ -142,7 +142,7 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
     # alike (most of a long graph) share one digest.
     first: dict[tuple, bytes] = {}
     sig: list[bytes] = []
-    for part in zip(targets, scopes, local_keys):
+    for part in zip(targets, scopes, local_keys, strict=True):
         d = first.get(part)
         if d is None:
             d = first[part] = _digest(part)
