@@ -43,12 +43,11 @@ from .debuginfo import (
     ModuleKeys,
     NodeDebug,
     canonical_metadata,
-    frame_of,
-    scope_of,
+    frames_and_scopes,
     with_debug,
 )
 from .names import Namespace, SubgraphNamer, node_names, sanitize
-from .order import GraphIndex, canonical_order, node_key
+from .order import GraphIndex, canonical_order, hidden_ref_node_keys, node_key
 from .symbols import SymbolRenamer
 
 __all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
@@ -308,11 +307,12 @@ class _Plan:
         # One call of ``facts`` per distinct target (a graph has few); the first node of a target
         # is the one an error names, as when it was asked per node.
         by_target: dict[str, OpFacts] = {}
-        node_facts = [self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
+        node_facts = [by_target[t] if (t := node.target) in by_target and i not in self.subs_of
+                      else self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
         #: whether a parent must treat a call of this graph as an effect
-        self.has_effects = any(f.has_effect for f in node_facts)
+        self.has_effects = any(f.has_effect for f in dict(zip(map(id, node_facts), node_facts, strict=True)).values())
         self.idx = idx = GraphIndex(g, where, node_facts)
-        stacks = [frame_of(n.metadata) for n in nodes]
+        stacks, scopes = frames_and_scopes([n.metadata for n in nodes])
         self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)
 
         # Names: inputs as given, then nodes, then multi-output values, then subgraphs.
@@ -322,23 +322,20 @@ class _Plan:
                 self.value_map[old] = nn
         ns = Namespace(reserved)
         local = _LocalCtx(self)
-        producers = []
-        for i in range(len(nodes)):
-            row = []
-            for r in idx.refs[i]:
-                p = idx.producer[r]
-                row.append((p, idx.leaf_index[r]) if p >= 0 else (self.value_map[r], 0))
-            producers.append(row)
+        producer, leaf_index, value_map = idx.producer, idx.leaf_index, self.value_map
+        producers = [[(p, leaf_index[r]) if (p := producer[r]) >= 0 else (value_map[r], 0) for r in refs]
+                     for refs in idx.refs]
         self.node_names = node_names(
-            order, [n.target for n in nodes], [scope_of(n.metadata) for n in nodes],
-            [node_key(n, local) for n in nodes], producers, ns,
+            order, [n.target for n in nodes], scopes,
+            hidden_ref_node_keys(nodes, local), producers, ns,
         )
+        names = self.node_names
         for i in order:
-            node, name = nodes[i], self.node_names[i]
+            node, name = nodes[i], names[i]
             leaves = idx.leaves[i]
-            if len(node.outputs) == 1 and len(leaves) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
+            if len(leaves) == 1 and len(node.outputs) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
                     is_bare_return(node)):
-                self.value_map[leaves[0][2]] = name
+                value_map[leaves[0][2]] = name
             else:
                 for k, (_, _, old) in enumerate(leaves):
                     self.value_map[old] = ns.claim(f"{name}_{k}")
@@ -347,8 +344,10 @@ class _Plan:
         self.sub_names: dict[str, str] = {}
         namer = SubgraphNamer(sub_ns)
         for i in order:
+            if i not in self.subs_of:
+                continue
             new: dict[str, tuple[int, str]] = {}
-            for k, (_, arg_name, ga) in enumerate(self.subs_of.get(i, ())):
+            for k, (_, arg_name, ga) in enumerate(self.subs_of[i]):
                 if ga.name not in self.sub_names and ga.name not in new:
                     new[ga.name] = (k, arg_name)
             if new:
@@ -426,34 +425,51 @@ class _Plan:
         # A value's renamed tensor reference, built once and shared by its definition and every use
         # (Structs are immutable).
         tensor_refs: dict[str, schema.Argument] = {}
+        # Any other argument object renames the same wherever it is used (writers share constants).
+        others: dict[int, tuple[schema.Argument, schema.Argument]] = {}  # id -> (argument, renamed)
 
         def rename(a: schema.Argument) -> schema.Argument:
             t = a.as_tensor
             if t is None:
-                return rename_argument(a, ctx)
+                done = others.get(id(a))
+                if done is None:
+                    done = others[id(a)] = (a, rename_argument(a, ctx))
+                return done[1]
             new = tensor_refs.get(t.name)
             if new is None:
                 new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
             return new
 
         at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
+        ctx.where = at
+        names, subs_of, NamedArgument = self.node_names, self.subs_of, schema.NamedArgument
         for i in self.order:
-            node, name = nodes[i], self.node_names[i]
+            node, name = nodes[i], names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
-            for _, _, ga in self.subs_of.get(i, ()):
-                if ga.name not in self.sub_args:
-                    sub_name = self.sub_names[ga.name]
-                    sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
-                    self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+            if i in subs_of:
+                for _, _, ga in subs_of[i]:
+                    if ga.name not in self.sub_args:
+                        sub_name = self.sub_names[ga.name]
+                        sub_graph = self.sub[ga.name].rewrite(syms, keys, debug, prefix + sub_name)
+                        self.sub_args[ga.name] = schema.GraphArgument(name=sub_name, graph=sub_graph)
+                ctx.where = at
             at.i, at.part = i, "inputs"
-            ctx.where = at
             inputs = []
             for na in node.inputs:
-                arg = rename(na.arg)
+                a = na.arg
+                arg = tensor_refs.get(a.as_tensor.name) if a.as_tensor is not None else None
+                if arg is None:
+                    arg = rename(a)
                 # a constant comes back as it is: so can its NamedArgument
-                inputs.append(na if arg is na.arg else schema.NamedArgument(name=na.name, arg=arg, kind=na.kind))
+                inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
-            outputs = [rename(o) for o in node.outputs]
+            outs = node.outputs
+            t = outs[0].as_tensor if len(outs) == 1 else None
+            if t is not None and t.name not in tensor_refs:  # most nodes: a fresh tensor, inline
+                new_ref = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                outputs = [new_ref]
+            else:
+                outputs = [rename(o) for o in outs]
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg

@@ -23,8 +23,8 @@ from serde.core import schema
 from .names import sanitize
 from .order import EMPTY_STACK_KEY
 
-__all__ = ["NodeDebug", "DebugInfo", "ModuleKeys", "Labels", "frame_of", "scope_of", "canonical_metadata",
-           "with_debug"]
+__all__ = ["NodeDebug", "DebugInfo", "ModuleKeys", "Labels", "frame_of", "scope_of", "frames_and_scopes",
+           "canonical_metadata", "with_debug"]
 
 
 # The wire form of debug.json lives in the schema; these names stay for existing callers.
@@ -48,6 +48,23 @@ def scope_of(m: schema.NodeMetadata) -> str:
     return sanitize(stack[-1].path)
 
 
+def frames_and_scopes(metas: list[schema.NodeMetadata]) -> tuple[list[tuple[str, ...] | None], list[str]]:
+    """``frame_of`` and ``scope_of`` of every node; once per stack list that several nodes share."""
+    frames: list[tuple[str, ...] | None] = []
+    scopes: list[str] = []
+    seen: dict[int, tuple[tuple[str, ...] | None, str]] = {}  # id(stack list) -> both (the metas keep it alive)
+    for m in metas:
+        stack = m.nn_module_stack
+        both = seen.get(id(stack)) if stack is not None else None
+        if both is None:
+            both = (frame_of(m), scope_of(m))
+            if stack is not None:
+                seen[id(stack)] = both
+        frames.append(both[0])
+        scopes.append(both[1])
+    return frames, scopes
+
+
 class ModuleKeys:
     """Program-wide map from stored ``nn_module_stack`` keys to stable ones."""
 
@@ -56,6 +73,10 @@ class ModuleKeys:
         self._taken: set[str] = set()
         # (stored key, path) -> canonical entry: nodes of one module share their stack entries
         self.entries: dict[tuple[str, str], schema.ModuleStackEntry] = {}
+        # id(stored stack list) -> (the stored list, canonical list, module types by canonical key):
+        # nodes that share a stored stack share the canonical one (the stored list is kept so
+        # its id stays its own)
+        self.stacks: dict[int, tuple[list, list[schema.ModuleStackEntry], dict[str, str]]] = {}
 
     def key(self, key: str, path: str) -> str:
         base, at, call = key.partition("@")
@@ -93,23 +114,34 @@ class Labels:
         return new
 
 
+_NO_TYPES: dict[str, str] = {}  # (read only)
+
+
 def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys, labels: Labels,
                        want_debug: bool = True) -> tuple[schema.NodeMetadata, NodeDebug | None]:
     """(canonical metadata, debug-only part or None) of one node; the debug part is always None
     without ``want_debug``."""
     stack = None
-    types: dict[str, str] = {}
-    if m.nn_module_stack is not None:
-        stack = []
-        entries = keys.entries
-        for e in m.nn_module_stack:
-            new = entries.get((e.key, e.path))
-            if new is None:
-                k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
-                new = entries[(e.key, e.path)] = schema.ModuleStackEntry(key=k, path=e.path)
-            stack.append(new)
-            if want_debug and e.type_name is not None:
-                types[new.key] = e.type_name
+    types: dict[str, str] = _NO_TYPES
+    stored = m.nn_module_stack
+    if stored is not None:
+        known = keys.stacks.get(id(stored))
+        if known is not None:
+            _, stack, types = known
+        else:
+            stack, types = [], {}
+            entries = keys.entries
+            for e in stored:
+                new = entries.get((e.key, e.path))
+                if new is None:
+                    k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
+                    new = entries[(e.key, e.path)] = schema.ModuleStackEntry(key=k, path=e.path)
+                stack.append(new)
+                if e.type_name is not None:
+                    types[new.key] = e.type_name
+            keys.stacks[id(stored)] = (stored, stack, types)
+        if not want_debug:
+            types = _NO_TYPES
     sfs = None
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)

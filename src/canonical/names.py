@@ -97,8 +97,11 @@ def _tag(digest: bytes) -> str:
     return digest[:_TAG_LEN].translate(_TAG_TABLE).decode("ascii")
 
 
+_blake12 = functools.partial(hashlib.blake2b, digest_size=12)  # (the keyword costs more than the hash)
+
+
 def _digest(parts: Any) -> bytes:
-    return hashlib.blake2b(repr(parts).encode(), digest_size=12).digest()
+    return _blake12(repr(parts).encode()).digest()
 
 
 class Namespace:
@@ -127,22 +130,33 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         order: canonical order (stored node indices).
         targets: per node, its target string.
         scopes: per node, its sanitized innermost module path ("" at the root).
-        local_keys: per node, a name-free key of its target and constant arguments.
+        local_keys: per node, a name-free key of its target and constant arguments (tuples of
+            str, bytes, int and None).
         producers: per node, per reference in argument order: ``(node index, output index)`` for
             a node's value, or ``(input name, 0)`` for a graph input (its canonical name).
         namespace: receives the names (graph inputs already reserved in it).
     """
     n = len(targets)
     bases = [op_base(t) for t in targets]
-    sig: list[bytes] = [_digest((targets[i], scopes[i], local_keys[i])) for i in range(n)]
+    # Keys hold only str, bytes, int and tuples, so equal keys have equal reprs: nodes that look
+    # alike (most of a long graph) share one digest.
+    first: dict[tuple, bytes] = {}
+    sig: list[bytes] = []
+    for part in zip(targets, scopes, local_keys, strict=True):
+        d = first.get(part)
+        if d is None:
+            d = first[part] = _digest(part)
+        sig.append(d)
     # Producer tokens: a node's value is (its signature, output index); an input is its name.
     rows = [[(p, b"%d;" % j) if isinstance(p, int) else (None, b"in:%d:%s;" % (len(p), p.encode()))
              for p, j in producers[i]] for i in range(n)]
-    blake = hashlib.blake2b
+    # A node reading one node's value (most of them) hashes the same bytes without the join.
+    single = [row[0] if len(row) == 1 and row[0][0] is not None else None for row in rows]
     for _ in range(RADIUS):
         prev = sig
-        sig = [blake(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in rows[i]]),
-                     digest_size=12).digest() for i in range(n)]
+        sig = [_blake12(prev[i] + prev[one[0]] + one[1]).digest() if (one := single[i]) is not None
+               else _blake12(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in rows[i]])).digest()
+               for i in range(n)]
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))
     candidates: list[str] = [""] * n
@@ -154,13 +168,14 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
             candidates[i] = f"{s}_{b}"
         else:
             candidates[i] = f"{s}_{b}_{_tag(sig[i])}" if s else f"{b}_{_tag(sig[i])}"
-    seen: Counter[str] = Counter()
+    seen: dict[str, int] = {}
     names: list[str] = [""] * n
+    claim = namespace.claim
     for i in order:
         c = candidates[i]
-        k = seen[c]
-        seen[c] += 1
-        names[i] = namespace.claim(c if k == 0 else f"{c}_{k}")
+        k = seen.get(c, 0)
+        seen[c] = k + 1
+        names[i] = claim(c if k == 0 else f"{c}_{k}")
     return names
 
 

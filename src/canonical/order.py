@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from serde.errors import MalformedArtifactError
 
 from .effects import effect_edges
 
-__all__ = ["GraphIndex", "canonical_order", "node_key", "meta_key", "EMPTY_STACK_KEY"]
+__all__ = ["GraphIndex", "canonical_order", "node_key", "hidden_ref_node_keys", "meta_key", "EMPTY_STACK_KEY"]
 
 
 
@@ -70,9 +71,20 @@ class GraphIndex:
         self.leaves: list[list[tuple[int, str, str]]] = []
         producer, leaf_index = self.producer, self.leaf_index
         # (the location strings of the errors are only built when one is raised)
+        all_leaves = self.leaves
         for i, node in enumerate(g.nodes):
-            leaves = output_leaves(node.outputs)
-            self.leaves.append(leaves)
+            outs = node.outputs
+            t = outs[0].as_tensor if len(outs) == 1 else None  # the common case, without the walk
+            if t is not None:
+                name = t.name
+                all_leaves.append([(0, "as_tensor", name)])
+                if name in producer:
+                    self._define(name, i, 0, f"{where}.nodes[{i}].outputs")
+                producer[name] = i
+                leaf_index[name] = 0
+                continue
+            leaves = output_leaves(outs)
+            all_leaves.append(leaves)
             for j, (_, _, name) in enumerate(leaves):
                 if name in producer:
                     self._define(name, i, j, f"{where}.nodes[{i}].outputs")
@@ -81,22 +93,35 @@ class GraphIndex:
         self.refs: list[list[str]] = []
         self.preds: list[list[int]] = []
         self.succs: list[list[int]] = [[] for _ in range(n)]
+        other_names: dict[int, tuple[str, ...]] = {}  # id(argument) -> its names (writers share constants)
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
+            preds: list[int] = []
             for j, na in enumerate(node.inputs):
-                t = na.arg.as_tensor  # the common case, without the walk
-                for name in (t.name,) if t is not None else argument_names(na.arg):
-                    if name not in producer:
+                a = na.arg
+                t = a.as_tensor  # the common case, without the walk
+                if t is not None:
+                    names: Any = (t.name,)
+                else:
+                    names = other_names.get(id(a))
+                    if names is None:
+                        names = other_names[id(a)] = tuple(argument_names(a))
+                for name in names:
+                    p = producer.get(name)
+                    if p is None:
                         self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
                     refs.append(name)
+                    if p >= 0:  # type: ignore[operator]  # (_check_ref raised for None)
+                        preds.append(p)
             self.refs.append(refs)
-            self.preds.append([p for p in map(producer.__getitem__, refs) if p >= 0])
+            self.preds.append(preds)
         # Order-only edges constrain the schedule but take no part in the demand walk: they are
         # listed by stored index, and the walk's visiting order must not depend on it.
-        self.data_preds = [list(p) for p in self.preds]
+        # (a node with order-only edges gets a new list; the others share theirs)
+        self.data_preds = list(self.preds)
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
             if extra:
-                self.preds[i].extend(p for p in extra if p not in self.preds[i])
+                self.preds[i] = self.preds[i] + [p for p in extra if p not in self.preds[i]]
         for i, preds in enumerate(self.preds):
             for p in preds:
                 self.succs[p].append(i)
@@ -167,6 +192,30 @@ def node_key(node: schema.Node, ctx: Any) -> tuple:
     # kind as a plain int: keys are hashed through repr(), which must not depend on enum reprs
     return (node.target, tuple((na.name, None if na.kind is None else int(na.kind), argument_key(na.arg, ctx))
                                for na in node.inputs))
+
+
+def hidden_ref_node_keys(nodes: Sequence[schema.Node], ctx: Any) -> list[tuple]:
+    """``node_key`` of every node, for a ``ctx`` whose ``value`` gives one key for every name (the
+    key of an argument object is then fixed: each object shared by several nodes is keyed once)."""
+    hidden = ("as_tensor", ("t", ctx.value("")))
+    by_arg: dict[int, tuple] = {}  # id(NamedArgument) -> its part of the key (the nodes keep it alive)
+    by_ref: dict[tuple, tuple] = {}  # (argument name, kind) -> the part of a tensor reference
+    out = []
+    for node in nodes:
+        parts = []
+        for na in node.inputs:
+            if na.arg.as_tensor is not None:
+                part = by_ref.get((na.name, na.kind))
+                if part is None:
+                    part = by_ref[(na.name, na.kind)] = (na.name, None if na.kind is None else int(na.kind), hidden)
+            else:
+                part = by_arg.get(id(na))
+                if part is None:
+                    part = by_arg[id(na)] = (na.name, None if na.kind is None else int(na.kind),
+                                             argument_key(na.arg, ctx))
+            parts.append(part)
+        out.append((node.target, tuple(parts)))
+    return out
 
 
 def meta_key(m: schema.NodeMetadata) -> tuple:
@@ -319,17 +368,27 @@ class _Scheduler:
                 len({frames[i][depth] for i in items}) == 1:
             self.schedule(items, depth + 1)  # everything is in one child frame
             return
+        if all(len(frames[i]) <= depth for i in items):
+            self._schedule_nodes(items)  # no child frame here: every unit is one node
+            return
         units, unit_of, succ, indeg = self._units(items, depth, flat=False)
-        if not _acyclic(succ, indeg):
+        # Units of one node each link as their nodes do, and the graph is acyclic (GraphIndex checked).
+        if len(units) != len(items) and not _acyclic(succ, indeg):
             # Blocks that need each other's values: only possible when the stored order already
             # interleaved these frames. Schedule node by node instead.
             units, unit_of, succ, indeg = self._units(items, depth, flat=True)
             frames = self.frames
         m = len(units)
-        uprio = [min(self.prio[i] for i in members) for members in units]
+        prio = self.prio
+        uprio = [prio[members[0]] if len(members) == 1 else min(prio[i] for i in members) for members in units]
         is_block = [len(members) > 1 or len(frames[members[0]]) > depth for members in units]
+        # A unit whose priority no other unit has is ordered by it alone: the ranks of its inputs,
+        # which break ties, need not be computed (demand-ordered nodes all have their own).
+        tied = {p for p, c in Counter(uprio).items() if c > 1}
 
         def key(u: int) -> tuple:
+            if uprio[u] not in tied:
+                return (uprio[u], (), u)
             inside = set(units[u]) if is_block[u] else None
             return (uprio[u], self._input_ranks(units[u], inside), u)
 
@@ -341,6 +400,39 @@ class _Scheduler:
                 self.schedule(units[u], depth + 1)
             else:
                 self._emit(units[u][0])
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, key(v))
+
+    def _schedule_nodes(self, items: list[int]) -> None:
+        """``schedule`` of plain nodes (no child frames): Kahn's algorithm over the nodes, each keyed
+        as its one-node unit would be (unit number = position in ``items``)."""
+        pos = {i: u for u, i in enumerate(items)}
+        prio, preds = self.prio, self.idx.preds
+        m = len(items)
+        indeg = [0] * m
+        succ: list[list[int]] = [[] for _ in range(m)]
+        for u, i in enumerate(items):
+            ps = preds[i]
+            for p in (set(ps) if len(ps) > 1 else ps):  # a value read twice is one edge
+                up = pos.get(p)
+                if up is not None and up != u:
+                    succ[up].append(u)
+                    indeg[u] += 1
+        # (as in schedule: a priority no other node has decides alone, without the input ranks)
+        tied = {p for p, c in Counter(prio[i] for i in items).items() if c > 1}
+
+        def key(u: int) -> tuple:
+            i = items[u]
+            pr = prio[i]
+            return (pr, self._input_ranks([i], None) if pr in tied else (), u)
+
+        heap = [key(u) for u in range(m) if indeg[u] == 0]
+        heapq.heapify(heap)
+        while heap:
+            u = heapq.heappop(heap)[-1]
+            self._emit(items[u])
             for v in succ[u]:
                 indeg[v] -= 1
                 if indeg[v] == 0:

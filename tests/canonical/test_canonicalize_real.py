@@ -6,15 +6,20 @@ from __future__ import annotations
 import io
 import textwrap
 
+import pytest
 import torch
 
 import serde
 from canonical.canonicalize import canonicalize
 from serde.bridge.effects import op_facts
 from serde.bridge.program import serialize_program
+from serde.core import schema, wire
+from serde.core.names import check_program
+from tests import zoo
 
 # A submodule returning two values used far apart: a demand-driven order alone would split its frame.
 MODEL = """
+import pytest
 import torch
 
 class Pair(torch.nn.Module):
@@ -76,3 +81,38 @@ def test_strict_and_non_strict_module_keys_agree():
         keys.append({e.key for n in program.graph_module.graph.nodes for e in n.metadata.nn_module_stack or ()})
     assert keys[0] == keys[1]
     assert {"L__self__", "L__self__pair", "L__self__pair.a", "L__self__mid"} <= keys[0]
+
+
+# The writer shares objects among nodes (a value's reference at its definition and uses, scalar
+# arguments, module stacks, tensor metas), and the canonicalizer and the name check memoize by
+# identity. A decoded program shares nothing: both must give the same canonical program.
+@pytest.mark.parametrize("name", ["nested_modules", "chain_200", "transformer_block", "multi_output", "cond"])
+def test_canonical_form_does_not_depend_on_shared_objects(name):
+    case = next(c for c in zoo.CASES if c.name == name)
+    shared = serialize_program(zoo.export_case(case))
+    fresh = wire.decode(wire.encode(shared), schema.ExportedProgram)
+    for keep_debug in (False, True):
+        a, da = canonicalize(shared, facts=op_facts, keep_debug=keep_debug)
+        b, db = canonicalize(fresh, facts=op_facts, keep_debug=keep_debug)
+        assert wire.encode(a) == wire.encode(b)
+        assert wire.encode(da) == wire.encode(db)
+    check_program(a)
+    check_program(wire.decode(wire.encode(a), schema.ExportedProgram))
+
+
+def test_signed_zero_scalars_keep_their_sign(tmp_path):
+    """0.0 == -0.0, yet ``x * 0.0`` and ``x * -0.0`` differ for negative x: the writer's shared
+    scalar arguments must keep them apart."""
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * 0.0, x * -0.0, x + 0.0, x + -0.0
+
+    x = torch.tensor([-1.0, 2.0])
+    ep = torch.export.export(M(), (x,), strict=False)
+    path = tmp_path / "m.pt2s"
+    serde.save(ep, path)
+    loaded = serde.load(path)
+    for want, got in zip(ep.module()(x), loaded.module()(x), strict=True):
+        assert torch.equal(torch.signbit(want), torch.signbit(got))
+    scalars = sorted(str(n.args[1]) for n in loaded.graph.nodes if n.op == "call_function")
+    assert scalars == ["-0.0", "-0.0", "0.0", "0.0"]

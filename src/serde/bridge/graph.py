@@ -47,6 +47,8 @@ _CACHEABLE = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
 _POS = schema.ArgumentKind.POSITIONAL
 _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
+_NO_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
@@ -114,13 +116,16 @@ class GraphWriter:
         self.is_single_tensor_return = False
         self.args = ArgumentWriter(self._subgraph, _custom_obj_class)
         self._names = {n.name for n in gm.graph.nodes}
-        self._target_names: dict[Any, str] = {}
+        self._targets: dict[int, tuple[Any, str, _SchemaFacts | None]] = {}  # id -> (target, name, facts)
         # Concrete tensor metas already written: most nodes of a graph share a few (equal metas
         # give equal Structs, which are frozen, so one object serves them all).
         self._metas: dict[tuple, schema.TensorMeta] = {}
         self._stack_entries: dict[tuple, schema.ModuleStackEntry] = {}
+        self._stacks: dict[tuple, list[schema.ModuleStackEntry]] = {}
         # FX node -> the Argument that refers to its value, written once and shared by every use
         self._refs: dict[torch.fx.Node, schema.Argument] = {}
+        # (argument name, kind, type, value) -> the NamedArgument passing that scalar
+        self._consts: dict[tuple, schema.NamedArgument] = {}
 
     def write(self) -> schema.Graph:
         handlers = {
@@ -173,16 +178,22 @@ class GraphWriter:
             return A(as_none=True)
         raise UnsupportedConstructError(f"{where}: a value of type {type(val).__qualname__} cannot be stored")
 
-    def _tensor_meta(self, t: torch.Tensor, where: str) -> schema.TensorMeta:
-        key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
-                             *t.stride())
+    def _tensor_meta(self, t: torch.Tensor, where: str, part: str = "") -> schema.TensorMeta:
+        """The meta of ``t``; ``where + part`` names it in errors."""
+        if type(t).__torch_function__ is _NO_TORCH_FUNCTION:
+            # A subclass that does not customize __torch_function__ (FakeTensor) reads the same with
+            # it disabled, and each getter skips the subclass check (about half their cost).
+            with torch._C.DisableTorchFunctionSubclass():
+                key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape,
+                                     None, *t.stride())
+        else:
+            key = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None, *t.stride())
         try:
-            hash(key)
+            meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
-            key = None
-        meta = self._metas.get(key) if key is not None else None
+            key = meta = None
         if meta is None:
-            meta = serialize_tensor_meta(t, where)
+            meta = serialize_tensor_meta(t, where + part)
             if key is not None:
                 self._metas[key] = meta
         return meta
@@ -232,13 +243,15 @@ class GraphWriter:
         if target is operator.getitem and _produces_multi(node.args[0]):
             return  # folded into the producer's outputs
         where = f"{self.where}.nodes[{node.name!r}]"
-        name = self._target_names.get(target) if isinstance(target, _CACHEABLE) else None
-        if name is None:
-            name = serialize_target(target, where=where)
+        # By identity: operators hash in Python, and a graph has few distinct targets (naming one is not free).
+        known = self._targets.get(id(target))
+        if known is None:
+            known = (target, serialize_target(target, where=where),
+                     _schema_facts(target) if isinstance(target, torch._ops.OpOverload) else None)
             if isinstance(target, _CACHEABLE):
-                self._target_names[target] = name  # a graph has few distinct targets; naming one is not free
-        if isinstance(target, torch._ops.OpOverload):
-            facts = _schema_facts(target)
+                self._targets[id(target)] = known  # (holding the target keeps its id its own)
+        _, name, facts = known
+        if facts is not None:
             inputs = self._schema_inputs(node, facts, where)
             outputs = self._schema_outputs(node, facts, where)
             single = None
@@ -260,7 +273,7 @@ class GraphWriter:
                 single = True if isinstance(target, torch._ops.HigherOrderOperator) or kind == "tensor" else None
         self.nodes.append(schema.Node(
             target=name, inputs=inputs, outputs=outputs,
-            metadata=serialize_node_metadata(node.meta, where, self._stack_entries),
+            metadata=serialize_node_metadata(node.meta, where, self._stack_entries, self._stacks),
             is_hop_single_tensor_return=single, name=node.name,
         ))
 
@@ -276,10 +289,21 @@ class GraphWriter:
                 used_kw += 1
             else:
                 continue  # default value: not stored, so the loaded node is identical
-            if type(v) is torch.fx.Node and v.op != "get_attr":
+            t = type(v)
+            if t is torch.fx.Node and v.op != "get_attr":
                 arg = self._refs.get(v)
                 if arg is None:
                     arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+            elif t in _SCALARS:
+                # Equal scalars give equal arguments: one frozen NamedArgument serves every node
+                # passing it the same way (0.0 == -0.0, but they differ: a zero goes by its repr).
+                key = (a_name, kind, t, v) if t is not float or v != 0 else (a_name, kind, t, repr(v))
+                na = self._consts.get(key)
+                if na is None:
+                    na = self._consts[key] = schema.NamedArgument(
+                        name=a_name, arg=self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type), kind=kind)
+                out.append(na)
+                continue
             else:
                 arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
@@ -297,6 +321,11 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
+            if isinstance(val, torch.Tensor):  # most nodes: _value's tensor case, its location formatted on need
+                name = node.name
+                self.tensor_values[name] = self._tensor_meta(val, where, ".outputs[0]")
+                out = self._refs[node] = A(as_tensor=schema.TensorArgument(name=name))  # what a use would write
+                return [out]
             return [self._value(node.name, val, f"{where}.outputs[0]")]
         if len(returns) == 1:
             return [self._list_element(node, None, val, where)]

@@ -64,17 +64,35 @@ def _deserialize_from_node(text: str) -> Any:
 
 
 def serialize_node_metadata(meta: dict[str, Any], where: str,
-                            entries: dict[tuple, schema.ModuleStackEntry] | None = None) -> schema.NodeMetadata:
-    """``entries``: (key, path, module class) -> entry, filled and reused across the nodes of a graph
-    (the nodes of one module share their stack entries; Structs are immutable)."""
+                            entries: dict[tuple, schema.ModuleStackEntry] | None = None,
+                            stacks: dict[tuple, list[schema.ModuleStackEntry]] | None = None
+                            ) -> schema.NodeMetadata:
+    """``entries``: (key, path, module class) -> entry, and ``stacks``: the stack's items -> its
+    entry list, filled and reused across the nodes of a graph (the nodes of one module share their
+    stack; Structs are immutable and nothing edits their lists)."""
     stack = meta.get("nn_module_stack")
+    if stack is not None and stacks is not None:
+        try:
+            items = tuple(stack.items())
+            entry_list = stacks.get(items)
+        except (TypeError, AttributeError):  # unhashable paths or classes, or not a dict: not shared
+            pass
+        else:
+            if entry_list is None:
+                entry_list = stacks[items] = [_stack_entry(k, v, entries) for k, v in items]
+            return _metadata(meta, entry_list, where)
+    return _metadata(meta, None if stack is None else [_stack_entry(k, v, entries) for k, v in stack.items()],
+                     where)
+
+
+def _metadata(meta: dict[str, Any], stack: list[schema.ModuleStackEntry] | None, where: str) -> schema.NodeMetadata:
     sfs = meta.get("source_fn_stack")
     torch_fn = meta.get("torch_fn")
     custom = meta.get("custom")
     from_node = meta.get("from_node")
     return schema.NodeMetadata(
         stack_trace=meta.get("stack_trace"),
-        nn_module_stack=None if stack is None else [_stack_entry(k, v, entries) for k, v in stack.items()],
+        nn_module_stack=stack,
         source_fn_stack=None if sfs is None else [
             schema.SourceFn(name=name, target=_qualname(fn)) for name, fn in sfs
         ],

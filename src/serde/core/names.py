@@ -332,10 +332,15 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
     known = _Known()
+    passed = known.locals
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            if not known.local_ok(name, limits):
+            if name in passed:
+                continue
+            if _local_ok(name, limits):
+                passed.add(name)
+            else:
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
@@ -427,16 +432,22 @@ def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
 
 
 class _Known:
-    """Names, texts and FQNs of one graph that passed already: a value's name is checked where it
-    is defined and where it is used, and nodes repeat a few metadata texts (module keys and paths,
-    source targets)."""
+    """Names, texts, FQNs, module stacks and arguments of one graph that passed already: a value's name is
+    checked where it is defined and where it is used, and nodes repeat a few metadata texts (module
+    keys and paths, source targets)."""
 
-    __slots__ = ("locals", "texts", "fqns")
+    __slots__ = ("locals", "texts", "fqns", "stacks", "args")
 
     def __init__(self) -> None:
         self.locals: set[str] = set()
         self.texts: set[str] = set()
         self.fqns: set[str] = set()
+        # nn_module_stack lists that passed, by identity (writers share one per module), each kept
+        # alive here so its id is not reused
+        self.stacks: dict[int, list] = {}
+        # node arguments that passed, by identity (a value's definition and its uses share one;
+        # writers share constants)
+        self.args: dict[int, schema.Argument] = {}
 
     def local_ok(self, name: object, limits: Limits) -> bool:
         return _passes_once(self.locals, name, _local_ok, limits)
@@ -461,19 +472,31 @@ def _passes_once(passed: set[str], value: object, check: Callable[[object, Limit
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    name = n.name
+    if not (type(name) is str and name in known.locals) and not known.local_ok(name, limits):
         return False
+    if len(n.inputs) > cap or len(n.outputs) > cap:
+        return False
+    passed = known.args
     for na in n.inputs:
-        if na.kind == schema.ArgumentKind.KEYWORD and not (
+        if na.kind == _KEYWORD and not (
                 type(na.name) is str and len(na.name) <= limits.max_name_chars
                 and _IDENT.match(na.name) is not None and na.name not in _KEYWORDS):
             return False
-        if not _argument_ok(na.arg, limits, known):
-            return False
+        a = na.arg
+        if id(a) not in passed:
+            if not _argument_ok(a, limits, known):
+                return False
+            passed[id(a)] = a
     for o in n.outputs:
-        if not _argument_ok(o, limits, known):
-            return False
+        if id(o) not in passed:
+            if not _argument_ok(o, limits, known):
+                return False
+            passed[id(o)] = o
     return _metadata_ok(n.metadata, limits, known)
+
+
+_KEYWORD = schema.ArgumentKind.KEYWORD
 
 
 def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
@@ -482,13 +505,15 @@ def _metadata_ok(m: schema.NodeMetadata, limits: Limits, known: _Known) -> bool:
         return False
     if m.custom is not None and not known.text_ok(m.custom, limits):
         return False
-    if m.nn_module_stack is not None:
-        if len(m.nn_module_stack) > limits.max_list_len:
+    stack = m.nn_module_stack
+    if stack is not None and id(stack) not in known.stacks:
+        if len(stack) > limits.max_list_len:
             return False
-        for e in m.nn_module_stack:
+        for e in stack:
             if not (known.text_ok(e.key, limits) and known.fqn_ok(e.path, limits)
                     and (e.type_name is None or known.text_ok(e.type_name, limits))):
                 return False
+        known.stacks[id(stack)] = stack
     if m.source_fn_stack is not None:
         if len(m.source_fn_stack) > limits.max_list_len:
             return False
