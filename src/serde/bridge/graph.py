@@ -407,11 +407,14 @@ class GraphReader:
         try:
             return self._read(g, constant_input_names, extra_refs)
         finally:
-            # The reader and its ArgumentReader refer to each other: let go of the stored graph so
-            # the decoded schema objects are freed when the load returns, not by the cyclic collector.
+            # The reader and its ArgumentReader refer to each other: break that cycle, so that the
+            # reader, its SymbolicContext's tables and the decoded schema objects are freed by their
+            # reference counts when the load returns, not left to the cyclic collector (whose next
+            # collection they would otherwise bring forward).
             self._g = None
             self._tables = {}
             self._subgraphs.clear()
+            self.args = None
 
     def _read(self, g: schema.Graph, constant_input_names: dict[int, str] | None,
               extra_refs: Iterable[str]) -> torch.fx.Graph:
