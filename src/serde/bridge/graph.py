@@ -561,9 +561,9 @@ class GraphReader:
                     inp.meta.update(meta)
         outs = sn.outputs
         if is_op:
-            returns = target._schema.returns
-            single = len(returns) == 1 and not _is_list_type(returns[0].type)
-            list_return = len(returns) == 1 and not single
+            returns_list = _schema_facts(target).returns_list  # read once per operator, not per node
+            single = returns_list == (False,)
+            list_return = returns_list == (True,)
         else:
             single = len(outs) == 1 and is_bare_return(sn)
             list_return = False
