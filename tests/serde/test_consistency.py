@@ -28,3 +28,22 @@ def test_a_call_unlike_the_accepted_ones_is_still_refused(arg):
         with pytest.raises(InconsistentProgramError, match=r"nodes\['fc2_linear'\]\.inputs\[1\]: the arguments do not fit"):
             serde.load(io.BytesIO(bad))
         serde.load(io.BytesIO(intact))
+
+
+def _symbolic_call_changed(change) -> bytes:
+    def edit(p: dict) -> None:
+        change(nodes(p)["floordiv"]["inputs"])
+    return rewrite_program("dynamic_arith", edit)
+
+
+@pytest.mark.parametrize("change", [lambda inputs: inputs.append(dict(inputs[1])), lambda inputs: inputs.pop(),
+                                    lambda inputs: inputs[1].update(name="b", kind=2)],
+                         ids=["extra_positional", "missing_positional", "keyword"])
+def test_a_symbolic_call_unlike_the_accepted_ones_is_still_refused(change):
+    # The signature of operator.floordiv is looked up once per process; binding runs on every call.
+    intact = (FIXTURES / "dynamic_arith" / "model.pt2s").read_bytes()
+    bad = _symbolic_call_changed(change)
+    for _ in range(2):  # before and after the intact program's floordiv was bound
+        with pytest.raises(InconsistentProgramError, match=r"nodes\['floordiv'\]: the arguments do not fit _operator\.floordiv"):
+            serde.load(io.BytesIO(bad))
+        serde.load(io.BytesIO(intact))

@@ -94,3 +94,22 @@ def test_loaded_program_retraces(module, name, loaded):
     torch.manual_seed(0)
     _, args, kwargs, _ = case.build()
     torch.testing.assert_close(decomposed.module()(*args, **kwargs), ep.module()(*args, **kwargs))
+
+
+@pytest.mark.parametrize("coeffs, hint, expected", [
+    ((2, 1), 7, 3), ((2, 1), 9, 4), ((3, 1), 7, 2), ((2, 2), 7, None), ((1, -4), 7, 11)],
+    ids=["2s+1=7", "2s+1=9", "3s+1=7", "2s+2=7", "s-4=7"])
+def test_a_derived_dims_example_value_gives_its_symbols(coeffs, hint, expected):
+    # The solve for the symbol is remembered per process: each case here runs after the others in
+    # one process, so a memo keyed by less than (expression, symbol, value) gives a wrong answer.
+    from serde.bridge.values import SymbolicContext
+    from serde.core import schema, symbolic
+    from serde.core.exprs import expr_from_sympy
+
+    s0 = sympy.Symbol("s0", **symbolic.symbol_assumptions("s0"))
+    ranges = [schema.RangeConstraint(expr=expr_from_sympy(s0), min_val=2, max_val=64)]
+    expr = expr_from_sympy(coeffs[0] * s0 + coeffs[1])
+    for _ in range(2):
+        ctx = SymbolicContext(ranges)
+        ctx.sym_int(schema.SymInt(as_expr=schema.SymExpr(expr=expr, hint=schema.SymExprHint(as_int=hint))), "x")
+        assert ctx.shape_env.backed_var_to_val.get(ctx.symbol("s0")) == expected

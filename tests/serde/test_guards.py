@@ -18,7 +18,7 @@ import serde
 from serde.archive.artifact import read_artifact
 from serde.core import schema
 from serde.core.guards import canonical_guards, guards_from_code, guards_to_code
-from serde.errors import UnsupportedConstructError
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from serde.testing import ProgramMismatch, assert_programs_equal
 from tests import _guard_programs as gp
 from tests._guard_programs import Bounded, T, cfg
@@ -142,6 +142,26 @@ def test_print_parse_round_trip(code: str) -> None:
     printed = guards_to_code(g)
     assert guards_from_code(printed) == g
     assert guards_to_code(guards_from_code(printed)) == printed
+
+
+
+def test_printed_guards_are_revalidated_by_their_text(monkeypatch) -> None:
+    # Load remembers the printed texts that passed the allow-list; a text it has not seen (here: the
+    # same stored checks printed differently, as a printer bug would) is parsed and refused.
+    from serde.core import guards as guards_module
+
+    g = guards_from_code(["L['x'].size()[0] >= 2", "L['n'] > 3"])
+    printed = guards_to_code(g)
+    assert guards_to_code(g) == printed  # the second time from the remembered verdicts
+    original = guards_module._Printer.expr
+
+    def smuggling(self, e, depth):
+        text = original(self, e, depth)
+        return f"({text} and exec(1))" if depth == 0 else text
+
+    monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+    with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: printed guard failed re-validation: .*call of `exec`"):
+        guards_to_code(g)
 
 
 @pytest.mark.parametrize("code, reason", [

@@ -1111,10 +1111,14 @@ def _is_json_member(name: str) -> bool:
     return name in _JSON_MEMBERS or _PROGRAM_MEMBER_RE.fullmatch(name) is not None
 
 
+# A control character anywhere in a member name (one regex search instead of a loop over characters).
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _check_name(name: str, where: str) -> None:
     """Reject names that could escape a directory, then names the format does not define."""
     if (not name or name.startswith(("/", "\\")) or "\\" in name or ".." in name.split("/")
-            or (len(name) > 1 and name[1] == ":") or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+            or (len(name) > 1 and name[1] == ":") or _CONTROL_RE.search(name)):
         raise UnsafeMemberNameError(
             f"{where}: member name {name!r} could escape an extraction directory (absolute path, '..', "
             f"backslash or control character); the file is hostile or damaged: {_FIX}"

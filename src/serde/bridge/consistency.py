@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from serde.core import schema
 from serde.errors import MalformedArtifactError
 
-from .operators import SYMBOLIC_TARGETS
+from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
 __all__ = ["InconsistentProgramError", "check_call", "check_vmap_nesting", "check_signature",
            "check_module_call_graph"]
@@ -270,13 +270,31 @@ def _check_getitem(args: Sequence[Any], kwargs: dict[str, Any], where: str) -> N
 _SCALAR_KINDS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any],
-                       where: str) -> None:
+# Signatures of the fixed symbolic and predispatch callables, by identity: inspect.signature of a
+# builtin parses its text signature (ast.parse and a class built per call, 0.1 ms each), and these
+# module-level functions never change. Registered extension callables are asked every time.
+_FIXED_CALLABLES = {id(fn): fn for fn in (*SYMBOLIC_TARGETS.values(), *PREDISPATCH_TARGETS.values())}
+_SIGNATURES: dict[int, inspect.Signature] = {}
+
+
+def _signature(fn: Callable) -> inspect.Signature:
+    fixed = _FIXED_CALLABLES.get(id(fn)) is fn
+    sig = _SIGNATURES.get(id(fn)) if fixed else None
+    if sig is not None:
+        return sig
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a text signature (round): takes 1 or 2
         sig = inspect.Signature([inspect.Parameter("number", inspect.Parameter.POSITIONAL_ONLY),
                                  inspect.Parameter("ndigits", inspect.Parameter.POSITIONAL_ONLY, default=None)])
+    if fixed:
+        _SIGNATURES[id(fn)] = sig
+    return sig
+
+
+def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any],
+                       where: str) -> None:
+    sig = _signature(fn)
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:

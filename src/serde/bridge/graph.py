@@ -450,11 +450,14 @@ class GraphReader:
         try:
             return self._read(g, constant_input_names, extra_refs)
         finally:
-            # The reader and its ArgumentReader refer to each other: let go of the stored graph so
-            # the decoded schema objects are freed when the load returns, not by the cyclic collector.
+            # The reader and its ArgumentReader refer to each other: break that cycle, so that the
+            # reader, its SymbolicContext's tables and the decoded schema objects are freed by their
+            # reference counts when the load returns, not left to the cyclic collector (whose next
+            # collection they would otherwise bring forward).
             self._g = None
             self._tables = {}
             self._subgraphs.clear()
+            self.args = None
 
     def _read(self, g: schema.Graph, constant_input_names: dict[int, str] | None,
               extra_refs: Iterable[str]) -> torch.fx.Graph:
@@ -601,9 +604,9 @@ class GraphReader:
                     inp.meta.update(meta)
         outs = sn.outputs
         if is_op:
-            returns = target._schema.returns
-            single = len(returns) == 1 and not _is_list_type(returns[0].type)
-            list_return = len(returns) == 1 and not single
+            returns_list = _schema_facts(target).returns_list  # read once per operator, not per node
+            single = returns_list == (False,)
+            list_return = returns_list == (True,)
         else:
             single = len(outs) == 1 and is_bare_return(sn)
             list_return = False

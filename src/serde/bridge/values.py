@@ -127,6 +127,35 @@ def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[sche
 # ---------------------------------------------------------------- reading
 
 
+def _solve_linear(expr: sympy.Basic, s: sympy.Symbol, value: int) -> int | None:
+    """The integer ``s`` for which ``expr`` (linear in ``s``, constant coefficients) equals
+    ``value``; None when there is none or ``expr`` is not of that form.
+
+    Remembered per process (bounded), keyed by the expression (sympy compares structurally, symbol
+    assumptions included), the symbol and the value: building the polynomial is most of a derived
+    dimension's load cost, and the answer depends on nothing else.
+    """
+    key = (expr, s, value)
+    if key in _SOLVED:
+        return _SOLVED[key]
+    out = None
+    poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
+    if poly is not None and poly.degree() == 1:
+        a, b = poly.all_coeffs()
+        if not (a.free_symbols or b.free_symbols):
+            val = (sympy.Integer(value) - b) / a
+            if val.is_Integer:
+                out = int(val)
+    if len(_SOLVED) >= _SOLVED_CAP:
+        _SOLVED.clear()
+    _SOLVED[key] = out
+    return out
+
+
+_SOLVED: dict[tuple, int | None] = {}
+_SOLVED_CAP = 1 << 12
+
+
 class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
 
@@ -213,14 +242,9 @@ class SymbolicContext:
         # A derived dim such as 2*s0 + 1 carries the only example value of s0: solve for it.
         free = [s for s in expr.free_symbols if s not in self.shape_env.backed_var_to_val]
         if len(free) == 1 and isinstance(hint, int):
-            s = free[0]
-            poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
-            if poly is not None and poly.degree() == 1:
-                a, b = poly.all_coeffs()
-                if not (a.free_symbols or b.free_symbols):
-                    val = (sympy.Integer(hint) - b) / a
-                    if val.is_Integer:
-                        self.shape_env.add_backed_var_to_val(s, int(val))
+            val = _solve_linear(expr, free[0], hint)
+            if val is not None:
+                self.shape_env.add_backed_var_to_val(free[0], val)
         return hint
 
     def sym_int(self, s: schema.SymInt, where: str) -> int | torch.SymInt:

@@ -116,12 +116,23 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
         w = f"{where}.checks[{i}]"
         text = _Printer(names, w).expr(e, 0)
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
-        try:
-            _Parser(w).guard(text, w)
-        except UnsupportedConstructError as err:
-            raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+        if text not in _REVALIDATED:
+            try:
+                _Parser(w).guard(text, w)
+            except UnsupportedConstructError as err:
+                raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+            if len(_REVALIDATED) >= _REVALIDATED_CAP:
+                _REVALIDATED.clear()
+            _REVALIDATED.add(text)
         out.append(text)
     return out
+
+
+# Printed guard texts that passed the allow-list, shared by every load in the process: the verdict
+# depends on the text alone (ast.parse is a third of a guard's load cost), and a program's guards
+# recur with each load of it. Keyed by the exact text, so any other text is parsed and checked.
+_REVALIDATED: set[str] = set()
+_REVALIDATED_CAP = 1 << 12
 
 
 def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> schema.InputGuards | None:
