@@ -135,7 +135,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
 _GM_FACTORY = "_create_graph_module_for_export"
 _LAZY_PROGRAMS = (LAZY_CODEGEN and callable(getattr(torch_exported_program, _GM_FACTORY, None))
                   and _GM_FACTORY in getattr(getattr(ExportedProgram.__init__, "__code__", None), "co_names", ()))
-_LAZY_LOCK = threading.Lock()
+_LAZY_LOCK = threading.RLock()  # re-entrant: a program built while building one must not deadlock
 
 
 def _new_exported_program(**kwargs: Any) -> ExportedProgram:
