@@ -310,7 +310,7 @@ class _Plan:
         node_facts = [by_target[t] if (t := node.target) in by_target and i not in self.subs_of
                       else self._node_facts(i, node, facts, by_target) for i, node in enumerate(nodes)]
         #: whether a parent must treat a call of this graph as an effect
-        self.has_effects = any(f.has_effect for f in dict(zip(map(id, node_facts), node_facts, strict=True)).values())
+        self.has_effects = any(f.has_effect for f in node_facts)
         self.idx = idx = GraphIndex(g, where, node_facts)
         stacks, scopes = frames_and_scopes([n.metadata for n in nodes])
         self.order = order = canonical_order(idx, stacks, lambda ga: self.sub[ga.name].fingerprint)

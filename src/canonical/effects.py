@@ -36,7 +36,7 @@ def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]) -> list
     """Per node (stored index), the nodes it must follow although it uses none of their values."""
     n = len(nodes)
     extra: list[list[int]] = [[] for _ in range(n)]
-    if not any(f.has_effect for f in dict(zip(map(id, facts), facts, strict=True)).values()):  # each distinct facts once
+    if not any(f.has_effect for f in facts):
         return extra
     reads, writes = _storage_access(nodes, facts)
     written = set().union(*writes)

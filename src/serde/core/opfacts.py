@@ -10,7 +10,7 @@ this module only defines their shape, so that ``canonical`` can use them without
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["OpFacts", "FactsFn", "PURE", "OPAQUE", "STATEFUL", "STATEFUL_TARGETS"]
 
@@ -30,6 +30,8 @@ class OpFacts:
         fence: changes interpreter state that gives other nodes their meaning (vmap nesting):
             every node keeps its side of it.
         check: has no outputs and writes nothing, so it can only be observed by failing (asserts).
+        has_effect: whether the call's position relative to other effects can be observed
+            (derived from the others when the facts are built: it is asked of every node).
     """
 
     writes: tuple[str, ...] = ()
@@ -39,11 +41,11 @@ class OpFacts:
     writes_all: bool = False
     fence: bool = False
     check: bool = False
+    has_effect: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def has_effect(self) -> bool:
-        """Whether the call's position relative to other effects can be observed."""
-        return bool(self.writes) or self.seeded or self.effectful or self.writes_all or self.fence
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "has_effect", bool(self.writes) or self.seeded or self.effectful
+                           or self.writes_all or self.fence)
 
 
 # Target name -> facts; where names a node for error messages. Raises a SerializeError for a target
