@@ -9,6 +9,7 @@ it returns its value bare (:func:`serde.core.walk.is_bare_return`).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Iterable
 from typing import Any
@@ -154,12 +155,14 @@ class GraphWriter:
 
     # -- values
 
-    def _value(self, name: str, val: Any, where: str) -> schema.Argument:
-        """Record the meta of a named value and return the argument that refers to it."""
+    def _value(self, name: str, val: Any, where: str, part: str = "") -> schema.Argument:
+        """Record the meta of a named value and return the argument that refers to it; ``where + part``
+        names it in errors (joined only for a value that is no tensor or fails)."""
         kind = value_kind(val)
         if kind == "tensor":
-            self.tensor_values[name] = self._tensor_meta(val, where)
+            self.tensor_values[name] = self._tensor_meta(val, where, part)
             return A(as_tensor=schema.TensorArgument(name=name))
+        where += part
         if kind == "sym_int":
             self.sym_int_values[name] = serialize_sym_int(val, where)
             return A(as_sym_int=schema.SymIntArgument(as_name=name))
@@ -180,14 +183,12 @@ class GraphWriter:
 
     def _tensor_meta(self, t: torch.Tensor, where: str, part: str = "") -> schema.TensorMeta:
         """The meta of ``t``; ``where + part`` names it in errors."""
-        if type(t).__torch_function__ is _NO_TORCH_FUNCTION:
-            # A subclass that does not customize __torch_function__ (FakeTensor) reads the same with
-            # it disabled, and each getter skips the subclass check (about half their cost).
-            with torch._C.DisableTorchFunctionSubclass():
-                key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape,
-                                     None, *t.stride())
-        else:
-            key = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None, *t.stride())
+        # A subclass that does not customize __torch_function__ (FakeTensor) reads the same with it
+        # disabled, and each getter skips the subclass check (about half their cost).
+        with (torch._C.DisableTorchFunctionSubclass() if type(t).__torch_function__ is _NO_TORCH_FUNCTION
+              else contextlib.nullcontext()):
+            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
+                                 *t.stride())
         try:
             meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
@@ -321,12 +322,10 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
-            if isinstance(val, torch.Tensor):  # most nodes: _value's tensor case, its location formatted on need
-                name = node.name
-                self.tensor_values[name] = self._tensor_meta(val, where, ".outputs[0]")
-                out = self._refs[node] = A(as_tensor=schema.TensorArgument(name=name))  # what a use would write
-                return [out]
-            return [self._value(node.name, val, f"{where}.outputs[0]")]
+            out = self._value(node.name, val, where, ".outputs[0]")
+            if out.as_tensor is not None:
+                self._refs[node] = out  # what a use of the value would write
+            return [out]
         if len(returns) == 1:
             return [self._list_element(node, None, val, where)]
         if not isinstance(val, (tuple, list)) or len(val) != len(returns):
