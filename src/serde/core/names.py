@@ -332,15 +332,10 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     check_limit(counter[0], limits, "max_nodes", f"{where}.nodes", "the number of nodes (so far)",
                 TooManyNodesError)
     known = _Known()
-    passed = known.locals
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
         for name in values:
-            if name in passed:
-                continue
-            if _local_ok(name, limits):
-                passed.add(name)
-            else:
+            if not known.local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
     shapes_ok: dict[int, schema.TensorMeta] = {}  # metas that passed, by identity (writers share them)
     for name, meta in g.tensor_values.items():
@@ -472,10 +467,7 @@ def _passes_once(passed: set[str], value: object, check: Callable[[object, Limit
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    name = n.name
-    if not (type(name) is str and name in known.locals) and not known.local_ok(name, limits):
-        return False
-    if len(n.inputs) > cap or len(n.outputs) > cap:
+    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     passed = known.args
     for na in n.inputs:
