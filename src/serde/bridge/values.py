@@ -17,7 +17,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from serde.core import schema, symbolic
-from serde.core.exprs import expr_from_sympy, expr_key, expr_text, expr_to_tree
+from serde.core.exprs import expr_from_sympy, expr_text, expr_to_tree
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
@@ -167,7 +167,7 @@ class SymbolicContext:
         self.symbols: dict[str, sympy.Symbol] = {}
         # Every unbacked symbol of the program (graph._bind_unbacked binds them to nodes).
         self.unbacked_symbols: set[sympy.Symbol] = set()
-        self._exprs: dict[str, sympy.Basic] = {}
+        self._exprs: dict[tuple, sympy.Basic] = {}  # by the expression's tuple tree
         self._devices: dict[tuple, torch.device] = {}
         self._symints: dict[tuple, int | torch.SymInt] = {}
         self._serialized_ranges = range_constraints
@@ -221,12 +221,15 @@ class SymbolicContext:
         return sym
 
     def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
-        key = expr_key(e, where=where)
-        out = self._exprs.get(key)
+        return self._expr_of_tree(expr_to_tree(e, where=where), where)
+
+    def _expr_of_tree(self, tree: tuple, where: str) -> sympy.Basic:
+        """The sympy form of an expression's tuple tree, which is also its key: built once per tree."""
+        out = self._exprs.get(tree)
         if out is None:
             from serde.core.symbolic import tree_to_sympy
 
-            out = self._exprs[key] = tree_to_sympy(expr_to_tree(e, where=where), self.symbol, where=where)
+            out = self._exprs[tree] = tree_to_sympy(tree, self.symbol, where=where)
         return out
 
     def _hint(self, expr: sympy.Basic, hint: Any) -> Any:
@@ -254,11 +257,12 @@ class SymbolicContext:
         stored_hint = None if e.hint is None else e.hint.value
         # SymInts are immutable: one object per distinct (expression, hint), as tracing shares
         # a size among the tensors that have it.
-        key = (expr_key(e.expr, where=where), stored_hint)
+        tree = expr_to_tree(e.expr, where=where)
+        key = (tree, stored_hint)
         out = self._symints.get(key)
         if out is not None:
             return out
-        expr = self.expr(e.expr, where)
+        expr = self._expr_of_tree(tree, where)
         hint = self._hint(expr, stored_hint)
         out = int(expr) if isinstance(expr, sympy.Integer) else self.shape_env.create_symintnode(expr, hint=hint)
         self._symints[key] = out
