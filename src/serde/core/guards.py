@@ -17,7 +17,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
@@ -110,22 +110,32 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
         MalformedArtifactError: any other inconsistency (unknown symbol, bad dim, an Expr member
             guards never use, too deep, ...).
     """
-    names = _source_names(g, where)
     out = []
-    for i, e in enumerate(g.checks):
-        w = f"{where}.checks[{i}]"
-        text = _Printer(names, w).expr(e, 0)
+    for w, text in _printed_checks(g, where):
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
         if text not in _REVALIDATED:
-            try:
-                _Parser(w).guard(text, w)
-            except UnsupportedConstructError as err:
-                raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+            _revalidate(_Parser(w), text, w)
             if len(_REVALIDATED) >= _REVALIDATED_CAP:
                 _REVALIDATED.clear()
             _REVALIDATED.add(text)
         out.append(text)
     return out
+
+
+def _printed_checks(g: schema.InputGuards, where: str) -> Iterator[tuple[str, str]]:
+    """(location, printed Python text) of every check, in stored order."""
+    names = _source_names(g, where)
+    for i, e in enumerate(g.checks):
+        w = f"{where}.checks[{i}]"
+        yield w, _Printer(names, w).expr(e, 0)
+
+
+def _revalidate(parser: _Parser, text: str, where: str) -> schema.Expr:
+    """The tree of a printed check, parsed again under the allow-list."""
+    try:
+        return parser.guard(text, where)
+    except UnsupportedConstructError as err:
+        raise MalformedArtifactError(f"{where}: printed guard failed re-validation: {err}") from None
 
 
 # Printed guard texts that passed the allow-list, shared by every load in the process: the verdict
@@ -141,16 +151,8 @@ def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> 
         return None
     # guards_from_code(guards_to_code(g)), with one parse of each printed check instead of two:
     # the parse that re-validates the printed text is the one whose tree gets numbered.
-    names = _source_names(g, where)
     parser = _Parser(where)
-    trees = []
-    for i, e in enumerate(g.checks):
-        w = f"{where}.checks[{i}]"
-        text = _Printer(names, w).expr(e, 0)
-        try:
-            trees.append(parser.guard(text, w))
-        except UnsupportedConstructError as err:
-            raise MalformedArtifactError(f"{w}: printed guard failed re-validation: {err}") from None
+    trees = [_revalidate(parser, text, w) for w, text in _printed_checks(g, where)]
     return _number(parser.sources, trees) if trees else None
 
 
