@@ -360,7 +360,7 @@ class _Plan:
         f = by_target.get(node.target)
         if f is None:
             f = by_target[node.target] = facts(node.target, f"{self.where}.nodes[{i}] ({node.name!r})")
-        if i in self.subs_of and any(self.sub[ga.name].has_effects for _, _, ga in self.subs_of.get(i, ())):
+        if any(self.sub[ga.name].has_effects for _, _, ga in self.subs_of.get(i, ())):
             # What a subgraph writes is one of the operands handed to it, or state: opaque.
             return OPAQUE
         return f
@@ -457,9 +457,7 @@ class _Plan:
             inputs = []
             for na in node.inputs:
                 a = na.arg
-                arg = tensor_refs.get(a.as_tensor.name) if a.as_tensor is not None else None
-                if arg is None:
-                    arg = rename(a)
+                arg = rename(a)
                 # a constant comes back as it is: so can its NamedArgument
                 inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
