@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -142,6 +143,29 @@ def test_print_parse_round_trip(code: str) -> None:
     printed = guards_to_code(g)
     assert guards_from_code(printed) == g
     assert guards_to_code(guards_from_code(printed)) == printed
+    # canonical_guards returns parsed guards as they are; the full path (taken for an equal copy
+    # it did not build) must agree, or a save would store a form that is not canonical.
+    copy = msgspec.json.decode(msgspec.json.encode(g), type=type(g))
+    assert copy is not g
+    assert canonical_guards(copy) == g
+    assert canonical_guards(g) is g
+
+
+def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:
+    # The short path for guards it parsed itself still prints every check and holds the text to
+    # the allow-list that loading applies, so a save can never write guards a load refuses.
+    from serde.core import guards as guards_module
+
+    g = guards_from_code(["L['x'].size()[0] >= 7", "L['n'] > 5"])
+    original = guards_module._Printer.expr
+
+    def smuggling(self, e, depth):
+        text = original(self, e, depth)
+        return f"({text} and exec(1))" if depth == 0 else text
+
+    monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+    with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: printed guard failed re-validation"):
+        canonical_guards(g)
 
 
 

@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -149,6 +150,13 @@ def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> 
     """``g`` with sources renumbered and checks sorted and deduplicated (idempotent)."""
     if g is None:
         return None
+    if _is_numbered(g):
+        # Built by _number in this process from parsed checks: numbering and sorting are what this
+        # would redo, and a parsed tree prints to text that parses back to it (the print/parse
+        # round trip), so the result would equal ``g``. Its printed checks must still pass the
+        # allow-list that loading applies to them (text can outgrow a limit when printed).
+        guards_to_code(g, where=where)
+        return g
     # guards_from_code(guards_to_code(g)), with one parse of each printed check instead of two:
     # the parse that re-validates the printed text is the one whose tree gets numbered.
     parser = _Parser(where)
@@ -413,7 +421,25 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
         used |= expr_symbols(t)
     if used != set(rename.values()):  # unreachable: every source came from a check
         raise AssertionError("guard sources and checks disagree")
-    return schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
+    out = schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
+    with _NUMBERED_LOCK:
+        if len(_NUMBERED) >= _NUMBERED_CAP:
+            del _NUMBERED[next(iter(_NUMBERED))]
+        _NUMBERED[id(out)] = out
+    return out
+
+
+# The InputGuards that _number built lately, by identity. Holding each one keeps its id from being
+# reused by another object while it is listed, so `is` on the entry proves it is that very object.
+# A save parses torch's guard text into them and then canonicalizes the program: this saves the
+# second parse. Anything else (a decoded file, an edited copy) takes the full path.
+_NUMBERED: dict[int, schema.InputGuards] = {}
+_NUMBERED_CAP = 64
+_NUMBERED_LOCK = threading.Lock()
+
+
+def _is_numbered(g: schema.InputGuards) -> bool:
+    return _NUMBERED.get(id(g)) is g
 
 
 def _sort_key(k: SourceKey) -> tuple:
