@@ -43,6 +43,7 @@ from .debuginfo import (
     ModuleKeys,
     NodeDebug,
     canonical_metadata,
+    debug_info,
     frames_and_scopes,
     with_debug,
 )
@@ -131,7 +132,7 @@ def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug
         # never renames, and their own g<N> symbols are separate from the graph's s<N>.
         guards=canonical_guards(program.guards),
     )
-    return out, (DebugInfo(nodes=dict(sorted(debug.items()))) if debug is not None else None)
+    return out, (debug_info(debug) if debug is not None else None)
 
 
 def attach_debug(program: schema.ExportedProgram, debug: DebugInfo) -> schema.ExportedProgram:

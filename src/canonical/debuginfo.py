@@ -18,13 +18,17 @@ Semantic (kept, made stable):
 
 from __future__ import annotations
 
+import json
+
+import msgspec
+
 from serde.core import schema
 
 from .names import sanitize
 from .order import EMPTY_STACK_KEY
 
 __all__ = ["NodeDebug", "DebugInfo", "ModuleKeys", "Labels", "frame_of", "scope_of", "frames_and_scopes",
-           "canonical_metadata", "with_debug"]
+           "canonical_metadata", "with_debug", "debug_info"]
 
 
 # The wire form of debug.json lives in the schema; these names stay for existing callers.
@@ -166,3 +170,52 @@ def with_debug(m: schema.NodeMetadata, d: NodeDebug) -> schema.NodeMetadata:
         stack_trace=d.stack_trace, nn_module_stack=stack, source_fn_stack=m.source_fn_stack,
         torch_fn=m.torch_fn, custom=m.custom, from_node=d.from_node,
     )
+
+
+def debug_info(nodes: dict[str, NodeDebug]) -> DebugInfo:
+    """The debug part of a program, nodes in name order, the same bytes in every process.
+
+    torch's provenance (``from_node``) names each graph a node passed through by ``id(graph)``,
+    an address that differs from process to process. Each distinct id becomes its ordinal in order
+    of first appearance (nodes in name order), which keeps what the ids tell a reader: which nodes
+    came through the same graph. Ordinals map to themselves, so this is idempotent.
+    """
+    ids: dict[int, int] = {}
+    out = {}
+    for name in sorted(nodes):
+        d = nodes[name]
+        if d.from_node is not None:
+            text = _renumber_graph_ids(d.from_node, ids)
+            if text != d.from_node:
+                d = msgspec.structs.replace(d, from_node=text)
+        out[name] = d
+    return DebugInfo(nodes=out)
+
+
+# Provenance nests one level per pass a node went through; deeper text is left as it is.
+_MAX_PROVENANCE_DEPTH = 64
+
+
+def _renumber_graph_ids(text: str, ids: dict[int, int]) -> str:
+    """``text`` (from_node JSON) with every integer ``graph_id`` replaced by its ordinal in ``ids``."""
+    try:
+        items = json.loads(text)
+    except (ValueError, RecursionError):
+        return text  # debug-only text that is not JSON stays as stored
+    if not _renumber(items, ids, 0):
+        return text
+    return json.dumps(items, sort_keys=True, separators=(",", ":"))
+
+
+def _renumber(v: object, ids: dict[int, int], depth: int) -> bool:
+    """Renumber in place; False when ``v`` nests deeper than the cap (then nothing is kept)."""
+    if depth > _MAX_PROVENANCE_DEPTH:
+        return False
+    if isinstance(v, dict):
+        g = v.get("graph_id")
+        if type(g) is int:
+            v["graph_id"] = ids.setdefault(g, len(ids))
+        return all(_renumber(x, ids, depth + 1) for x in v.values() if isinstance(x, (dict, list)))
+    if isinstance(v, list):
+        return all(_renumber(x, ids, depth + 1) for x in v if isinstance(x, (dict, list)))
+    return True

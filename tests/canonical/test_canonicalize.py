@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import msgspec
@@ -418,6 +419,34 @@ def test_debug_metadata_is_removed_and_can_be_put_back():
     assert first.metadata.nn_module_stack[0].type_name == "alice.Model"
     # debug info survives its own encoding (it is stored as debug.json)
     assert wire.decode(wire.encode(da), type(da)) == da
+
+
+def test_provenance_graph_ids_become_ordinals():
+    # torch's from_node names graphs by id(graph), which differs per process: the ids become
+    # ordinals by first appearance (nodes in name order), nodes that shared a graph still share one.
+    base = render(chain(4, 1))
+
+    def meta(ids):
+        def f(i, m):
+            inner = {"action": "create", "from_node": [], "graph_id": ids[1], "name": f"n{i}", "pass_name": "p",
+                     "target": "t"}
+            outer = {"action": "create", "from_node": [inner], "graph_id": ids[i % 2], "name": f"n{i}",
+                     "pass_name": "q", "target": "t"}
+            return S.NodeMetadata(from_node=json.dumps([outer], sort_keys=True, separators=(",", ":")))
+        return f
+    debugs = [canonicalize(_with_meta(base, meta(ids)), keep_debug=True, facts=op_facts)[1]
+              for ids in ((140585625513808, 140436011545680), (7, 9))]
+    assert wire.encode(debugs[0]) == wire.encode(debugs[1])
+    outers = [json.loads(d.from_node)[0] for d in debugs[0].nodes.values()]
+    assert {o["graph_id"] for o in outers} == {0, 1}  # two graphs, two ordinals
+    assert len({o["from_node"][0]["graph_id"] for o in outers}) == 1
+    same = sum(o["graph_id"] == o["from_node"][0]["graph_id"] for o in outers)
+    assert same == sum(i % 2 == 1 for i in range(len(outers)))  # the same nodes still share a graph
+    # idempotent: ordinals renumber to themselves
+    program, debug = canonicalize(_with_meta(base, meta((140585625513808, 140436011545680))), keep_debug=True,
+                                  facts=op_facts)
+    again = canonicalize(attach_debug(program, debug), keep_debug=True, facts=op_facts)[1]
+    assert wire.encode(again) == wire.encode(debug)
 
 
 def test_strict_module_ids_and_source_fn_counters_are_stabilised():

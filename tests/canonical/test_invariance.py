@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 import serde
+from serde.archive import read_archive
 from tests import zoo
 from tests.canonical._procs import save_in_subprocesses
 from tests.canonical.test_canonicalize_real import MODEL as FRAME_MODEL
@@ -174,3 +175,21 @@ def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_p
     b = io.BytesIO()
     serde.save(serde.load(a.getvalue()), b)
     assert a.getvalue() == b.getvalue()
+
+
+# Saves the zoo's MLP in core ATen IR with debug info: each node's provenance (from_node) records
+# the graphs it passed through by id(graph), an address that differs from process to process.
+DEBUG_DRIVER = """
+import sys, serde
+from tests import zoo
+serde.save(zoo.export_case(zoo.get("mlp")).run_decompositions(), sys.argv[1], debug_info=True)
+"""
+
+
+def test_debug_info_saves_give_identical_bytes_in_two_processes(tmp_path):
+    paths = [tmp_path / "one.pt2s", tmp_path / "two.pt2s"]
+    save_in_subprocesses(DEBUG_DRIVER, ((str(paths[0]),), "1"), ((str(paths[1]),), "2"))
+    debug = [read_archive(p.read_bytes()).member("debug.json") for p in paths]
+    assert b'"graph_id' in bytes(debug[0])  # the provenance is there, so the test compares something
+    assert bytes(debug[0]) == bytes(debug[1])
+    assert paths[0].read_bytes() == paths[1].read_bytes()
