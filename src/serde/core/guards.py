@@ -274,7 +274,8 @@ def _dict_keys(s: schema.TreeSpec, where: str) -> list:
 
 
 class _Parser:
-    """Allow-list walk over ``ast.parse(..., mode="eval")``; sources get temporary symbols."""
+    """Allow-list walk over ``ast.parse(..., mode="eval")``; sources get symbols in order of first
+    appearance, which :func:`_number` puts in sorted-source order."""
 
     def __init__(self, where: str, resolve: Callable[[SourceKey], SourceKey] | None = None) -> None:
         self.where = where
@@ -312,7 +313,9 @@ class _Parser:
         if src is not None:
             if self.resolve is not None:
                 src = self.resolve(src)
-            return E(symbol=self.sources.setdefault(src, f"t{len(self.sources)}"))
+            # In order of first appearance; _number renames them into sorted-source order, which
+            # is the identity whenever the two orders agree (one source, or sources met sorted).
+            return E(symbol=self.sources.setdefault(src, f"g{len(self.sources)}"))
         if isinstance(n, ast.Constant):
             return self._constant(n.value)
         if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
@@ -407,14 +410,16 @@ class _Parser:
 
 
 def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schema.InputGuards:
-    """Rename temporary symbols to g0.. in sorted-source order; sort and dedupe the checks."""
+    """Rename the symbols to g0.. in sorted-source order; sort and dedupe the checks."""
     order = sorted(sources, key=_sort_key)
     rename = {sources[k]: f"g{i}" for i, k in enumerate(order)}
     table = [_make_source(f"g{i}", k) for i, k in enumerate(order)]
     names = {s.symbol: source_text(s) for s in table}
+    same = all(old == new for old, new in rename.items())
     checks: dict[str, schema.Expr] = {}
     for t in trees:
-        t = _rename(t, rename.__getitem__, 0)
+        if not same:
+            t = _rename(t, rename.__getitem__, 0)
         checks.setdefault(_Printer(names, "guards").expr(t, 0), t)
     used = set()
     for t in checks.values():
