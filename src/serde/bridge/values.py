@@ -7,6 +7,9 @@ creating each symbol once, with the assumptions torch gives that kind of symbol.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -23,7 +26,7 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 
 __all__ = [
-    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
+    "converted_once", "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
     "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
 ]
 
@@ -34,11 +37,36 @@ def _expr_of(v: Any) -> sympy.Basic:
     return v.node.expr
 
 
+# The expressions converted so far while serializing one program (inside ``converted_once``): its
+# tensor metas repeat a few expressions many times over (a 4-block transformer's 259 symbolic sizes
+# and strides are 5 distinct expressions). Keyed by the sympy expression, whose equality is
+# structural; a failed conversion raises and is not remembered, so its message names its own place.
+_CONVERTED: contextvars.ContextVar[dict[sympy.Basic, schema.Expr] | None] = contextvars.ContextVar(
+    "pt2serde_converted_expressions", default=None)
+
+
+@contextlib.contextmanager
+def converted_once() -> Iterator[None]:
+    """Within the block, each distinct expression is converted to its tree once."""
+    token = _CONVERTED.set({})
+    try:
+        yield
+    finally:
+        _CONVERTED.reset(token)
+
+
 def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: Any) -> schema.SymExpr:
     """The expression of a symbolic scalar, with its example value when it has one."""
     hint = v.node.hint
+    memo = _CONVERTED.get()
+    if memo is None:
+        tree = expr_from_sympy(expr, where=where)
+    else:
+        tree = memo.get(expr)
+        if tree is None:
+            tree = memo[expr] = expr_from_sympy(expr, where=where)
     return schema.SymExpr(
-        expr=expr_from_sympy(expr, where=where),
+        expr=tree,
         hint=None if hint is None else schema.SymExprHint(**{hint_member: convert(hint)}),
     )
 
