@@ -391,3 +391,17 @@ def test_check_does_not_import_torch(tmp_path: Path) -> None:
             "assert 'torch' not in sys.modules, 'torch was imported'; print(r.storages)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "2"
+
+
+def test_crc32_is_isal_and_agrees_with_zlib() -> None:
+    # isal is a dependency: falling back to zlib's slower CRC-32 here would mean a broken install.
+    import random
+
+    from isal import isal_zlib
+
+    from serde import archive
+
+    assert archive.crc32 is isal_zlib.crc32
+    data = random.Random(0).randbytes(1 << 20)
+    for cut in (0, 1, 4095, 1 << 19):
+        assert archive.crc32(data[cut:], archive.crc32(data[:cut])) == zlib.crc32(data)
