@@ -77,8 +77,11 @@ CASES: list[BenchCase] = [
                     Bar("load_vs_floor.min", "<=", 1.3, "goal 3: load near its floor"))),
     BenchCase("transformer", "bench_save_load.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1"), bars=_EVERY_PROGRAM),
-    # The small programs of the zoo (8 to 18 nodes): fixed costs dominate.
-    *(BenchCase(name, "bench_save_load.py", ("--model", name), ("--model", name), bars=_EVERY_PROGRAM)
+    # The small programs of the zoo (8 to 18 nodes): fixed costs dominate. A sample is only 50 ms
+    # of back-to-back calls, so they take 7 repeats per side (a global --repeats still wins): with 3,
+    # one stall of a shared machine during a sample weighs heavily on a ratio of minima.
+    *(BenchCase(name, "bench_save_load.py", ("--model", name, "--repeats", "7"), ("--model", name),
+                bars=_EVERY_PROGRAM)
       for name in ("mlp", "cond", "custom_op", "mutation", "sym_ops")),
     # Large weights (8 x 16 MB): payload I/O and the sha256 of every byte dominate.
     BenchCase("wide_134mb", "bench_save_load.py", ("--model", "wide", "--size", "8"),
