@@ -151,12 +151,10 @@ def test_print_parse_round_trip(code: str) -> None:
     assert canonical_guards(g) is g
 
 
-def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:
-    # The short path for guards it parsed itself still prints every check and holds the text to
-    # the allow-list that loading applies, so a save can never write guards a load refuses.
+def _print_with_smuggled_exec(monkeypatch) -> None:
+    """Make the guard printer append a call of exec to every check, as a printer bug could."""
     from serde.core import guards as guards_module
 
-    g = guards_from_code(["L['x'].size()[0] >= 7", "L['n'] > 5"])
     original = guards_module._Printer.expr
 
     def smuggling(self, e, depth):
@@ -164,26 +162,24 @@ def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None
         return f"({text} and exec(1))" if depth == 0 else text
 
     monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+
+
+def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:
+    # The short path for guards it parsed itself still prints every check and holds the text to
+    # the allow-list that loading applies, so a save can never write guards a load refuses.
+    g = guards_from_code(["L['x'].size()[0] >= 7", "L['n'] > 5"])
+    _print_with_smuggled_exec(monkeypatch)
     with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: printed guard failed re-validation"):
         canonical_guards(g)
-
 
 
 def test_printed_guards_are_revalidated_by_their_text(monkeypatch) -> None:
     # Load remembers the printed texts that passed the allow-list; a text it has not seen (here: the
     # same stored checks printed differently, as a printer bug would) is parsed and refused.
-    from serde.core import guards as guards_module
-
     g = guards_from_code(["L['x'].size()[0] >= 2", "L['n'] > 3"])
     printed = guards_to_code(g)
     assert guards_to_code(g) == printed  # the second time from the remembered verdicts
-    original = guards_module._Printer.expr
-
-    def smuggling(self, e, depth):
-        text = original(self, e, depth)
-        return f"({text} and exec(1))" if depth == 0 else text
-
-    monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+    _print_with_smuggled_exec(monkeypatch)
     with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: printed guard failed re-validation: .*call of `exec`"):
         guards_to_code(g)
 
