@@ -319,6 +319,11 @@ def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
     """
     n = len(idx.preds)
     demand = _demand_order(idx)
+    if len(demand) == n and _one_frame(stacks) and _respects(idx.preds, demand):
+        # Every node is demand-ordered, all in one module frame, and the demand order is a
+        # schedule (no order-only edge points backwards in it): the scheduler would emit it as it
+        # is, since the unit of least rank left is then always ready.
+        return demand
     prio: list[tuple] = [()] * n
     for rank, i in enumerate(demand):
         prio[i] = (1, rank)
@@ -330,6 +335,22 @@ def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
     s = _Scheduler(idx, _frames(idx, stacks), prio)
     s.schedule(list(range(n)), 0)
     return s.out
+
+
+def _one_frame(stacks: Sequence[tuple[str, ...] | None]) -> bool:
+    """Every node runs in one known module frame (nodes of one module share one tuple)."""
+    if not stacks or stacks[0] is None:
+        return False
+    first = stacks[0]
+    return all(s is first or s == first for s in stacks)
+
+
+def _respects(preds: list[list[int]], order: list[int]) -> bool:
+    """``order`` puts every node after all of its predecessors."""
+    rank = [0] * len(preds)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return all(rank[p] < r for r, i in enumerate(order) for p in preds[i])
 
 
 class _Scheduler:
