@@ -437,12 +437,12 @@ class _Plan:
                 return done[1]
             new = tensor_refs.get(t.name)
             if new is None:
-                new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                new = tensor_refs[t.name] = schema.tensor_ref(ctx.value(t.name))
             return new
 
         at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
         ctx.where = at
-        names, subs_of, NamedArgument = self.node_names, self.subs_of, schema.NamedArgument
+        names, subs_of, NamedArgument, tensor_ref = self.node_names, self.subs_of, schema.NamedArgument, schema.tensor_ref
         for i in self.order:
             node, name = nodes[i], names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
@@ -457,14 +457,22 @@ class _Plan:
             inputs = []
             for na in node.inputs:
                 a = na.arg
-                arg = rename(a)
-                # a constant comes back as it is: so can its NamedArgument
-                inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
+                t = a.as_tensor
+                if t is not None:  # most inputs: rename's tensor case, inline
+                    arg = tensor_refs.get(t.name)
+                    if arg is None:
+                        arg = tensor_refs[t.name] = tensor_ref(ctx.value(t.name))
+                else:
+                    arg = rename(a)
+                    if arg is a:  # a constant comes back as it is: so can its NamedArgument
+                        inputs.append(na)
+                        continue
+                inputs.append(NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
             outs = node.outputs
             t = outs[0].as_tensor if len(outs) == 1 else None
             if t is not None and t.name not in tensor_refs:  # most nodes: a fresh tensor, inline
-                new_ref = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                new_ref = tensor_refs[t.name] = schema.tensor_ref(ctx.value(t.name))
                 outputs = [new_ref]
             else:
                 outputs = [rename(o) for o in outs]

@@ -161,7 +161,7 @@ class GraphWriter:
         kind = value_kind(val)
         if kind == "tensor":
             self.tensor_values[name] = self._tensor_meta(val, where, part)
-            return A(as_tensor=schema.TensorArgument(name=name))
+            return schema.tensor_ref(name)
         where += part
         if kind == "sym_int":
             self.sym_int_values[name] = serialize_sym_int(val, where)
