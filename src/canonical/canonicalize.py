@@ -329,16 +329,22 @@ class _Plan:
             order, [n.target for n in nodes], scopes,
             hidden_ref_node_keys(nodes, local), producers, ns,
         )
-        names = self.node_names
+        names, all_leaves = self.node_names, idx.leaves
+        # is_bare_return of a one-output node depends on its target, its flag and its output's kind
+        bare: dict[tuple, bool] = {}
         for i in order:
             node, name = nodes[i], names[i]
-            leaves = idx.leaves[i]
-            if len(leaves) == 1 and len(node.outputs) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
-                    is_bare_return(node)):
-                value_map[leaves[0][2]] = name
-            else:
-                for k, (_, _, old) in enumerate(leaves):
-                    self.value_map[old] = ns.claim(f"{name}_{k}")
+            leaves = all_leaves[i]
+            if len(leaves) == 1 and len(node.outputs) == 1 and (kind := leaves[0][1]) in DIRECT_LEAF_KINDS:
+                key = (node.target, node.is_hop_single_tensor_return, kind)
+                b = bare.get(key)
+                if b is None:
+                    b = bare[key] = is_bare_return(node)
+                if b:
+                    value_map[leaves[0][2]] = name
+                    continue
+            for k, (_, _, old) in enumerate(leaves):
+                value_map[old] = ns.claim(f"{name}_{k}")
         sub_ns = Namespace(attrs)
         sub_ns.used |= ns.used
         self.sub_names: dict[str, str] = {}

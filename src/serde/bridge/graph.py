@@ -82,12 +82,36 @@ class _SchemaFacts:
     """What the writer needs of an operator's schema, read once per operator: torch builds new
     Python objects for ``_schema.arguments`` and ``.returns`` on every access."""
 
-    __slots__ = ("arguments", "positional", "returns_list")
+    __slots__ = ("arguments", "positional", "returns_list", "_passing")
 
     def __init__(self, fs: torch.FunctionSchema) -> None:
         self.arguments = tuple((a.name, a.kwarg_only, a.type) for a in fs.arguments)
         self.positional = sum(1 for a in fs.arguments if not a.kwarg_only)
         self.returns_list = tuple(_is_list_type(r.type) for r in fs.returns)  # one flag per return
+        self._passing: dict[Any, tuple[tuple, bool]] = {}
+
+    def passing(self, n_args: int, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
+        """The stored arguments of a call with ``n_args`` positional arguments and these keywords, in
+        schema order: ``(position or keyword, name, kind, type)`` each (defaults are left out), and
+        whether the call matches the schema. Calls of one operator pass their arguments a few ways:
+        each is worked out once (one per way that matches; the key is the arity and keyword names)."""
+        key = (n_args, *kwargs) if kwargs else n_args
+        known = self._passing.get(key)
+        if known is not None:
+            return known
+        out = []
+        used_kw = 0
+        for i, (a_name, kwarg_only, a_type) in enumerate(self.arguments):
+            if i < n_args and not kwarg_only:
+                out.append((i, a_name, _POS, a_type))
+            elif a_name in kwargs:
+                out.append((a_name, a_name, _KW, a_type))
+                used_kw += 1
+            # else a default value: not stored, so the loaded node is identical
+        known = (tuple(out), n_args <= self.positional and used_kw == len(kwargs))
+        if known[1]:
+            self._passing[key] = known
+        return known
 
 
 _FACTS: dict[torch._ops.OpOverload, _SchemaFacts] = {}
@@ -281,15 +305,9 @@ class GraphWriter:
     def _schema_inputs(self, node: torch.fx.Node, facts: _SchemaFacts, where: str) -> list[schema.NamedArgument]:
         args, kwargs = node.args, node.kwargs
         out = []
-        used_kw = 0
-        for i, (a_name, kwarg_only, a_type) in enumerate(facts.arguments):
-            if i < len(args) and not kwarg_only:
-                v, kind = args[i], _POS
-            elif a_name in kwargs:
-                v, kind = kwargs[a_name], _KW
-                used_kw += 1
-            else:
-                continue  # default value: not stored, so the loaded node is identical
+        passing, matches = facts.passing(len(args), kwargs)
+        for source, a_name, kind, a_type in passing:
+            v = args[source] if kind is _POS else kwargs[source]
             t = type(v)
             if t is torch.fx.Node and v.op != "get_attr":
                 arg = self._refs.get(v)
@@ -308,7 +326,7 @@ class GraphWriter:
             else:
                 arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
-        if len(args) > facts.positional or used_kw != len(kwargs):
+        if not matches:
             unknown = sorted(set(kwargs) - {a[0] for a in facts.arguments})
             raise UnsupportedConstructError(
                 f"{where}: arguments of {node.target} do not match its schema {node.target._schema} "

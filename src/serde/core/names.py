@@ -467,7 +467,12 @@ def _passes_once(passed: set[str], value: object, check: Callable[[object, Limit
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    # (inline: names that passed already, the node's own among them when a value table listed it)
+    passed_names = known.locals
+    name = n.name
+    if not (type(name) is str and name in passed_names) and not known.local_ok(name, limits):
+        return False
+    if len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     passed = known.args
     for na in n.inputs:
@@ -482,7 +487,9 @@ def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
             passed[id(a)] = a
     for o in n.outputs:
         if id(o) not in passed:
-            if not _argument_ok(o, limits, known):
+            t = o.as_tensor  # (inline: _argument_ok of a reference to a value whose name passed)
+            if not (t is not None and type(t.name) is str and t.name in passed_names) and (
+                    not _argument_ok(o, limits, known)):
                 return False
             passed[id(o)] = o
     return _metadata_ok(n.metadata, limits, known)
