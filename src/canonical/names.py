@@ -137,7 +137,8 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         namespace: receives the names (graph inputs already reserved in it).
     """
     n = len(targets)
-    bases = [op_base(t) for t in targets]
+    base_of = {t: op_base(t) for t in set(targets)}  # a graph has few targets
+    bases = [base_of[t] for t in targets]
     # Keys hold only str, bytes, int and tuples, so equal keys have equal reprs: nodes that look
     # alike (most of a long graph) share one digest.
     first: dict[tuple, bytes] = {}

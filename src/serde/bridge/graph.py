@@ -211,8 +211,9 @@ class GraphWriter:
         # disabled, and each getter skips the subclass check (about half their cost).
         with (torch._C.DisableTorchFunctionSubclass() if type(t).__torch_function__ is _NO_TORCH_FUNCTION
               else contextlib.nullcontext()):
-            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
-                                 *t.stride())
+            # (the size and the strides as their tuples, not spread: hashing and comparing them is the same)
+            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape,
+                                 t.stride())
         try:
             meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
@@ -340,6 +341,11 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
+            if isinstance(val, torch.Tensor):  # most nodes: _value's tensor case, inline
+                name = node.name
+                self.tensor_values[name] = self._tensor_meta(val, where, ".outputs[0]")
+                out = self._refs[node] = schema.tensor_ref(name)  # what a use of the value would write
+                return [out]
             out = self._value(node.name, val, where, ".outputs[0]")
             if out.as_tensor is not None:
                 self._refs[node] = out  # what a use of the value would write
