@@ -21,6 +21,7 @@ reads and writes of the same storage, RNG draws, effect tokens: see :mod:`canoni
 from __future__ import annotations
 
 import hashlib
+import operator
 from typing import Any
 
 from serde.core import schema
@@ -213,6 +214,9 @@ def _state_names(sig: schema.GraphSignature) -> list[str]:
 
 
 # ---------------------------------------------------------------- one graph
+
+
+_first = operator.itemgetter(0)
 
 
 def _digest(parts: Any) -> bytes:
@@ -507,16 +511,17 @@ class _Plan:
         )
 
     def _table(self, table: dict[str, Any], field: str, f: Any) -> dict[str, Any]:
-        out = {}
-        for k, v in table.items():
-            new = self.value_map.get(k)
-            if new is None:
-                raise MalformedArtifactError(
-                    f"{self.where}.{field}[{k!r}]: no node or input of the graph defines {k!r}; "
-                    "value tables may only describe values of their graph. The artifact is damaged."
-                )
-            out[new] = f(v)
-        return dict(sorted(out.items()))
+        value_map = self.value_map
+        try:
+            renamed = [(value_map[k], v) for k, v in table.items()]
+        except KeyError:
+            k = next(k for k in table if k not in value_map)
+            raise MalformedArtifactError(
+                f"{self.where}.{field}[{k!r}]: no node or input of the graph defines {k!r}; "
+                "value tables may only describe values of their graph. The artifact is damaged."
+            ) from None
+        renamed.sort(key=_first)  # by new name (stable: should two share one, the last wins, as in a dict)
+        return {new: f(v) for new, v in renamed}
 
 
 # ---------------------------------------------------------------- signature

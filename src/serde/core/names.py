@@ -334,6 +334,8 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     known = _Known()
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
+        if known.all_local_ok(values, limits):
+            continue
         for name in values:
             if not known.local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
@@ -446,6 +448,16 @@ class _Known:
 
     def local_ok(self, name: object, limits: Limits) -> bool:
         return _passes_once(self.locals, name, _local_ok, limits)
+
+    def all_local_ok(self, names: Iterable[object], limits: Limits) -> bool:
+        """``local_ok`` of every name (one call for a whole table)."""
+        passed = self.locals
+        for name in names:
+            if not (type(name) is str and name in passed):
+                if not _local_ok(name, limits):
+                    return False
+                passed.add(name)  # type: ignore[arg-type]  # a str: _local_ok accepts nothing else
+        return True
 
     def text_ok(self, text: object, limits: Limits) -> bool:
         return _passes_once(self.texts, text, _text_ok, limits)
