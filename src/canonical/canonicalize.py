@@ -298,7 +298,8 @@ class _Plan:
             for j, na in enumerate(node.inputs):
                 a = na.arg
                 # fast path: only these members of the walk's Argument table can hold subgraphs
-                if a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None:
+                if a.as_tensor is not None or (
+                        a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None):
                     continue
                 for ga in argument_subgraphs(a):
                     self.subs_of.setdefault(i, []).append((j, na.name, ga))
@@ -402,13 +403,17 @@ class _Plan:
             for name in argument_names(a):
                 self._see_value(name, syms)
         seen_sub: set[str] = set()
+        tensor_values, seen_meta, subs_of = g.tensor_values, syms.seen_meta, self.subs_of
         for i in self.order:
-            for _, _, ga in self.subs_of.get(i, ()):
-                if ga.name not in seen_sub:
-                    seen_sub.add(ga.name)
-                    self.sub[ga.name].see_symbols(syms)
+            if i in subs_of:
+                for _, _, ga in subs_of[i]:
+                    if ga.name not in seen_sub:
+                        seen_sub.add(ga.name)
+                        self.sub[ga.name].see_symbols(syms)
             for _, _, name in idx.leaves[i]:
-                self._see_value(name, syms)
+                m = tensor_values.get(name)
+                if m is None or not seen_meta(m):  # (most values share a meta seen already)
+                    self._see_value(name, syms)
 
     def _see_value(self, name: str, syms: SymbolRenamer) -> None:
         g = self.graph
@@ -453,6 +458,7 @@ class _Plan:
         at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
         ctx.where = at
         names, subs_of, NamedArgument, tensor_ref = self.node_names, self.subs_of, schema.NamedArgument, schema.tensor_ref
+        value_map = self.value_map  # (a name it lacks goes through ctx.value, which raises naming it)
         for i in self.order:
             node, name = nodes[i], names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
@@ -471,7 +477,7 @@ class _Plan:
                 if t is not None:  # most inputs: rename's tensor case, inline
                     arg = tensor_refs.get(t.name)
                     if arg is None:
-                        arg = tensor_refs[t.name] = tensor_ref(ctx.value(t.name))
+                        arg = tensor_refs[t.name] = tensor_ref(value_map.get(t.name) or ctx.value(t.name))
                 else:
                     arg = rename(a)
                     if arg is a:  # a constant comes back as it is: so can its NamedArgument
@@ -482,7 +488,7 @@ class _Plan:
             outs = node.outputs
             t = outs[0].as_tensor if len(outs) == 1 else None
             if t is not None and t.name not in tensor_refs:  # most nodes: a fresh tensor, inline
-                new_ref = tensor_refs[t.name] = schema.tensor_ref(ctx.value(t.name))
+                new_ref = tensor_refs[t.name] = tensor_ref(value_map.get(t.name) or ctx.value(t.name))
                 outputs = [new_ref]
             else:
                 outputs = [rename(o) for o in outs]

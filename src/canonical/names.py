@@ -162,13 +162,12 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
     for _ in range(RADIUS):
         prev, sig = sig, []
         add = sig.append
-        for i in range(n):
+        for own, row in zip(prev, tokens, strict=True):
             h = new()
-            row = tokens[i]
             if type(row) is tuple:
-                h.update(prev[i] + prev[row[0]] + row[1])
+                h.update(own + prev[row[0]] + row[1])
             else:
-                h.update(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in row]))
+                h.update(own + b"".join([(prev[p] + t) if p is not None else t for p, t in row]))
             add(h.digest())
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))

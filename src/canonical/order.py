@@ -61,7 +61,6 @@ class GraphIndex:
     def __init__(self, g: schema.Graph, where: str, facts: Sequence[OpFacts]) -> None:
         self.graph = g
         self.where = where
-        n = len(g.nodes)
         # value name -> producing node index, or -(input position + 1) for a graph input.
         self.producer: dict[str, int] = {}
         self.leaf_index: dict[str, int] = {}
@@ -92,7 +91,6 @@ class GraphIndex:
                 leaf_index[name] = j
         self.refs: list[list[str]] = []
         self.preds: list[list[int]] = []
-        self.succs: list[list[int]] = [[] for _ in range(n)]
         other_names: dict[int, tuple[str, ...]] = {}  # id(argument) -> its names (writers share constants)
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
@@ -128,15 +126,36 @@ class GraphIndex:
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
             if extra:
                 self.preds[i] = self.preds[i] + [p for p in extra if p not in self.preds[i]]
-        for i, preds in enumerate(self.preds):
-            for p in preds:
-                self.succs[p].append(i)
         self.output_refs: list[str] = []
         for j, o in enumerate(g.outputs):
             for name in argument_names(o):
                 self._check_ref(name, f"{where}.outputs[{j}]")
                 self.output_refs.append(name)
-        self.topo = self._topological()
+        # ``succs`` and ``topo`` are built when first asked for (the canonical order of most graphs
+        # needs neither), but a cycle is refused now: a stored order with every node after its
+        # predecessors has none, any other is sorted at once.
+        self._succs: list[list[int]] | None = None
+        self._topo: list[int] | None = None
+        if not all(p < i for i, preds in enumerate(self.preds) for p in preds):
+            self._topo = self._topological()
+
+    @property
+    def succs(self) -> list[list[int]]:
+        """Per node, the nodes that follow it (data and order-only edges)."""
+        if self._succs is None:
+            succs: list[list[int]] = [[] for _ in range(len(self.preds))]
+            for i, preds in enumerate(self.preds):
+                for p in preds:
+                    succs[p].append(i)
+            self._succs = succs
+        return self._succs
+
+    @property
+    def topo(self) -> list[int]:
+        """Some topological order (stored order among ready nodes)."""
+        if self._topo is None:
+            self._topo = self._topological()
+        return self._topo
 
     def _define(self, name: str, producer: int, leaf: int, where: str) -> None:
         if name in self.producer:
@@ -161,10 +180,11 @@ class GraphIndex:
         ready = [i for i in range(n) if indeg[i] == 0]
         heapq.heapify(ready)
         out: list[int] = []
+        succs = self.succs
         while ready:
             i = heapq.heappop(ready)
             out.append(i)
-            for s in self.succs[i]:
+            for s in succs[i]:
                 indeg[s] -= 1
                 if indeg[s] == 0:
                     heapq.heappush(ready, s)

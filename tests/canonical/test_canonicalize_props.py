@@ -245,3 +245,16 @@ def test_order_of_one_frame_keeps_a_read_before_the_write_the_outputs_list_first
     g = render(Prog(x, nodes, [("n", 1), ("n", 0)])).graph_module.graph
     idx = GraphIndex(g, "graph", [op_facts(n.target, "") for n in g.nodes])
     assert canonical_order(idx, [("L__self__",)] * 2, lambda ga: ga.name) == [0, 1]
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False))
+def test_graph_index_successors_and_topological_order(p, rng):
+    """``succs`` and ``topo`` are built on first use, whatever the stored order."""
+    g = render(p, rng=rng).graph_module.graph
+    idx = GraphIndex(g, "graph", [op_facts(n.target, "") for n in g.nodes])
+    assert sorted((p_, i) for i, ps in enumerate(idx.preds) for p_ in ps) == sorted(
+        (p_, i) for p_, ss in enumerate(idx.succs) for i in ss)
+    assert sorted(idx.topo) == list(range(len(g.nodes)))
+    rank = {i: r for r, i in enumerate(idx.topo)}
+    assert all(rank[p_] < rank[i] for i, ps in enumerate(idx.preds) for p_ in ps)
