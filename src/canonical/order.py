@@ -282,23 +282,21 @@ def _demand_order(idx: GraphIndex) -> list[int]:
     """Post-order DFS from the outputs over data edges, inputs in argument order (iterative: graphs
     can be deep). Nodes reached only through order-only edges are side nodes."""
     state = bytearray(len(idx.preds))  # 0 new, 1 on stack, 2 done
+    data_preds = idx.data_preds
     out: list[int] = []
     for name in idx.output_refs:
         root = idx.producer[name]
         if root < 0 or state[root]:
             continue
         state[root] = 1
-        stack = [(root, 0)]
+        stack = [(root, iter(data_preds[root]))]  # (node, its inputs not yet looked at)
         while stack:
-            i, k = stack[-1]
-            preds = idx.data_preds[i]
-            while k < len(preds) and state[preds[k]]:
-                k += 1
-            if k < len(preds):
-                stack[-1] = (i, k + 1)
-                p = preds[k]
-                state[p] = 1
-                stack.append((p, 0))
+            i, preds = stack[-1]
+            for p in preds:
+                if not state[p]:
+                    state[p] = 1
+                    stack.append((p, iter(data_preds[p])))
+                    break
             else:
                 stack.pop()
                 state[i] = 2

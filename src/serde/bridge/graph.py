@@ -50,6 +50,7 @@ _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
 _NO_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
 _SCALARS = frozenset({int, float, bool, str, type(None)})
+_FX_NODE = torch.fx.Node
 
 
 def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
@@ -306,14 +307,15 @@ class GraphWriter:
     def _schema_inputs(self, node: torch.fx.Node, facts: _SchemaFacts, where: str) -> list[schema.NamedArgument]:
         args, kwargs = node.args, node.kwargs
         out = []
+        refs = self._refs
         passing, matches = facts.passing(len(args), kwargs)
         for source, a_name, kind, a_type in passing:
             v = args[source] if kind is _POS else kwargs[source]
             t = type(v)
-            if t is torch.fx.Node and v.op != "get_attr":
-                arg = self._refs.get(v)
+            if t is _FX_NODE and v.op != "get_attr":
+                arg = refs.get(v)
                 if arg is None:
-                    arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+                    arg = refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             elif t in _SCALARS:
                 # Equal scalars give equal arguments: one frozen NamedArgument serves every node
                 # passing it the same way (0.0 == -0.0, but they differ: a zero goes by its repr).
