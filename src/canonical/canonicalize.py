@@ -21,6 +21,7 @@ reads and writes of the same storage, RNG draws, effect tokens: see :mod:`canoni
 from __future__ import annotations
 
 import hashlib
+import operator
 from typing import Any
 
 from serde.core import schema
@@ -216,6 +217,9 @@ def _state_names(sig: schema.GraphSignature) -> list[str]:
 # ---------------------------------------------------------------- one graph
 
 
+_first = operator.itemgetter(0)
+
+
 def _digest(parts: Any) -> bytes:
     return hashlib.blake2b(repr(parts).encode(), digest_size=12).digest()
 
@@ -295,7 +299,8 @@ class _Plan:
             for j, na in enumerate(node.inputs):
                 a = na.arg
                 # fast path: only these members of the walk's Argument table can hold subgraphs
-                if a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None:
+                if a.as_tensor is not None or (
+                        a.as_graph is None and a.as_string_to_argument is None and a.as_tuple is None):
                     continue
                 for ga in argument_subgraphs(a):
                     self.subs_of.setdefault(i, []).append((j, na.name, ga))
@@ -330,16 +335,22 @@ class _Plan:
             order, [n.target for n in nodes], scopes,
             hidden_ref_node_keys(nodes, local), producers, ns,
         )
-        names = self.node_names
+        names, all_leaves = self.node_names, idx.leaves
+        # is_bare_return of a one-output node depends on its target, its flag and its output's kind
+        bare: dict[tuple, bool] = {}
         for i in order:
             node, name = nodes[i], names[i]
-            leaves = idx.leaves[i]
-            if len(leaves) == 1 and len(node.outputs) == 1 and leaves[0][1] in DIRECT_LEAF_KINDS and (
-                    is_bare_return(node)):
-                value_map[leaves[0][2]] = name
-            else:
-                for k, (_, _, old) in enumerate(leaves):
-                    self.value_map[old] = ns.claim(f"{name}_{k}")
+            leaves = all_leaves[i]
+            if len(leaves) == 1 and len(node.outputs) == 1 and (kind := leaves[0][1]) in DIRECT_LEAF_KINDS:
+                key = (node.target, node.is_hop_single_tensor_return, kind)
+                b = bare.get(key)
+                if b is None:
+                    b = bare[key] = is_bare_return(node)
+                if b:
+                    value_map[leaves[0][2]] = name
+                    continue
+            for k, (_, _, old) in enumerate(leaves):
+                value_map[old] = ns.claim(f"{name}_{k}")
         sub_ns = Namespace(attrs)
         sub_ns.used |= ns.used
         self.sub_names: dict[str, str] = {}
@@ -393,13 +404,17 @@ class _Plan:
             for name in argument_names(a):
                 self._see_value(name, syms)
         seen_sub: set[str] = set()
+        tensor_values, seen_meta, subs_of = g.tensor_values, syms.seen_meta, self.subs_of
         for i in self.order:
-            for _, _, ga in self.subs_of.get(i, ()):
-                if ga.name not in seen_sub:
-                    seen_sub.add(ga.name)
-                    self.sub[ga.name].see_symbols(syms)
+            if i in subs_of:
+                for _, _, ga in subs_of[i]:
+                    if ga.name not in seen_sub:
+                        seen_sub.add(ga.name)
+                        self.sub[ga.name].see_symbols(syms)
             for _, _, name in idx.leaves[i]:
-                self._see_value(name, syms)
+                m = tensor_values.get(name)
+                if m is None or not seen_meta(m):  # (most values share a meta seen already)
+                    self._see_value(name, syms)
 
     def _see_value(self, name: str, syms: SymbolRenamer) -> None:
         g = self.graph
@@ -438,12 +453,13 @@ class _Plan:
                 return done[1]
             new = tensor_refs.get(t.name)
             if new is None:
-                new = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                new = tensor_refs[t.name] = schema.tensor_ref(ctx.value(t.name))
             return new
 
         at = _NodePart(self.where, 0, "inputs")  # one location object, updated per node and part
         ctx.where = at
-        names, subs_of, NamedArgument = self.node_names, self.subs_of, schema.NamedArgument
+        names, subs_of, NamedArgument, tensor_ref = self.node_names, self.subs_of, schema.NamedArgument, schema.tensor_ref
+        value_map = self.value_map  # (a name it lacks goes through ctx.value, which raises naming it)
         for i in self.order:
             node, name = nodes[i], names[i]
             # Subgraphs are rewritten (and their symbols renamed) before the node refers to them.
@@ -458,14 +474,22 @@ class _Plan:
             inputs = []
             for na in node.inputs:
                 a = na.arg
-                arg = rename(a)
-                # a constant comes back as it is: so can its NamedArgument
-                inputs.append(na if arg is a else NamedArgument(name=na.name, arg=arg, kind=na.kind))
+                t = a.as_tensor
+                if t is not None:  # most inputs: rename's tensor case, inline
+                    arg = tensor_refs.get(t.name)
+                    if arg is None:
+                        arg = tensor_refs[t.name] = tensor_ref(value_map.get(t.name) or ctx.value(t.name))
+                else:
+                    arg = rename(a)
+                    if arg is a:  # a constant comes back as it is: so can its NamedArgument
+                        inputs.append(na)
+                        continue
+                inputs.append(NamedArgument(name=na.name, arg=arg, kind=na.kind))
             at.part = "outputs"
             outs = node.outputs
             t = outs[0].as_tensor if len(outs) == 1 else None
             if t is not None and t.name not in tensor_refs:  # most nodes: a fresh tensor, inline
-                new_ref = tensor_refs[t.name] = schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+                new_ref = tensor_refs[t.name] = tensor_ref(value_map.get(t.name) or ctx.value(t.name))
                 outputs = [new_ref]
             else:
                 outputs = [rename(o) for o in outs]
@@ -494,16 +518,17 @@ class _Plan:
         )
 
     def _table(self, table: dict[str, Any], field: str, f: Any) -> dict[str, Any]:
-        out = {}
-        for k, v in table.items():
-            new = self.value_map.get(k)
-            if new is None:
-                raise MalformedArtifactError(
-                    f"{self.where}.{field}[{k!r}]: no node or input of the graph defines {k!r}; "
-                    "value tables may only describe values of their graph. The artifact is damaged."
-                )
-            out[new] = f(v)
-        return dict(sorted(out.items()))
+        value_map = self.value_map
+        try:
+            renamed = [(value_map[k], v) for k, v in table.items()]
+        except KeyError:
+            k = next(k for k in table if k not in value_map)
+            raise MalformedArtifactError(
+                f"{self.where}.{field}[{k!r}]: no node or input of the graph defines {k!r}; "
+                "value tables may only describe values of their graph. The artifact is damaged."
+            ) from None
+        renamed.sort(key=_first)  # by new name (stable: should two share one, the last wins, as in a dict)
+        return {new: f(v) for new, v in renamed}
 
 
 # ---------------------------------------------------------------- signature

@@ -119,6 +119,7 @@ class Labels:
 
 
 _NO_TYPES: dict[str, str] = {}  # (read only)
+_SourceFn, _NodeMetadata = schema.SourceFn, schema.NodeMetadata  # (looked up once per node otherwise)
 
 
 def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys, labels: Labels,
@@ -150,11 +151,10 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)
                for s in m.source_fn_stack]
-    tfn = None
-    if m.torch_fn is not None:
-        tfn = schema.SourceFn(name=labels.label("torch_fn", m.torch_fn.name, node_name),
-                              target=m.torch_fn.target)
-    meta = schema.NodeMetadata(nn_module_stack=stack, source_fn_stack=sfs, torch_fn=tfn, custom=m.custom)
+    tfn = m.torch_fn
+    if tfn is not None:
+        tfn = _SourceFn(name=labels.label("torch_fn", tfn.name, node_name), target=tfn.target)
+    meta = _NodeMetadata(nn_module_stack=stack, source_fn_stack=sfs, torch_fn=tfn, custom=m.custom)
     if not want_debug or (m.stack_trace is None and m.from_node is None and not types):
         return meta, None
     return meta, NodeDebug(stack_trace=m.stack_trace, from_node=m.from_node, module_types=types or None)

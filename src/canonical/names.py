@@ -93,11 +93,11 @@ def op_base(target: str) -> str:
 _TAG_TABLE = bytes(ord(_TAG_ALPHABET[b % len(_TAG_ALPHABET)]) for b in range(256))
 
 
-def _tag(digest: bytes) -> str:
-    return digest[:_TAG_LEN].translate(_TAG_TABLE).decode("ascii")
-
-
 _blake12 = functools.partial(hashlib.blake2b, digest_size=12)  # (the keyword costs more than the hash)
+
+
+_blake12_empty = hashlib.blake2b(digest_size=12)
+_OUTPUT_TOKENS = tuple(b"%d;" % j for j in range(8))
 
 
 def _digest(parts: Any) -> bytes:
@@ -137,7 +137,8 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         namespace: receives the names (graph inputs already reserved in it).
     """
     n = len(targets)
-    bases = [op_base(t) for t in targets]
+    base_of = {t: op_base(t) for t in set(targets)}  # a graph has few targets
+    bases = [base_of[t] for t in targets]
     # Keys hold only str, bytes, int and tuples, so equal keys have equal reprs: nodes that look
     # alike (most of a long graph) share one digest.
     first: dict[tuple, bytes] = {}
@@ -148,18 +149,31 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
             d = first[part] = _digest(part)
         sig.append(d)
     # Producer tokens: a node's value is (its signature, output index); an input is its name.
-    rows = [[(p, b"%d;" % j) if isinstance(p, int) else (None, b"in:%d:%s;" % (len(p), p.encode()))
-             for p, j in producers[i]] for i in range(n)]
-    # A node reading one node's value (most of them) hashes the same bytes without the join.
-    single = [row[0] if len(row) == 1 and row[0][0] is not None else None for row in rows]
+    # A node reading one node's value (most of them) is (producer, token), hashing the same bytes
+    # without the join; any other node has the list of its tokens.
+    tokens: list[Any] = []
+    for refs in producers:
+        if len(refs) == 1 and type(p := refs[0][0]) is int:
+            tokens.append((p, _OUTPUT_TOKENS[j] if (j := refs[0][1]) < len(_OUTPUT_TOKENS) else b"%d;" % j))
+        else:
+            tokens.append([(p, b"%d;" % j) if isinstance(p, int) else (None, b"in:%d:%s;" % (len(p), p.encode()))
+                           for p, j in refs])
+    new = _blake12_empty.copy  # a copy of a fresh hasher is cheaper than a new one
     for _ in range(RADIUS):
-        prev = sig
-        sig = [_blake12(prev[i] + prev[one[0]] + one[1]).digest() if (one := single[i]) is not None
-               else _blake12(prev[i] + b"".join([(prev[p] + t) if p is not None else t for p, t in rows[i]])).digest()
-               for i in range(n)]
+        prev, sig = sig, []
+        add = sig.append
+        for own, row in zip(prev, tokens, strict=True):
+            h = new()
+            if type(row) is tuple:
+                h.update(own + prev[row[0]] + row[1])
+            else:
+                h.update(own + b"".join([(prev[p] + t) if p is not None else t for p, t in row]))
+            add(h.digest())
     by_base = Counter(bases)
     by_scope = Counter(zip(scopes, bases, strict=True))
     candidates: list[str] = [""] * n
+    # Every node's tag (the first bytes of its digest as letters), translated in one call.
+    tags = b"".join([d[:_TAG_LEN] for d in sig]).translate(_TAG_TABLE).decode("ascii")
     for i in range(n):
         b, s = bases[i], scopes[i]
         if by_base[b] == 1:
@@ -167,7 +181,8 @@ def node_names(order: Sequence[int], targets: Sequence[str], scopes: Sequence[st
         elif s and by_scope[(s, b)] == 1:
             candidates[i] = f"{s}_{b}"
         else:
-            candidates[i] = f"{s}_{b}_{_tag(sig[i])}" if s else f"{b}_{_tag(sig[i])}"
+            k = _TAG_LEN * i
+            candidates[i] = f"{s}_{b}_{tags[k:k + _TAG_LEN]}" if s else f"{b}_{tags[k:k + _TAG_LEN]}"
     seen: dict[str, int] = {}
     names: list[str] = [""] * n
     claim = namespace.claim

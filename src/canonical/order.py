@@ -61,7 +61,6 @@ class GraphIndex:
     def __init__(self, g: schema.Graph, where: str, facts: Sequence[OpFacts]) -> None:
         self.graph = g
         self.where = where
-        n = len(g.nodes)
         # value name -> producing node index, or -(input position + 1) for a graph input.
         self.producer: dict[str, int] = {}
         self.leaf_index: dict[str, int] = {}
@@ -92,7 +91,6 @@ class GraphIndex:
                 leaf_index[name] = j
         self.refs: list[list[str]] = []
         self.preds: list[list[int]] = []
-        self.succs: list[list[int]] = [[] for _ in range(n)]
         other_names: dict[int, tuple[str, ...]] = {}  # id(argument) -> its names (writers share constants)
         for i, node in enumerate(g.nodes):
             refs: list[str] = []
@@ -101,11 +99,17 @@ class GraphIndex:
                 a = na.arg
                 t = a.as_tensor  # the common case, without the walk
                 if t is not None:
-                    names: Any = (t.name,)
-                else:
-                    names = other_names.get(id(a))
-                    if names is None:
-                        names = other_names[id(a)] = tuple(argument_names(a))
+                    name = t.name
+                    p = producer.get(name)
+                    if p is None:
+                        self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
+                    refs.append(name)
+                    if p >= 0:  # type: ignore[operator]  # (_check_ref raised for None)
+                        preds.append(p)
+                    continue
+                names = other_names.get(id(a))
+                if names is None:
+                    names = other_names[id(a)] = tuple(argument_names(a))
                 for name in names:
                     p = producer.get(name)
                     if p is None:
@@ -122,15 +126,36 @@ class GraphIndex:
         for i, extra in enumerate(effect_edges(g.nodes, facts)):
             if extra:
                 self.preds[i] = self.preds[i] + [p for p in extra if p not in self.preds[i]]
-        for i, preds in enumerate(self.preds):
-            for p in preds:
-                self.succs[p].append(i)
         self.output_refs: list[str] = []
         for j, o in enumerate(g.outputs):
             for name in argument_names(o):
                 self._check_ref(name, f"{where}.outputs[{j}]")
                 self.output_refs.append(name)
-        self.topo = self._topological()
+        # ``succs`` and ``topo`` are built when first asked for (the canonical order of most graphs
+        # needs neither), but a cycle is refused now: a stored order with every node after its
+        # predecessors has none, any other is sorted at once.
+        self._succs: list[list[int]] | None = None
+        self._topo: list[int] | None = None
+        if not all(p < i for i, preds in enumerate(self.preds) for p in preds):
+            self._topo = self._topological()
+
+    @property
+    def succs(self) -> list[list[int]]:
+        """Per node, the nodes that follow it (data and order-only edges)."""
+        if self._succs is None:
+            succs: list[list[int]] = [[] for _ in range(len(self.preds))]
+            for i, preds in enumerate(self.preds):
+                for p in preds:
+                    succs[p].append(i)
+            self._succs = succs
+        return self._succs
+
+    @property
+    def topo(self) -> list[int]:
+        """Some topological order (stored order among ready nodes)."""
+        if self._topo is None:
+            self._topo = self._topological()
+        return self._topo
 
     def _define(self, name: str, producer: int, leaf: int, where: str) -> None:
         if name in self.producer:
@@ -155,10 +180,11 @@ class GraphIndex:
         ready = [i for i in range(n) if indeg[i] == 0]
         heapq.heapify(ready)
         out: list[int] = []
+        succs = self.succs
         while ready:
             i = heapq.heappop(ready)
             out.append(i)
-            for s in self.succs[i]:
+            for s in succs[i]:
                 indeg[s] -= 1
                 if indeg[s] == 0:
                     heapq.heappush(ready, s)
@@ -256,23 +282,21 @@ def _demand_order(idx: GraphIndex) -> list[int]:
     """Post-order DFS from the outputs over data edges, inputs in argument order (iterative: graphs
     can be deep). Nodes reached only through order-only edges are side nodes."""
     state = bytearray(len(idx.preds))  # 0 new, 1 on stack, 2 done
+    data_preds = idx.data_preds
     out: list[int] = []
     for name in idx.output_refs:
         root = idx.producer[name]
         if root < 0 or state[root]:
             continue
         state[root] = 1
-        stack = [(root, 0)]
+        stack = [(root, iter(data_preds[root]))]  # (node, its inputs not yet looked at)
         while stack:
-            i, k = stack[-1]
-            preds = idx.data_preds[i]
-            while k < len(preds) and state[preds[k]]:
-                k += 1
-            if k < len(preds):
-                stack[-1] = (i, k + 1)
-                p = preds[k]
-                state[p] = 1
-                stack.append((p, 0))
+            i, preds = stack[-1]
+            for p in preds:
+                if not state[p]:
+                    state[p] = 1
+                    stack.append((p, iter(data_preds[p])))
+                    break
             else:
                 stack.pop()
                 state[i] = 2
@@ -319,6 +343,11 @@ def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
     """
     n = len(idx.preds)
     demand = _demand_order(idx)
+    if len(demand) == n and _one_frame(stacks) and _respects(idx.preds, demand):
+        # Every node is demand-ordered, all in one module frame, and the demand order is a
+        # schedule (no order-only edge points backwards in it): the scheduler would emit it as it
+        # is, since the unit of least rank left is then always ready.
+        return demand
     prio: list[tuple] = [()] * n
     for rank, i in enumerate(demand):
         prio[i] = (1, rank)
@@ -330,6 +359,22 @@ def canonical_order(idx: GraphIndex, stacks: Sequence[tuple[str, ...] | None],
     s = _Scheduler(idx, _frames(idx, stacks), prio)
     s.schedule(list(range(n)), 0)
     return s.out
+
+
+def _one_frame(stacks: Sequence[tuple[str, ...] | None]) -> bool:
+    """Every node runs in one known module frame (nodes of one module share one tuple)."""
+    if not stacks or stacks[0] is None:
+        return False
+    first = stacks[0]
+    return all(s is first or s == first for s in stacks)
+
+
+def _respects(preds: list[list[int]], order: list[int]) -> bool:
+    """``order`` puts every node after all of its predecessors."""
+    rank = [0] * len(preds)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return all(rank[p] < r for r, i in enumerate(order) for p in preds[i])
 
 
 class _Scheduler:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canonical.canonicalize import canonicalize
+from canonical.order import GraphIndex, canonical_order
 from serde.bridge.effects import op_facts
 from serde.core import wire
 from tests.canonical._builders import InputSpecDesc, NodeSpec, Prog, effect_deps, render
@@ -220,3 +221,40 @@ def test_canonical_order_keeps_every_effect_where_the_program_has_it(p, rng):
     for i, deps in enumerate(effect_deps(p.nodes)):
         for j in deps:
             assert position[j] < position[i], (p.nodes[j].target, p.nodes[i].target)
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False))
+def test_order_of_one_frame_is_the_schedulers(p, rng):
+    """A graph in one module frame is ordered without the scheduler when its demand order is a
+    schedule: the result must be the scheduler's, which a graph without frames always runs
+    (its nodes then all join the root frame)."""
+    g = render(p, rng=rng).graph_module.graph
+    idx = GraphIndex(g, "graph", [op_facts(n.target, "") for n in g.nodes])
+    one_frame = canonical_order(idx, [("L__self__",)] * len(g.nodes), lambda ga: ga.name)
+    assert one_frame == canonical_order(idx, [None] * len(g.nodes), lambda ga: ga.name)
+
+
+def test_order_of_one_frame_keeps_a_read_before_the_write_the_outputs_list_first():
+    """The outputs reach the write before the read, so the demand order puts the read after the
+    write it must precede: not a schedule, and the scheduler orders the nodes."""
+    x = [InputSpecDesc("user", "x")]
+    nodes = [NodeSpec(UNARY[0], [("in", 0)], module=FRAMES[1]),
+             NodeSpec("torch.ops.aten.mul_.Tensor", [("in", 0), ("f", 2.0)], names=["self", "other"],
+                      module=FRAMES[1])]
+    g = render(Prog(x, nodes, [("n", 1), ("n", 0)])).graph_module.graph
+    idx = GraphIndex(g, "graph", [op_facts(n.target, "") for n in g.nodes])
+    assert canonical_order(idx, [("L__self__",)] * 2, lambda ga: ga.name) == [0, 1]
+
+
+@SETTINGS
+@given(programs(), st.randoms(use_true_random=False))
+def test_graph_index_successors_and_topological_order(p, rng):
+    """``succs`` and ``topo`` are built on first use, whatever the stored order."""
+    g = render(p, rng=rng).graph_module.graph
+    idx = GraphIndex(g, "graph", [op_facts(n.target, "") for n in g.nodes])
+    assert sorted((p_, i) for i, ps in enumerate(idx.preds) for p_ in ps) == sorted(
+        (p_, i) for p_, ss in enumerate(idx.succs) for i in ss)
+    assert sorted(idx.topo) == list(range(len(g.nodes)))
+    rank = {i: r for r, i in enumerate(idx.topo)}
+    assert all(rank[p_] < rank[i] for i, ps in enumerate(idx.preds) for p_ in ps)

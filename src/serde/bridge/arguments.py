@@ -114,7 +114,7 @@ class ArgumentWriter:
         val = n.meta.get("val")
         kind = value_kind(val)
         if kind == "tensor":
-            return A(as_tensor=schema.TensorArgument(name=n.name))
+            return schema.tensor_ref(n.name)
         if kind == "sym_int":
             return A(as_sym_int=schema.SymIntArgument(as_name=n.name))
         if kind == "sym_bool":

@@ -50,6 +50,7 @@ _KW = schema.ArgumentKind.KEYWORD
 A = schema.Argument
 _NO_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
 _SCALARS = frozenset({int, float, bool, str, type(None)})
+_FX_NODE = torch.fx.Node
 
 
 def lazy_graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
@@ -82,12 +83,36 @@ class _SchemaFacts:
     """What the writer needs of an operator's schema, read once per operator: torch builds new
     Python objects for ``_schema.arguments`` and ``.returns`` on every access."""
 
-    __slots__ = ("arguments", "positional", "returns_list")
+    __slots__ = ("arguments", "positional", "returns_list", "_passing")
 
     def __init__(self, fs: torch.FunctionSchema) -> None:
         self.arguments = tuple((a.name, a.kwarg_only, a.type) for a in fs.arguments)
         self.positional = sum(1 for a in fs.arguments if not a.kwarg_only)
         self.returns_list = tuple(_is_list_type(r.type) for r in fs.returns)  # one flag per return
+        self._passing: dict[Any, tuple[tuple, bool]] = {}
+
+    def passing(self, n_args: int, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
+        """The stored arguments of a call with ``n_args`` positional arguments and these keywords, in
+        schema order: ``(position or keyword, name, kind, type)`` each (defaults are left out), and
+        whether the call matches the schema. Calls of one operator pass their arguments a few ways:
+        each is worked out once (one per way that matches; the key is the arity and keyword names)."""
+        key = (n_args, *kwargs) if kwargs else n_args
+        known = self._passing.get(key)
+        if known is not None:
+            return known
+        out = []
+        used_kw = 0
+        for i, (a_name, kwarg_only, a_type) in enumerate(self.arguments):
+            if i < n_args and not kwarg_only:
+                out.append((i, a_name, _POS, a_type))
+            elif a_name in kwargs:
+                out.append((a_name, a_name, _KW, a_type))
+                used_kw += 1
+            # else a default value: not stored, so the loaded node is identical
+        known = (tuple(out), n_args <= self.positional and used_kw == len(kwargs))
+        if known[1]:
+            self._passing[key] = known
+        return known
 
 
 _FACTS: dict[torch._ops.OpOverload, _SchemaFacts] = {}
@@ -161,7 +186,7 @@ class GraphWriter:
         kind = value_kind(val)
         if kind == "tensor":
             self.tensor_values[name] = self._tensor_meta(val, where, part)
-            return A(as_tensor=schema.TensorArgument(name=name))
+            return schema.tensor_ref(name)
         where += part
         if kind == "sym_int":
             self.sym_int_values[name] = serialize_sym_int(val, where)
@@ -187,8 +212,9 @@ class GraphWriter:
         # disabled, and each getter skips the subclass check (about half their cost).
         with (torch._C.DisableTorchFunctionSubclass() if type(t).__torch_function__ is _NO_TORCH_FUNCTION
               else contextlib.nullcontext()):
-            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), *t.shape, None,
-                                 *t.stride())
+            # (the size and the strides as their tuples, not spread: hashing and comparing them is the same)
+            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape,
+                                 t.stride())
         try:
             meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
@@ -281,20 +307,15 @@ class GraphWriter:
     def _schema_inputs(self, node: torch.fx.Node, facts: _SchemaFacts, where: str) -> list[schema.NamedArgument]:
         args, kwargs = node.args, node.kwargs
         out = []
-        used_kw = 0
-        for i, (a_name, kwarg_only, a_type) in enumerate(facts.arguments):
-            if i < len(args) and not kwarg_only:
-                v, kind = args[i], _POS
-            elif a_name in kwargs:
-                v, kind = kwargs[a_name], _KW
-                used_kw += 1
-            else:
-                continue  # default value: not stored, so the loaded node is identical
+        refs = self._refs
+        passing, matches = facts.passing(len(args), kwargs)
+        for source, a_name, kind, a_type in passing:
+            v = args[source] if kind is _POS else kwargs[source]
             t = type(v)
-            if t is torch.fx.Node and v.op != "get_attr":
-                arg = self._refs.get(v)
+            if t is _FX_NODE and v.op != "get_attr":
+                arg = refs.get(v)
                 if arg is None:
-                    arg = self._refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
+                    arg = refs[v] = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             elif t in _SCALARS:
                 # Equal scalars give equal arguments: one frozen NamedArgument serves every node
                 # passing it the same way (0.0 == -0.0, but they differ: a zero goes by its repr).
@@ -308,7 +329,7 @@ class GraphWriter:
             else:
                 arg = self.args.write(v, f"{where}.inputs[{a_name!r}]", a_type)
             out.append(schema.NamedArgument(name=a_name, arg=arg, kind=kind))
-        if len(args) > facts.positional or used_kw != len(kwargs):
+        if not matches:
             unknown = sorted(set(kwargs) - {a[0] for a in facts.arguments})
             raise UnsupportedConstructError(
                 f"{where}: arguments of {node.target} do not match its schema {node.target._schema} "
@@ -322,6 +343,11 @@ class GraphWriter:
         if not returns:
             return []
         if len(returns) == 1 and not returns[0]:
+            if isinstance(val, torch.Tensor):  # most nodes: _value's tensor case, inline
+                name = node.name
+                self.tensor_values[name] = self._tensor_meta(val, where, ".outputs[0]")
+                out = self._refs[node] = schema.tensor_ref(name)  # what a use of the value would write
+                return [out]
             out = self._value(node.name, val, where, ".outputs[0]")
             if out.as_tensor is not None:
                 self._refs[node] = out  # what a use of the value would write

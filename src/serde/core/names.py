@@ -334,6 +334,8 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
     known = _Known()
     for table in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         values = getattr(g, table)
+        if known.all_local_ok(values, limits):
+            continue
         for name in values:
             if not known.local_ok(name, limits):
                 check_local_name(name, f"{where}.{table}[{_show(name)}]", limits)
@@ -447,6 +449,16 @@ class _Known:
     def local_ok(self, name: object, limits: Limits) -> bool:
         return _passes_once(self.locals, name, _local_ok, limits)
 
+    def all_local_ok(self, names: Iterable[object], limits: Limits) -> bool:
+        """``local_ok`` of every name (one call for a whole table)."""
+        passed = self.locals
+        for name in names:
+            if not (type(name) is str and name in passed):
+                if not _local_ok(name, limits):
+                    return False
+                passed.add(name)  # type: ignore[arg-type]  # a str: _local_ok accepts nothing else
+        return True
+
     def text_ok(self, text: object, limits: Limits) -> bool:
         return _passes_once(self.texts, text, _text_ok, limits)
 
@@ -467,7 +479,12 @@ def _passes_once(passed: set[str], value: object, check: Callable[[object, Limit
 def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
     """Every check ``_check_graph`` makes on node ``n`` passes, and ``n`` has no subgraph."""
     cap = limits.max_list_len
-    if not known.local_ok(n.name, limits) or len(n.inputs) > cap or len(n.outputs) > cap:
+    # (inline: names that passed already, the node's own among them when a value table listed it)
+    passed_names = known.locals
+    name = n.name
+    if not (type(name) is str and name in passed_names) and not known.local_ok(name, limits):
+        return False
+    if len(n.inputs) > cap or len(n.outputs) > cap:
         return False
     passed = known.args
     for na in n.inputs:
@@ -482,7 +499,9 @@ def _node_ok(n: schema.Node, limits: Limits, known: _Known) -> bool:
             passed[id(a)] = a
     for o in n.outputs:
         if id(o) not in passed:
-            if not _argument_ok(o, limits, known):
+            t = o.as_tensor  # (inline: _argument_ok of a reference to a value whose name passed)
+            if not (t is not None and type(t.name) is str and t.name in passed_names) and (
+                    not _argument_ok(o, limits, known)):
                 return False
             passed[id(o)] = o
     return _metadata_ok(n.metadata, limits, known)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Optional
 import msgspec
 
 __all__ = [
-    "F64", "Id", "Struct", "Union", "to_f64", "from_f64",
+    "F64", "Id", "Struct", "Union", "to_f64", "from_f64", "tensor_ref",
     "ScalarType", "Layout", "MemoryFormat", "ArgumentKind",
     "Device", "SymExprHint", "ExprConstant", "Rational", "OpaqueUnary", "Expr", "SymExpr", "SymInt", "SymFloat", "SymBool", "TensorMeta",
     "SymIntArgument", "SymFloatArgument", "SymBoolArgument", "TensorArgument", "TokenArgument",
@@ -342,6 +342,19 @@ class Argument(Union, kw_only=True):
     as_string_to_argument: Annotated[Optional[dict[str, Argument]], Id(290)] = None
     as_float_lists: Annotated[Optional[list[list[F64]]], Id(300)] = None
     as_tuple: Annotated[Optional[list[Argument]], Id(310)] = None
+
+
+# A checked reference to copy: copying it and setting its one member skips the union's
+# Python-level check, which costs most of building an Argument (save builds one per value, twice).
+_TENSOR_REF = Argument(as_tensor=TensorArgument(name="_"))
+_copy_tensor_ref = _TENSOR_REF.__copy__
+
+
+def tensor_ref(name: str) -> Argument:
+    """``Argument(as_tensor=TensorArgument(name=name))``: exactly one member set, by construction."""
+    a = _copy_tensor_ref()
+    msgspec.structs.force_setattr(a, "as_tensor", TensorArgument(name=name))
+    return a
 
 
 class NamedArgument(Struct, kw_only=True):

@@ -225,7 +225,7 @@ def rename_argument(a: schema.Argument, ctx: Visitor) -> schema.Argument:
     """``a`` with references renamed and subgraphs replaced through ``ctx``."""
     t = a.as_tensor  # the common case, without the dispatch
     if t is not None:
-        return schema.Argument(as_tensor=schema.TensorArgument(name=ctx.value(t.name)))
+        return schema.tensor_ref(ctx.value(t.name))
     return ARGUMENT.rename(a, ctx)
 
 
