@@ -705,6 +705,11 @@ _ANON_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 
 
+# Held here for the life of the process: ctypes caches array types only weakly, so ``c_char * 1``
+# written inline is a new class (~15 us) after every garbage collection that freed the last one.
+_ONE_BYTE = ctypes.c_char * 1
+
+
 def _aligned_buffer(n: int) -> memoryview:
     """A writable n-byte buffer whose first byte is 64-byte aligned in memory, so that aligned
     members stay aligned for torch."""
@@ -725,7 +730,7 @@ def _aligned_buffer(n: int) -> memoryview:
     raw = bytearray(n + ALIGNMENT)
     if n == 0:
         return memoryview(raw)[:0]
-    addr = ctypes.addressof((ctypes.c_char * 1).from_buffer(raw))
+    addr = ctypes.addressof(_ONE_BYTE.from_buffer(raw))
     shift = (-addr) % ALIGNMENT
     return memoryview(raw)[shift:shift + n]
 
@@ -754,7 +759,9 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
-            with open(os.fspath(src), "rb") as f:
+            # Unbuffered: the reads go straight into the aligned buffer, so a BufferedReader would
+            # only add an object and a copy path per load.
+            with open(os.fspath(src), "rb", buffering=0) as f:
                 return _map_or_read(f, limits, where, use_mmap)
         return _map_or_read(src, limits, where, use_mmap)  # type: ignore[arg-type]
     except ArtifactIOError:
