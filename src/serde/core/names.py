@@ -345,9 +345,11 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
             _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
         shapes_ok[id(meta)] = meta
     for i, a in enumerate(g.inputs):
-        _check_argument_names(a, f"{where}.inputs[{i}]", limits)
+        if not _argument_ok(a, limits, known):
+            _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
-        _check_argument_names(a, f"{where}.outputs[{i}]", limits)
+        if not _argument_ok(a, limits, known):
+            _check_argument_names(a, f"{where}.outputs[{i}]", limits)
     for i, n in enumerate(g.nodes):
         if _node_ok(n, limits, known):
             continue
@@ -550,24 +552,26 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
     _check_list(sig.input_specs, "signature.input_specs", limits)
     _check_list(sig.output_specs, "signature.output_specs", limits)
     for i, s in enumerate(sig.input_specs):
-        where = f"signature.input_specs[{i}].{s.kind}"
-        v = s.value
-        if s.kind in _INPUT_FQNS:
-            check_fqn(getattr(v, _INPUT_FQNS[s.kind]), f"{where}.{_INPUT_FQNS[s.kind]}", limits)
-        if s.kind == "constant_input":
+        kind = s.kind  # asked once: each ask walks the union's members
+        where = f"signature.input_specs[{i}].{kind}"
+        v = getattr(s, kind)
+        if kind in _INPUT_FQNS:
+            check_fqn(getattr(v, _INPUT_FQNS[kind]), f"{where}.{_INPUT_FQNS[kind]}", limits)
+        if kind == "constant_input":
             check_local_name(v.name, f"{where}.name", limits)
-        elif s.kind == "user_input":
+        elif kind == "user_input":
             _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
     for i, s in enumerate(sig.output_specs):
-        where = f"signature.output_specs[{i}].{s.kind}"
-        v = s.value
-        if s.kind in _OUTPUT_FQNS:
-            check_fqn(getattr(v, _OUTPUT_FQNS[s.kind]), f"{where}.{_OUTPUT_FQNS[s.kind]}", limits)
-        if s.kind in _OUTPUT_LOCALS:
-            check_local_name(getattr(v, _OUTPUT_LOCALS[s.kind]), f"{where}.{_OUTPUT_LOCALS[s.kind]}", limits)
-        if s.kind == "user_output":
+        kind = s.kind
+        where = f"signature.output_specs[{i}].{kind}"
+        v = getattr(s, kind)
+        if kind in _OUTPUT_FQNS:
+            check_fqn(getattr(v, _OUTPUT_FQNS[kind]), f"{where}.{_OUTPUT_FQNS[kind]}", limits)
+        if kind in _OUTPUT_LOCALS:
+            check_local_name(getattr(v, _OUTPUT_LOCALS[kind]), f"{where}.{_OUTPUT_LOCALS[kind]}", limits)
+        if kind == "user_output":
             _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
