@@ -183,6 +183,7 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         check_text(gm.custom, "graph_module.custom", limits)
     _check_signature(gm.signature, limits)
     _check_list(gm.module_call_graph, "module_call_graph", limits)
+    known = _Known()  # the module call graph's arguments repeat the graph's value names
     for i, e in enumerate(gm.module_call_graph):
         where = f"module_call_graph[{i}]"
         check_fqn(e.fqn, f"{where}.fqn", limits, root=True, call_index=True)
@@ -192,7 +193,8 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
             _check_list(args, f"{where}.signature.{part}", limits)
             for j, a in enumerate(args):
-                _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
+                if not _argument_ok(a, limits, known):
+                    _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
         if s.forward_arg_names is not None:
             _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
@@ -549,6 +551,7 @@ _OUTPUT_LOCALS = {"gradient_to_user_input": "user_input_name", "user_input_mutat
 
 
 def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
+    known = _Known()
     _check_list(sig.input_specs, "signature.input_specs", limits)
     _check_list(sig.output_specs, "signature.output_specs", limits)
     for i, s in enumerate(sig.input_specs):
@@ -560,7 +563,8 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
         if kind == "constant_input":
             check_local_name(v.name, f"{where}.name", limits)
         elif kind == "user_input":
-            _check_argument_names(v.arg, f"{where}.arg", limits)
+            if not _argument_ok(v.arg, limits, known):
+                _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
     for i, s in enumerate(sig.output_specs):
@@ -572,6 +576,7 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
         if kind in _OUTPUT_LOCALS:
             check_local_name(getattr(v, _OUTPUT_LOCALS[kind]), f"{where}.{_OUTPUT_LOCALS[kind]}", limits)
         if kind == "user_output":
-            _check_argument_names(v.arg, f"{where}.arg", limits)
+            if not _argument_ok(v.arg, limits, known):
+                _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
