@@ -68,7 +68,7 @@ def serialize_argument_spec(a: Any, where: str) -> schema.Argument:
 
 def deserialize_argument_spec(a: schema.Argument, where: str) -> Any:
     k = a.kind
-    v = a.value
+    v = getattr(a, k)
     if k == "as_tensor":
         return gs.TensorArgument(name=v.name)
     if k in ("as_sym_int", "as_sym_float", "as_sym_bool"):

@@ -607,8 +607,8 @@ def _deserialize_example_inputs(ex: schema.ExampleInputs, tensor: Callable[[sche
     from .treespec import deserialize_treespec
 
     spec = deserialize_treespec(ex.spec, "weights.example_inputs.spec")
-    leaves = [_DESERIALIZE_LEAF[leaf.kind](leaf.value, tensor, f"weights.example_inputs.leaves[{i}]")
-              for i, leaf in enumerate(ex.leaves)]
+    leaves = [_DESERIALIZE_LEAF[k](getattr(leaf, k), tensor, f"weights.example_inputs.leaves[{i}]")
+              for i, leaf in enumerate(ex.leaves) for k in (leaf.kind,)]
     if spec.num_leaves != len(leaves):
         raise MalformedArtifactError(f"weights.example_inputs: the spec has {spec.num_leaves} leaves but "
                                      f"{len(leaves)} are stored; {_FIX}")
