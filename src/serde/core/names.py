@@ -208,17 +208,21 @@ def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> No
 
     Every stored tensor's rank and element count is bounded too (example inputs included).
     """
+    # Each entry is first checked by the fast predicates (no field path built); only one they do
+    # not accept goes through the detailed checks, which raise naming the field.
     for table, entries in (("state_dict", w.state_dict), ("constants", w.constants)):
         for name, t in entries.items():
+            if name != "" and _fqn_ok(name, limits) and _shape_ok(t.sizes, t.strides, limits):
+                continue
             where = f"weights.{table}[{_show(name)}]"
             check_fqn(name, where, limits)
             _check_shape(t.sizes, t.strides, f"{where}", limits)
     if w.example_inputs is not None:
         _check_list(w.example_inputs.leaves, "weights.example_inputs.leaves", limits)
         for i, leaf in enumerate(w.example_inputs.leaves):
-            if leaf.as_tensor is not None:
-                _check_shape(leaf.as_tensor.sizes, leaf.as_tensor.strides, f"weights.example_inputs.leaves[{i}]",
-                             limits)
+            t = leaf.as_tensor
+            if t is not None and not _shape_ok(t.sizes, t.strides, limits):
+                _check_shape(t.sizes, t.strides, f"weights.example_inputs.leaves[{i}]", limits)
 
 
 # ---------------------------------------------------------------- helpers
