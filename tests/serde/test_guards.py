@@ -162,6 +162,7 @@ def _print_with_smuggled_exec(monkeypatch) -> None:
         return f"({text} and exec(1))" if depth == 0 else text
 
     monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+    monkeypatch.setattr(guards_module, "_PRINTED", {})  # forget remembered printouts: print them again
 
 
 def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:
@@ -182,6 +183,19 @@ def test_printed_guards_are_revalidated_by_their_text(monkeypatch) -> None:
     _print_with_smuggled_exec(monkeypatch)
     with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: printed guard failed re-validation: .*call of `exec`"):
         guards_to_code(g)
+
+
+def test_remembered_guard_sets_are_keyed_by_their_whole_content() -> None:
+    # A guard set printed once is remembered by its exact stored content: sets that differ in a
+    # constant, a source or an operator print their own text, in any order of first use.
+    sets = [["L['x'].size()[0] >= 2"], ["L['x'].size()[0] >= 3"], ["L['y'].size()[0] >= 2"],
+            ["L['x'].size()[0] > 2"], ["L['x'].size()[1] >= 2"], ["L['x'].size()[0] >= 2", "L['n'] > 3"]]
+    first = [guards_to_code(guards_from_code(c)) for c in sets]
+    assert len({tuple(p) for p in first}) == len(sets)
+    assert [guards_to_code(guards_from_code(c)) for c in reversed(sets)] == list(reversed(first))
+    printed = guards_to_code(guards_from_code(sets[0]))
+    printed.append("mutated")  # a caller's list is its own: the remembered printout is unchanged
+    assert guards_to_code(guards_from_code(sets[0])) == first[0]
 
 
 @pytest.mark.parametrize("code, reason", [

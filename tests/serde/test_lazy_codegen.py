@@ -178,6 +178,16 @@ def test_torch_export_save_of_loaded_equals_eager(loaded):
     _assert_same_run(bufs[0], bufs[1], inputs)
 
 
+def test_guard_code_equals_eager(loaded):
+    """The guard code torch's __init__ computes is skipped during a lazy load (ours replaces it):
+    the program ends with the same guards, and torch's function is back in place afterwards."""
+    import torch.export.exported_program as torch_exported_program
+
+    _, lazy, eager, _ = loaded
+    assert lazy._guards_code == eager._guards_code
+    assert torch_exported_program._convert_guards_to_code.__module__ == "torch.export.exported_program"
+
+
 def test_other_threads_build_programs_as_torch_does(tmp_path):
     """While one thread loads, programs another thread builds keep torch's eager graph module."""
     import threading

@@ -144,3 +144,40 @@ def test_save_leaves_no_schema_objects_in_reference_cycles(name):
         if was:
             gc.enable()
     assert left == []
+
+
+def test_example_input_structures_load_as_saved_in_any_order(tmp_path):
+    """Example-input specs are remembered by their exact content across loads: programs whose
+    inputs differ in arity, keyword names or nesting each get their own structure back."""
+    import torch
+
+    import serde
+
+    class Pos(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    class Kw(torch.nn.Module):
+        def forward(self, x, *, y, z):
+            return x + y * z
+
+    class Nested(torch.nn.Module):
+        def forward(self, xs):
+            return xs[0] - xs[1]
+
+    t = torch.ones(2)
+    cases = {"pos": torch.export.export(Pos(), (t, t)),
+             "kw": torch.export.export(Kw(), (t,), {"y": t, "z": t}),
+             "kw2": torch.export.export(Kw(), (t,), {"z": t, "y": t}),
+             "nested": torch.export.export(Nested(), ([t, t],))}
+    for name, ep in cases.items():
+        serde.save(ep, tmp_path / f"{name}.pt2s")
+
+    def shape(inputs):
+        args, kwargs = inputs
+        return (tuple(type(a).__name__ for a in args), list(kwargs))
+
+    for order in (list(cases), list(reversed(cases))):
+        for name in order:
+            loaded = serde.load(tmp_path / f"{name}.pt2s")
+            assert shape(loaded.example_inputs) == shape(cases[name].example_inputs), name

@@ -496,3 +496,53 @@ def test_deep_tree_is_rejected_without_recursion_error():
         tree_to_sympy(tree, _lookup({"s0": s0}), where="t")
     with pytest.raises(MalformedArtifactError, match="deeper"):
         tree_to_str(tree, where="t")
+
+
+# ---------------------------------------------------------------- expressions remembered across loads
+
+
+def _sym_expr(e):
+    from serde.core import schema
+
+    return schema.SymInt(as_expr=schema.SymExpr(expr=e, hint=None))
+
+
+def _ranges(*names):
+    from serde.core import schema
+
+    return [schema.RangeConstraint(expr=schema.Expr(symbol=n), min_val=2, max_val=64) for n in names]
+
+
+def test_remembered_expressions_are_keyed_by_their_whole_content():
+    """Expressions that differ in any part (a constant, a symbol, an op) build different results in
+    later loads: a key that left a part out would hand back the first one."""
+    from serde.bridge.values import SymbolicContext
+    from serde.core import schema
+
+    E = schema.Expr
+    variants = [E(mul=[E(symbol="s0"), E(integer=2)]), E(mul=[E(symbol="s0"), E(integer=3)]),
+                E(mul=[E(symbol="s1"), E(integer=2)]), E(add=[E(symbol="s0"), E(integer=2)]),
+                E(floor_div=[E(symbol="s0"), E(integer=2)])]
+    for _ in range(2):  # the second round is served by the remembered expressions
+        built = [SymbolicContext(_ranges("s0", "s1")).sym_int(_sym_expr(e), "x").node.expr for e in variants]
+        s0, s1 = sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("s1", integer=True, positive=True)
+        assert built[:4] == [2 * s0, 3 * s0, 2 * s1, s0 + 2]
+        assert built[4] == tf.FloorDiv(s0, 2)
+
+
+def test_remembered_expression_still_checks_and_registers_its_symbols():
+    """A remembered expression is refused where building it would be (its symbol has no range in
+    this program), and its symbols land in each load's own ShapeEnv."""
+    from serde.bridge.values import SymbolicContext
+    from serde.core import schema
+
+    E = schema.Expr
+    e = E(mul=[E(symbol="s5"), E(integer=7)])
+    first = SymbolicContext(_ranges("s5"))
+    first.sym_int(_sym_expr(e), "x")
+    with pytest.raises(MalformedArtifactError, match="range_constraints"):
+        SymbolicContext(_ranges("s0")).sym_int(_sym_expr(e), "x")
+    again = SymbolicContext(_ranges("s5"))
+    v = again.sym_int(_sym_expr(e), "x")
+    assert v.node.shape_env is again.shape_env
+    assert "s5" in again.symbols and again.symbols["s5"] in again.shape_env.var_to_range

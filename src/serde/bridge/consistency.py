@@ -501,15 +501,17 @@ _NAMED = ("as_tensor", "as_sym_int", "as_sym_bool", "as_sym_float", "as_custom_o
 
 
 def _arg_name(a: schema.Argument) -> str | None:
-    v = a.value
-    name = getattr(v, "name", None) if a.kind in ("as_tensor", "as_custom_obj") else getattr(v, "as_name", None)
-    return name if a.kind in _NAMED else None
+    kind = a.kind  # asked once: each ask walks the union's members
+    if kind not in _NAMED:
+        return None
+    v = getattr(a, kind)
+    return getattr(v, "name", None) if kind in ("as_tensor", "as_custom_obj") else getattr(v, "as_name", None)
 
 
-def _spec_name(s: Any) -> str | None:
-    """The graph value a signature spec refers to (None for constants)."""
-    v = s.value
-    if s.kind == "constant_input":
+def _spec_name(s: Any, kind: str) -> str | None:
+    """The graph value a signature spec (whose union member is ``kind``) refers to (None for constants)."""
+    v = getattr(s, kind)
+    if kind == "constant_input":
         return v.name
     arg = v.arg
     if isinstance(arg, schema.Argument):
@@ -526,13 +528,14 @@ def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
         raise InconsistentProgramError(
             f"signature.input_specs: {len(sig.input_specs)} specs for {len(g.inputs)} graph inputs; {_FIX}")
     for i, (a, s) in enumerate(zip(g.inputs, sig.input_specs, strict=True)):
-        name, spec = _arg_name(a), _spec_name(s)
-        if (s.kind == "constant_input") != (name is None):
+        kind = s.kind
+        name, spec = _arg_name(a), _spec_name(s, kind)
+        if (kind == "constant_input") != (name is None):
             # The writer stores a constant input as its value in the graph, and only it.
             raise InconsistentProgramError(
-                f"signature.input_specs[{i}]: a {s.kind} spec for graph.inputs[{i}] ({a.kind}); constant "
+                f"signature.input_specs[{i}]: a {kind} spec for graph.inputs[{i}] ({a.kind}); constant "
                 f"inputs, and only they, are stored as values; {_FIX}")
-        if s.kind == "constant_input":
+        if kind == "constant_input":
             continue
         if name != spec:
             raise InconsistentProgramError(
@@ -542,7 +545,7 @@ def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
         raise InconsistentProgramError(
             f"signature.output_specs: {len(sig.output_specs)} specs for {len(g.outputs)} graph outputs; {_FIX}")
     for i, (a, s) in enumerate(zip(g.outputs, sig.output_specs, strict=True)):
-        name, spec = _arg_name(a), _spec_name(s)
+        name, spec = _arg_name(a), _spec_name(s, s.kind)
         if name != spec:
             raise InconsistentProgramError(
                 f"signature.output_specs[{i}]: describes {spec!r} but graph.outputs[{i}] is "

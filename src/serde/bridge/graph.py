@@ -529,8 +529,10 @@ class GraphReader:
 
         return CustomObjArgument(name=name, class_fqn=m.class_fqn)
 
-    def _output_name(self, a: schema.Argument, where: str) -> str:
-        k = a.kind
+    def _output_name(self, a: schema.Argument, where: str, k: str | None = None) -> str:
+        """The name of output ``a`` (whose union member is ``k``, when the caller knows it)."""
+        if k is None:
+            k = a.kind
         v = getattr(a, k)
         if k in ("as_tensor", "as_custom_obj"):
             return v.name
@@ -559,7 +561,7 @@ class GraphReader:
         where = f"{self.where}.inputs[{i}]"
         k = inp.kind
         if k in ("as_tensor", "as_sym_int", "as_sym_bool", "as_sym_float", "as_custom_obj"):
-            name = self._output_name(inp, where)
+            name = self._output_name(inp, where, k)
             node = self.graph.placeholder(name)
             self._define(name, node, where)
             node.meta["val"] = self._meta(name, k, where)
@@ -641,13 +643,14 @@ class GraphReader:
         elif single:
             if len(outs) != 1:
                 raise MalformedArtifactError(f"{where}: {sn.target} returns one value, {len(outs)} stored")
-            if outs[0].kind == "as_none" and is_op:  # an optional return (``Tensor?``) that was None
+            k = outs[0].kind
+            if k == "as_none" and is_op:  # an optional return (``Tensor?``) that was None
                 self._define(sn.name, fx_node, where)
                 fx_node.meta["val"] = None
                 return
-            name = self._output_name(outs[0], f"{where}.outputs[0]")
+            name = self._output_name(outs[0], f"{where}.outputs[0]", k)
             self._define(name, fx_node, where)
-            fx_node.meta["val"] = self._meta(name, outs[0].kind, f"{where}.outputs[0]")
+            fx_node.meta["val"] = self._meta(name, k, f"{where}.outputs[0]")
         elif list_return:
             self._define(sn.name, fx_node, where)
             fx_node.meta["val"] = self._unpack(fx_node, outs[0], meta, refs, f"{where}.outputs[0]")
@@ -659,17 +662,18 @@ class GraphReader:
 
     def _element(self, fx_node: torch.fx.Node, i: int, o: schema.Argument, meta: dict, refs: set[str],
                  where: str) -> Any:
-        if o.kind == "as_none":
+        k = o.kind
+        if k == "as_none":
             return None
-        if o.kind == "as_tensors":
+        if k == "as_tensors":
             # A list-typed element of a tuple return: unpack it through its own getitem.
             holder = self.graph.create_node("call_function", operator.getitem, (fx_node, i))
             holder.meta.update(meta)
             val = self._unpack(holder, o, meta, refs, where)
             holder.meta["val"] = val
             return val
-        name = self._output_name(o, where)
-        val = self._meta(name, o.kind, where)
+        name = self._output_name(o, where, k)
+        val = self._meta(name, k, where)
         if name in refs:
             g = self.graph.create_node("call_function", operator.getitem, (fx_node, i), name=name)
             self._define(name, g, where)

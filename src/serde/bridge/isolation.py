@@ -13,15 +13,26 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
+import torch._guards
+from torch._ops import _len_torch_dispatch_stack_pre_dispatch
+from torch.utils._python_dispatch import _disable_current_modes
+
 __all__ = ["outside_ambient_modes"]
 
 
 @contextlib.contextmanager
 def outside_ambient_modes() -> Iterator[None]:
-    import torch
-    import torch._guards
-    from torch.utils._python_dispatch import _disable_current_modes
-
+    # The torch-function and inference-mode guards are C objects, cheap to enter, and always
+    # entered. Setting the dispatch modes and the tracing context aside goes through Python
+    # context managers (with imports inside) that cost a load tens of microseconds, and does
+    # nothing when both dispatch mode stacks are empty and no tracing context is set: then
+    # they are skipped.
+    if (torch._C._len_torch_dispatch_stack() == 0 and _len_torch_dispatch_stack_pre_dispatch() == 0
+            and torch._guards.TracingContext.try_get() is None):
+        with torch._C.DisableTorchFunction(), torch._C._InferenceMode(False):
+            yield
+        return
     with (_disable_current_modes(), torch._C.DisableTorchFunction(), torch._guards.tracing(None),
-          torch.inference_mode(False)):
+          torch._C._InferenceMode(False)):
         yield

@@ -135,16 +135,22 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     return ep
 
 
-# The module-level function ExportedProgram.__init__ builds its graph module with (torch 2.13).
-# Checked once, at import: with a torch that builds it otherwise, programs are built as torch does.
+# The module-level functions ExportedProgram.__init__ builds its graph module and computes its
+# guard code with (torch 2.13). Checked once, at import: with a torch that calls them otherwise,
+# programs are built as torch does.
 _GM_FACTORY = "_create_graph_module_for_export"
+_GUARDS_FN = "_convert_guards_to_code"
+_INIT_NAMES = getattr(getattr(ExportedProgram.__init__, "__code__", None), "co_names", ())
 _LAZY_PROGRAMS = (LAZY_CODEGEN and callable(getattr(torch_exported_program, _GM_FACTORY, None))
-                  and _GM_FACTORY in getattr(getattr(ExportedProgram.__init__, "__code__", None), "co_names", ()))
+                  and _GM_FACTORY in _INIT_NAMES)
+_SKIP_INIT_GUARDS = (_LAZY_PROGRAMS and callable(getattr(torch_exported_program, _GUARDS_FN, None))
+                     and _GUARDS_FN in _INIT_NAMES)
 _LAZY_LOCK = threading.RLock()  # re-entrant: a program built while building one must not deadlock
 
 
 def _new_exported_program(**kwargs: Any) -> ExportedProgram:
-    """``ExportedProgram(**kwargs)`` whose graph module generates its Python code on first use.
+    """``ExportedProgram(**kwargs)`` whose graph module generates its Python code on first use; its
+    ``_guards_code`` may be left empty: the caller sets it (as deserialize_program does at once).
 
     Why the swap: ExportedProgram.__init__ builds its graph module by calling
     ``torch.fx.GraphModule(root, graph)``, which generates and compiles the forward's source at
@@ -152,25 +158,38 @@ def _new_exported_program(**kwargs: Any) -> ExportedProgram:
     next step, ``ep.module()``, builds a module of its own and generates code for that anyway.
     For the length of this call, and for this thread only, the function __init__ builds the module
     with is swapped for one that builds torch's lazy graph module; everything else __init__ does
-    (getitem elimination, verifiers, guards) runs unchanged, and other threads get torch's own.
+    (getitem elimination, verifiers) runs unchanged, and other threads get torch's own.
     What the lazy module gives up: torch's fallback for code that does not compile (custom objects
     inlined in the graph) cannot happen here, since our graphs take custom objects as inputs and
     every name in them is checked.
+
+    The guard code __init__ computes last (it finds the fake mode among every node's value and
+    prints the guards its ShapeEnv recorded) is swapped out the same way: a loaded program's
+    ShapeEnv is fresh, and its guards are the artifact's, printed and checked by
+    :func:`deserialize_guards` and assigned over whatever __init__ computed.
     """
     if not _LAZY_PROGRAMS:
         return ExportedProgram(**kwargs)
     owner = threading.get_ident()
     with _LAZY_LOCK:
         eager = getattr(torch_exported_program, _GM_FACTORY)
+        guards = getattr(torch_exported_program, _GUARDS_FN, None)
 
         def build(root: Any, graph: torch.fx.Graph) -> torch.fx.GraphModule:
             return lazy_graph_module(root, graph) if threading.get_ident() == owner else eager(root, graph)
 
+        def no_guards(gm: torch.fx.GraphModule) -> list[str]:
+            return [] if threading.get_ident() == owner else guards(gm)
+
         setattr(torch_exported_program, _GM_FACTORY, build)
+        if _SKIP_INIT_GUARDS:
+            setattr(torch_exported_program, _GUARDS_FN, no_guards)
         try:
             return ExportedProgram(**kwargs)
         finally:
             setattr(torch_exported_program, _GM_FACTORY, eager)
+            if _SKIP_INIT_GUARDS:
+                setattr(torch_exported_program, _GUARDS_FN, guards)
 
 
 def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.InputGuards | None:

@@ -68,7 +68,7 @@ def serialize_argument_spec(a: Any, where: str) -> schema.Argument:
 
 def deserialize_argument_spec(a: schema.Argument, where: str) -> Any:
     k = a.kind
-    v = a.value
+    v = getattr(a, k)
     if k == "as_tensor":
         return gs.TensorArgument(name=v.name)
     if k in ("as_sym_int", "as_sym_float", "as_sym_bool"):
@@ -136,7 +136,8 @@ def serialize_input_spec(s: gs.InputSpec, where: str) -> schema.InputSpec:
 
 
 def deserialize_input_spec(s: schema.InputSpec, where: str) -> gs.InputSpec:
-    member, v = s.kind, s.value
+    member = s.kind
+    v = getattr(s, member)
     if member == "user_input":
         return gs.InputSpec(gs.InputKind.USER_INPUT, deserialize_argument_spec(v.arg, where), None)
     if member == "constant_input":
@@ -162,7 +163,8 @@ def serialize_output_spec(s: gs.OutputSpec, where: str) -> schema.OutputSpec:
 
 
 def deserialize_output_spec(s: schema.OutputSpec, where: str) -> gs.OutputSpec:
-    member, v = s.kind, s.value
+    member = s.kind
+    v = getattr(s, member)
     if member == "user_output":
         return gs.OutputSpec(gs.OutputKind.USER_OUTPUT, deserialize_argument_spec(v.arg, where), None)
     if member == "token":

@@ -184,6 +184,43 @@ _SOLVED: dict[tuple, int | None] = {}
 _SOLVED_CAP = 1 << 12
 
 
+def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
+    """``tree_to_sympy(tree, symbol)``, remembered per process (bounded) by the tree itself.
+
+    The tree is the exact content of the stored expression (``expr_to_tree`` of a decoded Expr:
+    op names, ints, symbol names and floats as text, never a bool), so equal trees build equal
+    expressions, and every check the builder makes on the tree alone passed when it was
+    remembered. What depends on the load is asked again on every hit: each of the expression's
+    symbols goes through this load's ``symbol``, in the order the builder first met them, which
+    checks the name against the program's ranges (raising as a build would) and registers it
+    with the load's ShapeEnv. A hit is used only when ``symbol`` hands back the very symbols the
+    remembered expression holds; otherwise the expression is built again.
+    """
+    hit = _BUILT.get(tree)
+    if hit is not None:
+        expr, syms = hit
+        if all(symbol(s.name) is s for s in syms):
+            return expr
+    from serde.core.symbolic import tree_to_sympy
+
+    met: list[sympy.Symbol] = []
+
+    def record(name: str) -> sympy.Symbol:
+        sym = symbol(name)
+        met.append(sym)
+        return sym
+
+    expr = tree_to_sympy(tree, record, where=where)
+    if len(_BUILT) >= _BUILT_CAP:
+        _BUILT.clear()
+    _BUILT[tree] = (expr, tuple(met))
+    return expr
+
+
+_BUILT: dict[tuple, tuple[sympy.Basic, tuple[sympy.Symbol, ...]]] = {}
+_BUILT_CAP = 1 << 12
+
+
 class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
 
@@ -255,9 +292,7 @@ class SymbolicContext:
         """The sympy form of an expression's tuple tree, which is also its key: built once per tree."""
         out = self._exprs.get(tree)
         if out is None:
-            from serde.core.symbolic import tree_to_sympy
-
-            out = self._exprs[tree] = tree_to_sympy(tree, self.symbol, where=where)
+            out = self._exprs[tree] = _built(tree, self.symbol, where)
         return out
 
     def _hint(self, expr: sympy.Basic, hint: Any) -> Any:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from serde.archive import SHA256_RE, digest_all, payload_name, sha256_hex
-from serde.core import schema
+from serde.core import schema, wire
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 if TYPE_CHECKING:
@@ -604,11 +604,9 @@ def _deserialize_example_inputs(ex: schema.ExampleInputs, tensor: Callable[[sche
                                 ) -> tuple[tuple, dict]:
     import torch.utils._pytree as pytree
 
-    from .treespec import deserialize_treespec
-
-    spec = deserialize_treespec(ex.spec, "weights.example_inputs.spec")
-    leaves = [_DESERIALIZE_LEAF[leaf.kind](leaf.value, tensor, f"weights.example_inputs.leaves[{i}]")
-              for i, leaf in enumerate(ex.leaves)]
+    spec = _example_spec(ex.spec)
+    leaves = [_DESERIALIZE_LEAF[k](getattr(leaf, k), tensor, f"weights.example_inputs.leaves[{i}]")
+              for i, leaf in enumerate(ex.leaves) for k in (leaf.kind,)]
     if spec.num_leaves != len(leaves):
         raise MalformedArtifactError(f"weights.example_inputs: the spec has {spec.num_leaves} leaves but "
                                      f"{len(leaves)} are stored; {_FIX}")
@@ -616,6 +614,34 @@ def _deserialize_example_inputs(ex: schema.ExampleInputs, tensor: Callable[[sche
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], tuple) and isinstance(out[1], dict)):
         raise MalformedArtifactError(f"weights.example_inputs: the spec does not describe (args, kwargs); {_FIX}")
     return out
+
+
+def _example_spec(s: schema.TreeSpec) -> Any:
+    """``deserialize_treespec`` of the example inputs' spec, remembered per process (bounded) by
+    the exact encoding of the stored spec when it holds only tuples, lists, dicts, None and
+    leaves: building those depends on nothing but the stored content (no registered pytree
+    type, which a process may register or drop), and the spec only unflattens this load's leaves
+    (no program keeps it). Other specs are built on every load."""
+    from .treespec import deserialize_treespec
+
+    key = wire.encode(s)
+    spec = _EXAMPLE_SPECS.get(key)
+    if spec is None:
+        spec = deserialize_treespec(s, "weights.example_inputs.spec")
+        if _builtin_only(spec):
+            if len(_EXAMPLE_SPECS) >= _EXAMPLE_SPECS_CAP:
+                _EXAMPLE_SPECS.clear()
+            _EXAMPLE_SPECS[key] = spec
+    return spec
+
+
+def _builtin_only(spec: Any) -> bool:
+    return (spec.is_leaf() or spec.type in _BUILTIN_CONTAINERS) and all(_builtin_only(c) for c in spec.children())
+
+
+_BUILTIN_CONTAINERS = (tuple, list, dict, type(None))
+_EXAMPLE_SPECS: dict[bytes, Any] = {}
+_EXAMPLE_SPECS_CAP = 1 << 8
 
 
 _DESERIALIZE_LEAF: dict[str, Callable[[Any, Callable, str], Any]] = {

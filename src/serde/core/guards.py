@@ -23,7 +23,7 @@ from typing import Any
 
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
-from . import schema
+from . import schema, wire
 from .exprs import expr_symbols
 from .symbolic import MAX_EXPR_DEPTH
 
@@ -111,6 +111,10 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
         MalformedArtifactError: any other inconsistency (unknown symbol, bad dim, an Expr member
             guards never use, too deep, ...).
     """
+    key = wire.encode(g)
+    done = _PRINTED.get(key)
+    if done is not None:
+        return list(done)
     out = []
     for w, text in _printed_checks(g, where):
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
@@ -120,7 +124,17 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
                 _REVALIDATED.clear()
             _REVALIDATED.add(text)
         out.append(text)
+    if len(_PRINTED) >= _PRINTED_CAP:
+        _PRINTED.clear()
+    _PRINTED[key] = tuple(out)
     return out
+
+
+# Printed and re-validated guard sets, shared by every load in the process, keyed by the exact
+# encoding of the stored guards (equal bytes: equal sources and checks, so the same text and the
+# same verdict; a set that fails is never remembered). A program's guards recur with each load of it.
+_PRINTED: dict[bytes, tuple[str, ...]] = {}
+_PRINTED_CAP = 1 << 10
 
 
 def _printed_checks(g: schema.InputGuards, where: str) -> Iterator[tuple[str, str]]:

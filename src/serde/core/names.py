@@ -183,6 +183,7 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         check_text(gm.custom, "graph_module.custom", limits)
     _check_signature(gm.signature, limits)
     _check_list(gm.module_call_graph, "module_call_graph", limits)
+    known = _Known()  # the module call graph's arguments repeat the graph's value names
     for i, e in enumerate(gm.module_call_graph):
         where = f"module_call_graph[{i}]"
         check_fqn(e.fqn, f"{where}.fqn", limits, root=True, call_index=True)
@@ -192,7 +193,8 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
             _check_list(args, f"{where}.signature.{part}", limits)
             for j, a in enumerate(args):
-                _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
+                if not _argument_ok(a, limits, known):
+                    _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
         if s.forward_arg_names is not None:
             _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
@@ -206,17 +208,21 @@ def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> No
 
     Every stored tensor's rank and element count is bounded too (example inputs included).
     """
+    # Each entry is first checked by the fast predicates (no field path built); only one they do
+    # not accept goes through the detailed checks, which raise naming the field.
     for table, entries in (("state_dict", w.state_dict), ("constants", w.constants)):
         for name, t in entries.items():
+            if name != "" and _fqn_ok(name, limits) and _shape_ok(t.sizes, t.strides, limits):
+                continue
             where = f"weights.{table}[{_show(name)}]"
             check_fqn(name, where, limits)
             _check_shape(t.sizes, t.strides, f"{where}", limits)
     if w.example_inputs is not None:
         _check_list(w.example_inputs.leaves, "weights.example_inputs.leaves", limits)
         for i, leaf in enumerate(w.example_inputs.leaves):
-            if leaf.as_tensor is not None:
-                _check_shape(leaf.as_tensor.sizes, leaf.as_tensor.strides, f"weights.example_inputs.leaves[{i}]",
-                             limits)
+            t = leaf.as_tensor
+            if t is not None and not _shape_ok(t.sizes, t.strides, limits):
+                _check_shape(t.sizes, t.strides, f"weights.example_inputs.leaves[{i}]", limits)
 
 
 # ---------------------------------------------------------------- helpers
@@ -347,9 +353,11 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
             _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
         shapes_ok[id(meta)] = meta
     for i, a in enumerate(g.inputs):
-        _check_argument_names(a, f"{where}.inputs[{i}]", limits)
+        if not _argument_ok(a, limits, known):
+            _check_argument_names(a, f"{where}.inputs[{i}]", limits)
     for i, a in enumerate(g.outputs):
-        _check_argument_names(a, f"{where}.outputs[{i}]", limits)
+        if not _argument_ok(a, limits, known):
+            _check_argument_names(a, f"{where}.outputs[{i}]", limits)
     for i, n in enumerate(g.nodes):
         if _node_ok(n, limits, known):
             continue
@@ -566,27 +574,32 @@ _OUTPUT_LOCALS = {"gradient_to_user_input": "user_input_name", "user_input_mutat
 
 
 def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
+    known = _Known()
     _check_list(sig.input_specs, "signature.input_specs", limits)
     _check_list(sig.output_specs, "signature.output_specs", limits)
     for i, s in enumerate(sig.input_specs):
-        where = f"signature.input_specs[{i}].{s.kind}"
-        v = s.value
-        if s.kind in _INPUT_FQNS:
-            check_fqn(getattr(v, _INPUT_FQNS[s.kind]), f"{where}.{_INPUT_FQNS[s.kind]}", limits)
-        if s.kind == "constant_input":
+        kind = s.kind  # asked once: each ask walks the union's members
+        where = f"signature.input_specs[{i}].{kind}"
+        v = getattr(s, kind)
+        if kind in _INPUT_FQNS:
+            check_fqn(getattr(v, _INPUT_FQNS[kind]), f"{where}.{_INPUT_FQNS[kind]}", limits)
+        if kind == "constant_input":
             check_local_name(v.name, f"{where}.name", limits)
-        elif s.kind == "user_input":
-            _check_argument_names(v.arg, f"{where}.arg", limits)
+        elif kind == "user_input":
+            if not _argument_ok(v.arg, limits, known):
+                _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
     for i, s in enumerate(sig.output_specs):
-        where = f"signature.output_specs[{i}].{s.kind}"
-        v = s.value
-        if s.kind in _OUTPUT_FQNS:
-            check_fqn(getattr(v, _OUTPUT_FQNS[s.kind]), f"{where}.{_OUTPUT_FQNS[s.kind]}", limits)
-        if s.kind in _OUTPUT_LOCALS:
-            check_local_name(getattr(v, _OUTPUT_LOCALS[s.kind]), f"{where}.{_OUTPUT_LOCALS[s.kind]}", limits)
-        if s.kind == "user_output":
-            _check_argument_names(v.arg, f"{where}.arg", limits)
+        kind = s.kind
+        where = f"signature.output_specs[{i}].{kind}"
+        v = getattr(s, kind)
+        if kind in _OUTPUT_FQNS:
+            check_fqn(getattr(v, _OUTPUT_FQNS[kind]), f"{where}.{_OUTPUT_FQNS[kind]}", limits)
+        if kind in _OUTPUT_LOCALS:
+            check_local_name(getattr(v, _OUTPUT_LOCALS[kind]), f"{where}.{_OUTPUT_LOCALS[kind]}", limits)
+        if kind == "user_output":
+            if not _argument_ok(v.arg, limits, known):
+                _check_argument_names(v.arg, f"{where}.arg", limits)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
