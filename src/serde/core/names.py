@@ -193,8 +193,7 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
             _check_list(args, f"{where}.signature.{part}", limits)
             for j, a in enumerate(args):
-                if not _argument_ok(a, limits, known):
-                    _check_argument_names(a, f"{where}.signature.{part}[{j}]", limits)
+                _check_argument(a, f"{where}.signature.{part}[{j}]", limits, known)
         if s.forward_arg_names is not None:
             _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
@@ -308,6 +307,13 @@ def _check_list(items: Iterable, where: str, limits: Limits) -> None:
     check_limit(len(items), limits, "max_list_len", where, "the list length", ListTooLongError)  # type: ignore[arg-type]
 
 
+def _check_argument(a: schema.Argument, where: str, limits: Limits, known: _Known) -> None:
+    """The fast predicate first (names that passed already are not checked again); the detailed
+    checks, which raise naming the field, only for an argument it does not accept."""
+    if not _argument_ok(a, limits, known):
+        _check_argument_names(a, where, limits)
+
+
 def _check_argument_names(a: schema.Argument, where: str, limits: Limits) -> None:
     for k in ("as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints", "as_sym_bools",
               "as_sym_floats", "as_optional_tensors", "as_nested_tensors", "as_int_lists", "as_float_lists",
@@ -353,11 +359,9 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
             _check_shape(meta.sizes, meta.strides, f"{where}.tensor_values[{_show(name)}]", limits)
         shapes_ok[id(meta)] = meta
     for i, a in enumerate(g.inputs):
-        if not _argument_ok(a, limits, known):
-            _check_argument_names(a, f"{where}.inputs[{i}]", limits)
+        _check_argument(a, f"{where}.inputs[{i}]", limits, known)
     for i, a in enumerate(g.outputs):
-        if not _argument_ok(a, limits, known):
-            _check_argument_names(a, f"{where}.outputs[{i}]", limits)
+        _check_argument(a, f"{where}.outputs[{i}]", limits, known)
     for i, n in enumerate(g.nodes):
         if _node_ok(n, limits, known):
             continue
@@ -586,8 +590,7 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
         if kind == "constant_input":
             check_local_name(v.name, f"{where}.name", limits)
         elif kind == "user_input":
-            if not _argument_ok(v.arg, limits, known):
-                _check_argument_names(v.arg, f"{where}.arg", limits)
+            _check_argument(v.arg, f"{where}.arg", limits, known)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
     for i, s in enumerate(sig.output_specs):
@@ -599,7 +602,6 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
         if kind in _OUTPUT_LOCALS:
             check_local_name(getattr(v, _OUTPUT_LOCALS[kind]), f"{where}.{_OUTPUT_LOCALS[kind]}", limits)
         if kind == "user_output":
-            if not _argument_ok(v.arg, limits, known):
-                _check_argument_names(v.arg, f"{where}.arg", limits)
+            _check_argument(v.arg, f"{where}.arg", limits, known)
         else:
             check_local_name(v.arg.name, f"{where}.arg.name", limits)
