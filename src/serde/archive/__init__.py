@@ -1146,22 +1146,8 @@ def _check_name(name: str, where: str) -> None:
 
 
 def _at(where: str, name: str) -> str:
+    """``where: member 'name'``, for messages: formatted only when one is raised (most loads build none)."""
     return f"{where}: member {name!r}"
-
-
-class _MemberAt:
-    """``where: member 'name'``, formatted only when a message uses it (most loads build none)."""
-
-    __slots__ = ("where", "name")
-
-    def __init__(self, where: str, name: str) -> None:
-        self.where, self.name = where, name
-
-    def __format__(self, spec: str) -> str:
-        return format(_at(self.where, self.name), spec)
-
-    def __str__(self) -> str:
-        return _at(self.where, self.name)
 
 
 def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits: Limits,
@@ -1227,29 +1213,28 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
 def _local_data_start(buf: memoryview, rec: _Record, where: str) -> int:
     """Check the local header agrees with the central directory; return where the data starts."""
     off = rec.offset
-    at = _MemberAt(where, rec.name)
     if off + _LFH.size > len(buf) or bytes(buf[off:off + 4]) != _SIG_LFH:
-        raise CorruptZipError(f"{at}: no local header at offset {off}; {_FIX}")
+        raise CorruptZipError(f"{_at(where, rec.name)}: no local header at offset {off}; {_FIX}")
     _, _, flags, method, _, _, _, csize, usize, nlen, elen = _LFH.unpack_from(buf, off)
     name_end = off + _LFH.size + nlen
     data_start = name_end + elen
     if data_start > len(buf):
-        raise TruncatedArchiveError(f"{at}: the local header runs past the end of the file; {_FIX}")
+        raise TruncatedArchiveError(f"{_at(where, rec.name)}: the local header runs past the end of the file; {_FIX}")
     if bytes(buf[off + _LFH.size:name_end]) != rec.raw_name:
-        raise CorruptZipError(f"{at}: the local header names a different member; {_FIX}")
+        raise CorruptZipError(f"{_at(where, rec.name)}: the local header names a different member; {_FIX}")
     if _ZIP64_LIMIT in (csize, usize):
-        for bid, block in _extra_blocks(buf[name_end:data_start], at):
+        for bid, block in _extra_blocks(buf[name_end:data_start], _at(where, rec.name)):
             if bid == _ZIP64_ID and len(block) >= 16:
                 usize, csize = struct.unpack_from("<QQ", block, 0)
                 break
     if (flags, method, csize, usize) != (rec.flags, rec.method, rec.csize, rec.usize):
-        raise CorruptZipError(f"{at}: the local header disagrees with the central directory on flags, "
+        raise CorruptZipError(f"{_at(where, rec.name)}: the local header disagrees with the central directory on flags, "
                               f"method or size; {_FIX}")
     if data_start % ALIGNMENT:
-        raise CorruptZipError(f"{at}: data at offset {data_start} is not {ALIGNMENT}-byte aligned, so the "
+        raise CorruptZipError(f"{_at(where, rec.name)}: data at offset {data_start} is not {ALIGNMENT}-byte aligned, so the "
                               f"file was not written by pt2serde (or was rewritten by another zip tool); {_FIX}")
     if data_start + rec.usize > len(buf):
-        raise TruncatedArchiveError(f"{at}: declares {rec.usize} bytes but the file ends first; {_FIX}")
+        raise TruncatedArchiveError(f"{_at(where, rec.name)}: declares {rec.usize} bytes but the file ends first; {_FIX}")
     return data_start
 
 
@@ -1487,11 +1472,8 @@ def _verify_hashes(names: list[str], jobs: list[_Job], want: dict[str, _Want], w
     it (for the framing check)."""
     digests = digest_all(_digest, jobs, "verifying")
     for name, got in zip(names, digests, strict=True):
-        w = want[name]
-        if (got.sha256 is None or got.sha256 == w.sha256) and (got.xxh3 is None or got.xxh3 == w.xxh3):
-            continue  # every digest computed is the recorded one (_check_digest would pass)
         # the CRC-32 is compared by the framing check, which names the header that disagrees
-        _check_digest(name, _Want(got.sha256, got.xxh3, None), w, where)
+        _check_digest(name, _Want(got.sha256, got.xxh3, None), want[name], where)
     return {name: got.crc for name, got in zip(names, digests, strict=True) if got.crc is not None}
 
 
