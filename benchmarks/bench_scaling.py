@@ -8,14 +8,29 @@ benchmark prints time: the question is its shape, not a comparison), and the lin
 side: the time per node at the largest size divided by the time per node at the smallest. A cost
 linear in nodes gives about 1 (a little less, as fixed costs spread); a quadratic one grows with
 the size ratio.
+
+    python benchmarks/bench_scaling.py --case scaling_instructions --instructions --sizes 1000,20000
+
+With ``--instructions`` the same question is asked in machine instructions instead of time:
+each size's artifact is loaded and saved once in a child process under valgrind's callgrind,
+which counts the instructions executed inside the call and nothing else. A count is the same
+from run to run and whatever else the machine does, and it grows with the work done, not with
+cache misses: a per-node count that stays flat while the per-node time grows says the growth
+is the memory hierarchy, not an algorithm. The child saves the program it just loaded (no
+export under valgrind, which would take an hour at 20,000 nodes): the same graph, metadata and
+weights as the exported one.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from _harness import base_parser, export_chain, graph_nodes, main_guard, time_interleaved
 
@@ -54,6 +69,78 @@ def run(sizes: list[int], repeats: int) -> dict:
     }
 
 
+def run_instructions(sizes: list[int]) -> dict:
+    import serde
+
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("--instructions needs valgrind (apt-get install valgrind)")
+    per_size = []
+    with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
+        warm = os.path.join(d, "warm.pt2s")
+        serde.save(export_chain(30)[0], warm)
+        for size in sizes:
+            ep, _ = export_chain(size)
+            nodes = graph_nodes(ep)
+            path = os.path.join(d, f"chain{size}.pt2s")
+            serde.save(ep, path)
+            del ep
+            load, save = _count(path, warm, d)
+            per_size.append({"size": size, **nodes,
+                             "load_instructions_per_node": round(load / nodes["nodes"]),
+                             "save_instructions_per_node": round(save / nodes["nodes"])})
+    first, last = per_size[0], per_size[-1]
+    return {
+        "bench": "scaling_instructions",
+        "size": last["size"],
+        "nodes": last["nodes"],
+        "ops": last["ops"],
+        "sizes": per_size,
+        "save_linearity": round(last["save_instructions_per_node"] / first["save_instructions_per_node"], 3),
+        "load_linearity": round(last["load_instructions_per_node"] / first["load_instructions_per_node"], 3),
+    }
+
+
+# The child runs each measured call through sys.call_tracing, a C function nothing else calls,
+# and callgrind counts only inside it (--toggle-collect) and writes one file as each call ends
+# (--dump-after): the load's count, then the save's.
+_CHILD = """
+import io, sys, serde
+path, warm = sys.argv[1], sys.argv[2]
+serde.save(serde.load(warm), io.BytesIO())  # imports and first-call caches, not counted
+ep = sys.call_tracing(serde.load, (path,))
+sys.call_tracing(serde.save, (ep, io.BytesIO()))
+"""
+_COUNTED = "sys_call_tracing"
+
+
+def _count(path: str, warm: str, d: str) -> tuple[int, int]:
+    """Instructions of one ``serde.load(path)`` and of one ``serde.save`` of its result."""
+    out = Path(d) / "callgrind"
+    out.mkdir(exist_ok=True)
+    for f in out.iterdir():
+        f.unlink()
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--toggle-collect={_COUNTED}", f"--dump-after={_COUNTED}",
+         f"--callgrind-out-file={out}/cg.out", sys.executable, "-c", _CHILD, path, warm],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if proc.returncode != 0:
+        raise RuntimeError(f"the child under callgrind failed (exit {proc.returncode}): "
+                           + "\n".join(proc.stderr.strip().splitlines()[-10:]))
+    # cg.out.1 and cg.out.2: the dumps after the two counted calls (cg.out holds the rest, empty)
+    counts = [_total(out / f"cg.out.{k}") for k in (1, 2)]
+    if not all(counts):
+        raise RuntimeError(f"callgrind counted nothing inside {_COUNTED}: this Python's library has no "
+                           "symbol of that name (stripped?); the instruction counts need one that has")
+    return counts[0], counts[1]
+
+
+def _total(f: Path) -> int:
+    if not f.exists():
+        return 0
+    m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M)
+    return int(m.group(1)) if m else 0
+
+
 def _per_node(wall: list[float], nodes: int) -> dict[str, float]:
     return {"min": round(1e6 * min(wall) / nodes, 2), "median": round(1e6 * statistics.median(wall) / nodes, 2)}
 
@@ -66,8 +153,12 @@ def _linearity(first: dict, last: dict, first_cpu: float, last_cpu: float) -> di
 def main() -> int:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000,5000,20000", help="comma-separated op counts, smallest first")
+    p.add_argument("--instructions", action="store_true",
+                   help="count instructions under valgrind's callgrind instead of timing (ignores --repeats)")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    if a.instructions:
+        return main_guard(a.case, lambda: run_instructions(sizes))
     return main_guard(a.case, lambda: run(sizes, a.repeats))
 
 

@@ -124,6 +124,16 @@ def test_case_record_is_well_formed(request, name):
                 assert 0 < per_node["min"] <= per_node["median"] and math.isfinite(per_node["median"])
         _ratio_ok(r["save_linearity"])
         _ratio_ok(r["load_linearity"])
+    elif kind == "scaling_instructions":
+        assert [x["size"] for x in r["sizes"]] == sorted(x["size"] for x in r["sizes"])
+        for x in r["sizes"]:
+            assert x["nodes"] > x["ops"] >= x["size"]
+            # a load builds every node's fake tensor and a save writes it: far more than 1,000 each
+            assert x["save_instructions_per_node"] > 1000 and x["load_instructions_per_node"] > 1000
+        for side in ("save", "load"):
+            first, last = r["sizes"][0], r["sizes"][-1]
+            assert r[f"{side}_linearity"] == round(last[f"{side}_instructions_per_node"]
+                                                   / first[f"{side}_instructions_per_node"], 3)
     elif kind == "native_cpp":
         for key in ("cpp_vs_eager", "cpp_arena_vs_eager", "cpp_vs_python_runtime"):
             _ratio_ok(r[key])
