@@ -11,8 +11,12 @@ import argparse
 import gc
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -27,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 __all__ = [
     "Timing", "time_interleaved", "ratio", "emit", "main_guard", "base_parser",
     "chain_length_for", "export_chain", "export_transformer", "export_wide", "export_zoo", "ZOO_PROGRAMS",
-    "graph_nodes", "calibrate",
+    "graph_nodes", "calibrate", "callgrind_counts",
 ]
 
 # torch warns about a missing numpy on import; the JSON line must be the only thing on stdout
@@ -122,6 +126,44 @@ def _loadavg() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # not on every platform
         return None
+
+
+# ---------------------------------------------------------------- instruction counts
+
+# A child counted by callgrind runs each measured call through sys.call_tracing, a C function
+# nothing else calls: callgrind counts only inside it (--toggle-collect) and writes one file as
+# each such call ends (--dump-after).
+_COUNTED = "sys_call_tracing"
+
+
+def callgrind_counts(code: str, args: list[str], calls: int) -> list[int]:
+    """Machine instructions of each of the ``calls`` calls that ``python -c code *args`` makes
+    through ``sys.call_tracing``, counted by valgrind's callgrind (imports and anything else the
+    child does are not counted). The same child gives the same counts from run to run, whatever
+    else the machine does, and cache misses do not change them."""
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("instruction counts need valgrind (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="pt2serde-callgrind-") as d:
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--toggle-collect={_COUNTED}", f"--dump-after={_COUNTED}",
+             f"--callgrind-out-file={d}/cg.out", sys.executable, "-c", code, *args],
+            capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"the child under callgrind failed (exit {proc.returncode}): "
+                               + "\n".join(proc.stderr.strip().splitlines()[-10:]))
+        # cg.out.1 ... cg.out.<calls>: the dumps after the counted calls (cg.out holds the rest)
+        counts = [_callgrind_total(Path(d) / f"cg.out.{k}") for k in range(1, calls + 1)]
+    if not all(counts):
+        raise RuntimeError(f"callgrind counted nothing inside {_COUNTED}: this Python's library has no "
+                           "symbol of that name (stripped?); the instruction counts need one that has")
+    return counts
+
+
+def _callgrind_total(f: Path) -> int:
+    if not f.exists():
+        return 0
+    m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M)
+    return int(m.group(1)) if m else 0
 
 
 # ---------------------------------------------------------------- models

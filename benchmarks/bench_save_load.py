@@ -31,6 +31,18 @@ measures of the load itself:
 - ``save_mem_speedup``: both saves into an ``io.BytesIO``: each library's own work, with no disk.
   ``save_speedup`` saves to a file, where ``serde.save`` is durable (fsync of the file and of its
   directory) and ``torch.export.save`` is not.
+
+    python benchmarks/bench_save_load.py --case floor_instructions --instructions --models mutation,sym_ops
+
+With ``--instructions`` the load and the floor of each small program are counted in machine
+instructions instead of timed: one child process under valgrind's callgrind calls each a few
+times uncounted (the timed case's samples are many back-to-back calls) and once counted. A count does not depend on what else
+the machine does or on cache misses, so the gap between the time ratio and the instruction ratio
+is what cold caches cost a program this small. The child builds the floor from the program
+``serde.load`` gives back (exporting under valgrind would take many minutes; the timed case checks
+that this program computes what the exported one does): the same graph, values, signature and
+weights. torch's own load is not counted: in a fresh process it refuses some of these programs
+(``mutation``: "fake mode from fake tensor input 0 doesn't match mode from fake tensor input 7").
 """
 
 from __future__ import annotations
@@ -39,11 +51,13 @@ import io
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 from _harness import (
     ZOO_PROGRAMS,
     base_parser,
     calibrate,
+    callgrind_counts,
     export_chain,
     export_transformer,
     export_wide,
@@ -255,6 +269,50 @@ def _copy_graph(gm, values: _FreshValues | None):
     return root, graph
 
 
+def run_instructions(models: list[str]) -> dict:
+    import serde
+
+    per_model = {}
+    with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
+        paths = []
+        for model in models:
+            ep, _ = export_zoo(model)
+            paths.append(os.path.join(d, f"{model}.pt2s"))
+            serde.save(ep, paths[-1])
+            per_model[model] = graph_nodes(ep)
+        counts = callgrind_counts(_FLOOR_CHILD, [str(Path(__file__).resolve().parent), *paths], 2 * len(models))
+    for k, model in enumerate(models):
+        serde_n, floor_n = counts[2 * k:2 * k + 2]
+        per_model[model].update(load_instructions=serde_n, floor_instructions=floor_n,
+                                load_vs_floor=round(serde_n / floor_n, 3))
+    return {
+        "bench": "floor_instructions",
+        "nodes": sum(m["nodes"] for m in per_model.values()),
+        "ops": sum(m["ops"] for m in per_model.values()),
+        "programs": per_model,
+    }
+
+
+# Per program: the calls the timed case makes, a few times to warm up (imports, first-call caches
+# and the per-process memos a repeated load hits), then once each through sys.call_tracing, counted.
+_FLOOR_CHILD = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import serde
+from bench_save_load import build_floor
+for path in sys.argv[2:]:
+    ep = serde.load(path)
+    for _ in range(3):  # the steady state of the timed case's back-to-back calls
+        serde.load(path), build_floor(ep)
+    # a full collection first, as before each timed sample: otherwise whether a counted call
+    # happens to run an older generation's collection depends on what ran before it
+    gc.collect()
+    sys.call_tracing(serde.load, (path,))
+    gc.collect()
+    sys.call_tracing(build_floor, (ep,))
+"""
+
+
 def _saved(save, ep, path: str) -> str:
     save(ep, path)
     return path
@@ -262,9 +320,20 @@ def _saved(save, ep, path: str) -> str:
 
 def main() -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", choices=sorted([*_MODELS, *ZOO_PROGRAMS]), required=True)
+    p.add_argument("--model", choices=sorted([*_MODELS, *ZOO_PROGRAMS]))
     p.add_argument("--size", type=int, default=0, help="ops (chain), blocks (transformer), layers (wide)")
+    p.add_argument("--instructions", action="store_true",
+                   help="count instructions of load, floor and torch's load under valgrind (ignores --repeats)")
+    p.add_argument("--models", help="with --instructions: comma-separated small programs")
     a = p.parse_args()
+    if a.instructions:
+        models = (a.models or "").split(",")
+        unknown = [m for m in models if m not in ZOO_PROGRAMS]
+        if unknown:
+            p.error(f"--models: {unknown} are not small programs; choose among {sorted(ZOO_PROGRAMS)}")
+        return main_guard(a.case, lambda: run_instructions(models))
+    if a.model is None:
+        p.error("--model is required (or --instructions --models ...)")
     return main_guard(a.case, lambda: run(a.model, a.size, a.repeats))
 
 

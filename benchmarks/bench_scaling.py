@@ -24,15 +24,11 @@ weights as the exported one.
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-from _harness import base_parser, export_chain, graph_nodes, main_guard, time_interleaved
+from _harness import base_parser, callgrind_counts, export_chain, graph_nodes, main_guard, time_interleaved
 
 
 def run(sizes: list[int], repeats: int) -> dict:
@@ -72,8 +68,6 @@ def run(sizes: list[int], repeats: int) -> dict:
 def run_instructions(sizes: list[int]) -> dict:
     import serde
 
-    if shutil.which("valgrind") is None:
-        raise RuntimeError("--instructions needs valgrind (apt-get install valgrind)")
     per_size = []
     with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
         warm = os.path.join(d, "warm.pt2s")
@@ -84,7 +78,8 @@ def run_instructions(sizes: list[int]) -> dict:
             path = os.path.join(d, f"chain{size}.pt2s")
             serde.save(ep, path)
             del ep
-            load, save = _count(path, warm, d)
+            # one load of the artifact, then one save of the program it gave
+            load, save = callgrind_counts(_CHILD, [path, warm], 2)
             per_size.append({"size": size, **nodes,
                              "load_instructions_per_node": round(load / nodes["nodes"]),
                              "save_instructions_per_node": round(save / nodes["nodes"])})
@@ -100,45 +95,15 @@ def run_instructions(sizes: list[int]) -> dict:
     }
 
 
-# The child runs each measured call through sys.call_tracing, a C function nothing else calls,
-# and callgrind counts only inside it (--toggle-collect) and writes one file as each call ends
-# (--dump-after): the load's count, then the save's.
 _CHILD = """
-import io, sys, serde
+import gc, io, sys, serde
 path, warm = sys.argv[1], sys.argv[2]
 serde.save(serde.load(warm), io.BytesIO())  # imports and first-call caches, not counted
+gc.collect()  # as before each timed sample: no older generation's collection left pending
 ep = sys.call_tracing(serde.load, (path,))
+gc.collect()
 sys.call_tracing(serde.save, (ep, io.BytesIO()))
 """
-_COUNTED = "sys_call_tracing"
-
-
-def _count(path: str, warm: str, d: str) -> tuple[int, int]:
-    """Instructions of one ``serde.load(path)`` and of one ``serde.save`` of its result."""
-    out = Path(d) / "callgrind"
-    out.mkdir(exist_ok=True)
-    for f in out.iterdir():
-        f.unlink()
-    proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--toggle-collect={_COUNTED}", f"--dump-after={_COUNTED}",
-         f"--callgrind-out-file={out}/cg.out", sys.executable, "-c", _CHILD, path, warm],
-        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if proc.returncode != 0:
-        raise RuntimeError(f"the child under callgrind failed (exit {proc.returncode}): "
-                           + "\n".join(proc.stderr.strip().splitlines()[-10:]))
-    # cg.out.1 and cg.out.2: the dumps after the two counted calls (cg.out holds the rest, empty)
-    counts = [_total(out / f"cg.out.{k}") for k in (1, 2)]
-    if not all(counts):
-        raise RuntimeError(f"callgrind counted nothing inside {_COUNTED}: this Python's library has no "
-                           "symbol of that name (stripped?); the instruction counts need one that has")
-    return counts[0], counts[1]
-
-
-def _total(f: Path) -> int:
-    if not f.exists():
-        return 0
-    m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M)
-    return int(m.group(1)) if m else 0
 
 
 def _per_node(wall: list[float], nodes: int) -> dict[str, float]:
