@@ -39,10 +39,10 @@ instructions instead of timed: one child process under valgrind's callgrind call
 times uncounted (the timed case's samples are many back-to-back calls) and once counted. A count does not depend on what else
 the machine does or on cache misses, so the gap between the time ratio and the instruction ratio
 is what cold caches cost a program this small. The child builds the floor from the program
-``serde.load`` gives back (exporting under valgrind would take many minutes; the timed case checks
-that this program computes what the exported one does): the same graph, values, signature and
-weights. torch's own load is not counted: in a fresh process it refuses some of these programs
-(``mutation``: "fake mode from fake tensor input 0 doesn't match mode from fake tensor input 7").
+``serde.load`` gives back: exporting under valgrind would take many minutes, and the floor of the
+program ``torch.export.load`` gives back fails torch's own check for ``mutation`` (its verifier
+finds fake tensors of two fake modes). The timed case checks that the loaded program computes
+what the exported one does: the same graph, values, signature and weights.
 """
 
 from __future__ import annotations
