@@ -51,18 +51,11 @@ def run(sizes: list[int], repeats: int) -> dict:
                              "save_cpu_us_per_node": round(1e6 * min(t.cpu) / nodes["nodes"], 2),
                              "load_cpu_us_per_node": round(1e6 * min(t_load.cpu) / nodes["nodes"], 2)})
     first, last = per_size[0], per_size[-1]
-    return {
-        "bench": "scaling",
-        "size": last["size"],
-        "nodes": last["nodes"],
-        "ops": last["ops"],
-        "repeats": repeats,
-        "sizes": per_size,
-        "save_linearity": _linearity(first["save_us_per_node"], last["save_us_per_node"],
-                                     first["save_cpu_us_per_node"], last["save_cpu_us_per_node"]),
-        "load_linearity": _linearity(first["load_us_per_node"], last["load_us_per_node"],
-                                     first["load_cpu_us_per_node"], last["load_cpu_us_per_node"]),
-    }
+    return _record("scaling", per_size, repeats=repeats,
+                   save_linearity=_linearity(first["save_us_per_node"], last["save_us_per_node"],
+                                             first["save_cpu_us_per_node"], last["save_cpu_us_per_node"]),
+                   load_linearity=_linearity(first["load_us_per_node"], last["load_us_per_node"],
+                                             first["load_cpu_us_per_node"], last["load_cpu_us_per_node"]))
 
 
 def run_instructions(sizes: list[int]) -> dict:
@@ -84,15 +77,16 @@ def run_instructions(sizes: list[int]) -> dict:
                              "load_instructions_per_node": round(load / nodes["nodes"]),
                              "save_instructions_per_node": round(save / nodes["nodes"])})
     first, last = per_size[0], per_size[-1]
-    return {
-        "bench": "scaling_instructions",
-        "size": last["size"],
-        "nodes": last["nodes"],
-        "ops": last["ops"],
-        "sizes": per_size,
-        "save_linearity": round(last["save_instructions_per_node"] / first["save_instructions_per_node"], 3),
-        "load_linearity": round(last["load_instructions_per_node"] / first["load_instructions_per_node"], 3),
-    }
+    return _record("scaling_instructions", per_size,
+                   save_linearity=round(last["save_instructions_per_node"] / first["save_instructions_per_node"], 3),
+                   load_linearity=round(last["load_instructions_per_node"] / first["load_instructions_per_node"], 3))
+
+
+def _record(bench: str, per_size: list[dict], **fields) -> dict:
+    """The JSON record of a scaling case: its sizes, with the largest as the case's size."""
+    last = per_size[-1]
+    return {"bench": bench, "size": last["size"], "nodes": last["nodes"], "ops": last["ops"], "sizes": per_size,
+            **fields}
 
 
 _CHILD = """
