@@ -99,17 +99,11 @@ class GraphIndex:
                 a = na.arg
                 t = a.as_tensor  # the common case, without the walk
                 if t is not None:
-                    name = t.name
-                    p = producer.get(name)
-                    if p is None:
-                        self._check_ref(name, f"{where}.nodes[{i}].inputs[{j}]")
-                    refs.append(name)
-                    if p >= 0:  # type: ignore[operator]  # (_check_ref raised for None)
-                        preds.append(p)
-                    continue
-                names = other_names.get(id(a))
-                if names is None:
-                    names = other_names[id(a)] = tuple(argument_names(a))
+                    names: Any = (t.name,)
+                else:
+                    names = other_names.get(id(a))
+                    if names is None:
+                        names = other_names[id(a)] = tuple(argument_names(a))
                 for name in names:
                     p = producer.get(name)
                     if p is None:
