@@ -19,6 +19,7 @@ import serde
 from serde.archive.artifact import read_artifact
 from serde.core import schema
 from serde.core.guards import canonical_guards, guards_from_code, guards_to_code
+from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from serde.testing import ProgramMismatch, assert_programs_equal
 from tests import _guard_programs as gp
@@ -162,7 +163,8 @@ def _print_with_smuggled_exec(monkeypatch) -> None:
         return f"({text} and exec(1))" if depth == 0 else text
 
     monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
-    monkeypatch.setattr(guards_module, "_PRINTED", {})  # forget remembered printouts: print them again
+    # forget remembered printouts: print them again
+    monkeypatch.setattr(guards_module, "_PRINTED", Memo(guards_module._PRINTED.cap))
 
 
 def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:

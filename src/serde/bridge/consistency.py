@@ -25,6 +25,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from serde.core import schema
+from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError
 
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
@@ -163,14 +164,11 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         at = f"{where}.inputs[{bad}]" if bad is not None else where
         raise InconsistentProgramError(f"{at}: the arguments do not fit {node.target}: {msg}; {_FIX}") from None
     if key is not None:
-        if len(_ACCEPTED) >= _ACCEPTED_CAP:
-            _ACCEPTED.clear()
-        _ACCEPTED.add(key)
+        _ACCEPTED.remember(key)
 
 
 # Call shapes (_call_key) the dispatcher's matcher accepted, shared by every load in the process.
-_ACCEPTED: set[tuple] = set()
-_ACCEPTED_CAP = 1 << 14
+_ACCEPTED = Memo(1 << 14)
 _INT64 = 1 << 63
 _UNKEYED = object()  # a value whose kind does not decide the matcher's verdict: always ask it
 # Values the matcher types by their Python type alone.

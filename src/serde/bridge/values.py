@@ -21,6 +21,7 @@ from torch.utils._sympy.value_ranges import ValueRanges
 
 from serde.core import schema, symbolic
 from serde.core.exprs import expr_from_sympy, expr_text, expr_to_tree
+from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
@@ -174,14 +175,10 @@ def _solve_linear(expr: sympy.Basic, s: sympy.Symbol, value: int) -> int | None:
             val = (sympy.Integer(value) - b) / a
             if val.is_Integer:
                 out = int(val)
-    if len(_SOLVED) >= _SOLVED_CAP:
-        _SOLVED.clear()
-    _SOLVED[key] = out
-    return out
+    return _SOLVED.remember(key, out)
 
 
-_SOLVED: dict[tuple, int | None] = {}
-_SOLVED_CAP = 1 << 12
+_SOLVED = Memo(1 << 12)  # (values: int | None)
 
 
 def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
@@ -211,14 +208,11 @@ def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
         return sym
 
     expr = tree_to_sympy(tree, record, where=where)
-    if len(_BUILT) >= _BUILT_CAP:
-        _BUILT.clear()
-    _BUILT[tree] = (expr, tuple(met))
+    _BUILT.remember(tree, (expr, tuple(met)))
     return expr
 
 
-_BUILT: dict[tuple, tuple[sympy.Basic, tuple[sympy.Symbol, ...]]] = {}
-_BUILT_CAP = 1 << 12
+_BUILT = Memo(1 << 12)  # (values: the expression, its symbols in the order the builder met them)
 
 
 class SymbolicContext:

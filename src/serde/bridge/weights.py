@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from serde.archive import SHA256_RE, digest_all, payload_name, sha256_hex
 from serde.core import schema, wire
+from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 if TYPE_CHECKING:
@@ -629,9 +630,7 @@ def _example_spec(s: schema.TreeSpec) -> Any:
     if spec is None:
         spec = deserialize_treespec(s, "weights.example_inputs.spec")
         if _builtin_only(spec):
-            if len(_EXAMPLE_SPECS) >= _EXAMPLE_SPECS_CAP:
-                _EXAMPLE_SPECS.clear()
-            _EXAMPLE_SPECS[key] = spec
+            _EXAMPLE_SPECS.remember(key, spec)
     return spec
 
 
@@ -640,8 +639,7 @@ def _builtin_only(spec: Any) -> bool:
 
 
 _BUILTIN_CONTAINERS = (tuple, list, dict, type(None))
-_EXAMPLE_SPECS: dict[bytes, Any] = {}
-_EXAMPLE_SPECS_CAP = 1 << 8
+_EXAMPLE_SPECS = Memo(1 << 8)
 
 
 _DESERIALIZE_LEAF: dict[str, Callable[[Any, Callable, str], Any]] = {

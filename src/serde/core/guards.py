@@ -25,6 +25,7 @@ from serde.errors import MalformedArtifactError, UnsafeArtifactError, Unsupporte
 
 from . import schema, wire
 from .exprs import expr_symbols
+from .memo import Memo
 from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
@@ -120,21 +121,16 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
         if text not in _REVALIDATED:
             _revalidate(_Parser(w), text, w)
-            if len(_REVALIDATED) >= _REVALIDATED_CAP:
-                _REVALIDATED.clear()
-            _REVALIDATED.add(text)
+            _REVALIDATED.remember(text)
         out.append(text)
-    if len(_PRINTED) >= _PRINTED_CAP:
-        _PRINTED.clear()
-    _PRINTED[key] = tuple(out)
+    _PRINTED.remember(key, tuple(out))
     return out
 
 
 # Printed and re-validated guard sets, shared by every load in the process, keyed by the exact
 # encoding of the stored guards (equal bytes: equal sources and checks, so the same text and the
 # same verdict; a set that fails is never remembered). A program's guards recur with each load of it.
-_PRINTED: dict[bytes, tuple[str, ...]] = {}
-_PRINTED_CAP = 1 << 10
+_PRINTED = Memo(1 << 10)
 
 
 def _printed_checks(g: schema.InputGuards, where: str) -> Iterator[tuple[str, str]]:
@@ -156,8 +152,7 @@ def _revalidate(parser: _Parser, text: str, where: str) -> schema.Expr:
 # Printed guard texts that passed the allow-list, shared by every load in the process: the verdict
 # depends on the text alone (ast.parse is a third of a guard's load cost), and a program's guards
 # recur with each load of it. Keyed by the exact text, so any other text is parsed and checked.
-_REVALIDATED: set[str] = set()
-_REVALIDATED_CAP = 1 << 12
+_REVALIDATED = Memo(1 << 12)
 
 
 def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> schema.InputGuards | None:
