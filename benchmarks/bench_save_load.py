@@ -36,9 +36,9 @@ measures of the load itself:
 
 With ``--instructions`` the load and the floor of each small program are counted in machine
 instructions instead of timed: one child process under valgrind's callgrind calls each a few
-times uncounted (the timed case's samples are many back-to-back calls) and once counted. A count does not depend on what else
-the machine does or on cache misses, so the gap between the time ratio and the instruction ratio
-is what cold caches cost a program this small. The child builds the floor from the program
+times uncounted (the timed case's samples are many back-to-back calls) and once counted. A count
+does not depend on what else the machine does or on cache misses, so the gap between the time
+ratio and the instruction ratio is what cold caches cost a program this small. The child builds the floor from the program
 ``serde.load`` gives back: exporting under valgrind would take many minutes, and the floor of the
 program ``torch.export.load`` gives back fails torch's own check for ``mutation`` (its verifier
 finds fake tensors of two fake modes). The timed case checks that the loaded program computes
@@ -296,10 +296,13 @@ def run_instructions(models: list[str]) -> dict:
 # Per program: the calls the timed case makes, a few times to warm up (imports, first-call caches
 # and the per-process memos a repeated load hits), then once each through sys.call_tracing, counted.
 _FLOOR_CHILD = """
-import gc, sys
+import gc, importlib, sys
 sys.path.insert(0, sys.argv[1])
 import serde
+from _harness import ZOO_PROGRAMS
 from bench_save_load import build_floor
+for module in {m for m, _ in ZOO_PROGRAMS.values()}:  # their custom operators, registered on import
+    importlib.import_module(f"tests.{module}")
 for path in sys.argv[2:]:
     ep = serde.load(path)
     for _ in range(3):  # the steady state of the timed case's back-to-back calls
@@ -323,11 +326,13 @@ def main() -> int:
     p.add_argument("--model", choices=sorted([*_MODELS, *ZOO_PROGRAMS]))
     p.add_argument("--size", type=int, default=0, help="ops (chain), blocks (transformer), layers (wide)")
     p.add_argument("--instructions", action="store_true",
-                   help="count instructions of load, floor and torch's load under valgrind (ignores --repeats)")
+                   help="count the instructions of the load and the floor under valgrind (ignores --repeats)")
     p.add_argument("--models", help="with --instructions: comma-separated small programs")
     a = p.parse_args()
     if a.instructions:
-        models = (a.models or "").split(",")
+        if not a.models:
+            p.error("--instructions needs --models (comma-separated small programs)")
+        models = a.models.split(",")
         unknown = [m for m in models if m not in ZOO_PROGRAMS]
         if unknown:
             p.error(f"--models: {unknown} are not small programs; choose among {sorted(ZOO_PROGRAMS)}")

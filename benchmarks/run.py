@@ -85,7 +85,7 @@ CASES: list[BenchCase] = [
       for name in ("mlp", "cond", "custom_op", "mutation", "sym_ops")),
     # Goal 3 of the small programs in instructions (valgrind's callgrind): what is left of the
     # load / floor ratio without cache misses and noise. About 3 minutes.
-    BenchCase("floor_instructions", "bench_save_load.py", ("--instructions", "--models", "mlp,cond,mutation,sym_ops"),
+    BenchCase("floor_instructions", "bench_save_load.py", ("--instructions", "--models", "mlp,cond,custom_op,mutation,sym_ops"),
               ("--instructions", "--models", "mutation"), timed=False),
     # Large weights (8 x 16 MB): payload I/O and the sha256 of every byte dominate.
     BenchCase("wide_134mb", "bench_save_load.py", ("--model", "wide", "--size", "8"),
