@@ -1,5 +1,6 @@
-"""Large weights: files of 8 MB and more are read by parallel positional reads into an anonymous
-mapping, or mapped copy-on-write with ``load(..., mmap=True)``. Both must give the same program,
+"""Large weights: files of 8 MB and more are read by parallel positional reads (each member of
+1 MB or more into a heap buffer of its own, the rest into an anonymous mapping), or mapped
+copy-on-write with ``load(..., mmap=True)``. Both must give the same program,
 bit for bit, and the mapped one must never write to, or be changed by replacing, the file."""
 
 from __future__ import annotations
@@ -109,11 +110,10 @@ def test_parallel_read_reports_a_short_file(tmp_path):
     path.write_bytes(payload)
     fd = os.open(path, os.O_RDONLY)
     try:
-        buf = archive._aligned_buffer(len(payload))
-        assert archive._pread_parallel(fd, buf, 0, archive.DEFAULT_LIMITS, "x") == (len(payload), {})
+        buf, got, early, held = archive._pread_parallel(fd, len(payload), 0, archive.DEFAULT_LIMITS, "x")
+        assert (got, early, held) == (len(payload), {}, {})  # not a zip: no member is read apart
         assert bytes(buf) == payload
-        longer = archive._aligned_buffer(len(payload) + archive._READ_CHUNK)
-        got, _ = archive._pread_parallel(fd, longer, 0, archive.DEFAULT_LIMITS, "x")
+        _, got, _, _ = archive._pread_parallel(fd, len(payload) + archive._READ_CHUNK, 0, archive.DEFAULT_LIMITS, "x")
         assert got == len(payload)  # the first range that came up short decides
     finally:
         os.close(fd)
@@ -201,11 +201,54 @@ def test_big_payloads_are_hashed_while_they_are_read(wide):
     _, src = wide
     data = src.read_bytes()
     manifest = archive.read_archive(data).manifest
-    _, mapped, early = archive._read_all(src, archive.DEFAULT_LIMITS)
+    _, mapped, early, _ = archive._read_all(src, archive.DEFAULT_LIMITS)
     big = {name: span for name, span in _payload_spans(data).items() if span[1] - span[0] >= 1 << 20}
     assert not mapped and len(big) == 2
     assert early == {start: (end - start, manifest.members[name].xxh3) for name, (start, end) in big.items()}
 
+
+
+def test_big_members_of_a_read_file_have_buffers_of_their_own(wide):
+    # each payload of 1 MB or more is read into a heap buffer of its own (writable, 64-byte
+    # aligned, holding exactly the file's bytes), so a tensor keeps only its own member alive;
+    # the rest of the file stays in the one whole-file buffer
+    _, src = wide
+    data = src.read_bytes()
+    contents = archive.read_archive(src)
+    spans = _payload_spans(data)
+    big = {name for name, (start, end) in spans.items() if end - start >= 1 << 20}
+    assert len(big) == 2
+    owners = {}
+    for name in contents.names:
+        view = contents.member(name)
+        start, end = spans.get(name, (None, None))
+        if start is not None:
+            assert bytes(view) == data[start:end]
+        owners[name] = view.obj
+        if name in big:
+            assert not view.readonly
+            address = torch.frombuffer(view, dtype=torch.uint8).data_ptr()
+            assert address % archive.ALIGNMENT == 0
+    whole = owners[archive.MANIFEST]
+    assert all(owners[n] is not whole for n in big)
+    assert len({id(owners[n]) for n in big}) == 2
+    assert all(owners[n] is whole for n in contents.names if n not in big)
+
+
+@pytest.mark.parametrize("where", ["header", "first", "middle", "last", "directory"])
+def test_a_flipped_byte_in_a_big_read_file_is_caught(wide, tmp_path, where):
+    # the big members' bytes live apart from the whole-file buffer: a flip in their data, in
+    # their local header or in the directory that locates them must still fail the read
+    _, src = wide
+    data = bytearray(src.read_bytes())
+    start, end = max(_payload_spans(bytes(data)).values(), key=lambda span: span[1] - span[0])
+    at = {"header": start - 40, "first": start, "middle": (start + end) // 2, "last": end - 1,
+          "directory": len(data) - 30}[where]
+    data[at] ^= 0x01
+    bad = tmp_path / "bad.pt2s"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(archive.MalformedArtifactError):
+        serde.load(bad)
 
 def test_load_leaves_payload_crcs_to_check(wide):
     """serde.load verifies a payload by its xxh3 and its zip CRC-32 fields by their agreement

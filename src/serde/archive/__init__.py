@@ -222,9 +222,11 @@ def xxh3_hex(view: memoryview | bytes) -> str:
 
 
 class ArchiveContents:
-    """A verified archive. Members are zero-copy views into one buffer holding the whole file.
+    """A verified archive. Members are zero-copy views into one buffer holding the whole file,
+    except that a file of 8 MB or more read (not mapped) has each member of 1 MB or more in a
+    buffer of its own.
 
-    The buffer is a private, writable copy of the file when read from a path or file object (so
+    The buffers are a private, writable copy of the file when read from a path or file object (so
     ``torch.frombuffer`` can wrap payloads without copying) and read-only when given ``bytes``.
     """
 
@@ -340,7 +342,7 @@ def read_archive(
             covering every byte just as well against damage; one without is verified by its sha256.
 
     Returns:
-        ArchiveContents whose members are memoryviews over one buffer holding the whole file.
+        ArchiveContents whose members are memoryviews of the file's bytes (see ArchiveContents).
 
     Raises:
         ArtifactIOError, ForeignArtifactError (NotAnArchiveError, TorchArchiveError),
@@ -348,10 +350,10 @@ def read_archive(
         FormatVersionError.
     """
     where = _describe(src)
-    buf, mapped, early = _read_all(src, limits, mmap or lazy)
+    buf, mapped, early, held = _read_all(src, limits, mmap or lazy)
     records, cd_off = _central_directory(buf, limits, where)
     _reject_foreign(records, where)
-    views, starts = _check_members(buf, records, cd_off, limits, where)
+    views, starts = _check_members(buf, records, cd_off, limits, where, held)
     recorded = {r.name: r.crc for r in records}
     manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
     want = {}
@@ -715,30 +717,97 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform =
 # written inline is a new class (~15 us) after every garbage collection that freed the last one.
 _ONE_BYTE = ctypes.c_char * 1
 
+# A bytearray whose bytes are not zeroed first (the C API's PyByteArray_FromStringAndSize with no
+# source): every buffer below is overwritten by the file's bytes before it is read, and zeroing
+# a big one costs as much as filling it.
+_new_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_new_bytearray.restype = ctypes.py_object
+_new_bytearray.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
 
-def _aligned_buffer(n: int) -> memoryview:
+
+def _aligned_buffer(n: int, *, advise: bool = True) -> memoryview:
     """A writable n-byte buffer whose first byte is 64-byte aligned in memory, so that aligned
-    members stay aligned for torch."""
+    members stay aligned for torch. Its bytes are not zeroed: the caller fills all of them.
+
+    A big one (``advise=False``: left as the kernel maps it, for :func:`_advise_whole` to
+    decide) is an anonymous mapping whose pages cost nothing until they are written.
+    """
     if n >= _BIG_READ_BYTES:
-        # An anonymous mapping is page-aligned and needs no memset first (bytearray(n) zeroes all
-        # n bytes: 40% of a 134 MB load). Private, not the default shared (shmem) memory; backed
-        # by transparent huge pages where the kernel allows them (2 MB pages: 1/512 of the page
-        # faults, and the kernel zeroes them faster), and populated in one call instead of one
-        # fault per page as the read first writes it. Each halves the read of 134 MB.
         mm = mmap.mmap(-1, n, flags=_ANON_FLAGS)
-        # With huge pages the readers' faults are few and zero the pages on every core at once,
-        # which beats populating them up front on one.
-        advice = _MADV_POPULATE_WRITE if not _huge_pages(mm) else None
-        if advice is not None:
-            with contextlib.suppress(OSError, ValueError):  # a hint: kernels before 5.14 say EINVAL
-                mm.madvise(advice)
+        if advise:
+            _advise_whole(mm)
         return memoryview(mm)
-    raw = bytearray(n + ALIGNMENT)
-    if n == 0:
-        return memoryview(raw)[:0]
+    return _heap_buffer(n)
+
+
+def _advise_whole(mm: mmap.mmap) -> None:
+    """Prepare a mapping that a read fills entirely.
+
+    Private, not the default shared (shmem) memory; backed by transparent huge pages where the
+    kernel allows them (2 MB pages: 1/512 of the page faults, and the kernel zeroes them faster),
+    else populated in one call instead of one fault per page as the read first writes it. Each
+    halves the read of 134 MB. With huge pages the readers' faults are few and zero the pages on
+    every core at once, which beats populating them up front on one.
+    """
+    if _huge_pages(mm):
+        return
+    if _MADV_POPULATE_WRITE is not None:
+        with contextlib.suppress(OSError, ValueError):  # a hint: kernels before 5.14 say EINVAL
+            mm.madvise(_MADV_POPULATE_WRITE)
+
+
+def _heap_buffer(n: int) -> memoryview:
+    """n writable bytes from the C heap (malloc), 64-byte aligned, not zeroed.
+
+    Each big member of a read file gets one of these rather than a slice of one whole-file
+    mapping. The C heap hands memory freed by an earlier load (or by anything else) back without
+    faulting in fresh pages, as torch's own loads get theirs; a fresh mapping has every page
+    faulted and zeroed by the kernel on each load. And a member's buffer is freed with the last
+    tensor viewing it, not with the last tensor of the whole file.
+    """
+    raw = _new_bytearray(None, n + ALIGNMENT)
     addr = ctypes.addressof(_ONE_BYTE.from_buffer(raw))
     shift = (-addr) % ALIGNMENT
+    if n >= _HUGE_PAGE:
+        _advise_huge(addr + shift, n)
     return memoryview(raw)[shift:shift + n]
+
+
+def _advise_huge(addr: int, n: int) -> None:
+    """Ask for transparent huge pages for the whole huge pages inside ``addr .. addr + n`` (heap
+    memory is no ``mmap`` object, hence libc's madvise). Only the buffer's own pages are named,
+    so neighbouring allocations are not affected; the kernel ignores the advice where huge pages
+    are off."""
+    if _madvise is None:
+        return
+    lo = addr + (-addr) % _HUGE_PAGE
+    hi = (addr + n) - (addr + n) % _HUGE_PAGE
+    if hi > lo:
+        _madvise(lo, hi - lo, mmap.MADV_HUGEPAGE)
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    if sys.platform != "linux" or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _huge_page_size() -> int:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 2 << 20
+
+
+_madvise = _libc_madvise()
+_HUGE_PAGE = _huge_page_size()
 
 
 def _huge_pages(mm: mmap.mmap) -> bool:
@@ -753,15 +822,18 @@ def _huge_pages(mm: mmap.mmap) -> bool:
 
 # what _read_file hashed as it read: data offset -> (byte count, XXH3-128 hex)
 _Early = dict[int, tuple[int, str]]
+# what _read_file read into buffers of their own: data offset -> the bytes from there
+_Held = dict[int, memoryview]
 
 
-def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, bool, _Early]:
+def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memoryview, bool, _Early, _Held]:
     """The whole archive in one buffer, whether that buffer maps the file (an ``mmap.mmap``),
-    and the XXH3-128 of the spans hashed while they were read."""
+    the XXH3-128 of the spans hashed while they were read, and the spans read into buffers of
+    their own (their bytes in the whole-file buffer are left unwritten: never read them there)."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         view = _as_bytes_view(src, "read_archive")
         _check_file_size(len(view), limits, "<archive bytes>")
-        return view, False, {}
+        return view, False, {}, {}
     where = _describe(src)
     try:
         if isinstance(src, (str, os.PathLike)):
@@ -776,12 +848,12 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool, _Early]:
+def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool, _Early, _Held]:
     mapped = _map_file(f, limits, where) if use_mmap else None
     if mapped is not None:
-        return mapped, True, {}
-    buf, early = _read_file(f, limits, where)
-    return buf, False, early
+        return mapped, True, {}, {}
+    buf, early, held = _read_file(f, limits, where)
+    return buf, False, early, held
 
 
 def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
@@ -803,7 +875,7 @@ def _map_file(f: BinaryIO, limits: Limits, where: str) -> memoryview | None:
         return None
 
 
-def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Early]:
+def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Early, _Held]:
     if isinstance(f, io.TextIOBase):
         raise ArtifactIOError(f"cannot read {where}: open the file in binary mode ('rb')")
     try:
@@ -822,15 +894,16 @@ def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Ea
         data = b"".join(parts)
         buf = _aligned_buffer(len(data))
         buf[:] = data
-        return buf, {}
+        return buf, {}, {}
     _check_file_size(size, limits, where)
-    buf = _aligned_buffer(size)
     early: _Early = {}
+    held: _Held = {}
     if size >= _BIG_READ_BYTES and hasattr(os, "preadv"):
         start = f.tell()
-        got, early = _pread_parallel(f.fileno(), buf, start, limits, where)
+        buf, got, early, held = _pread_parallel(f.fileno(), size, start, limits, where)
         f.seek(start + got)
     else:
+        buf = _aligned_buffer(size)
         got = 0
         while got < size:
             n = f.readinto(buf[got:])
@@ -839,31 +912,37 @@ def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Ea
             got += n
     if got != size or f.read(1):
         raise ArtifactIOError(f"{where} changed size while being read; retry once nothing is writing to it")
-    return buf, early
+    return buf, early, held
 
 
-# Files at least this big are read into an anonymous mapping by several threads at once: the
+# Files at least this big are read by several threads at once (see _pread_parallel): the
 # kernel's page faults and copies then run on every core (134 MB: 0.13 s -> 0.07 s on 2 cores).
 _BIG_READ_BYTES = 8 << 20
 _READ_CHUNK = 8 << 20
 
 
-def _pread_parallel(fd: int, buf: memoryview, start: int, limits: Limits, where: str) -> tuple[int, _Early]:
-    """Fill ``buf`` from file offset ``start`` with positional reads on a few threads.
+def _pread_parallel(fd: int, size: int, start: int, limits: Limits,
+                    where: str) -> tuple[memoryview, int, _Early, _Held]:
+    """Read ``size`` bytes from file offset ``start`` with positional reads on a few threads.
 
-    The zip directory at the end is read first; each big member's data is then read by one task
-    that hashes every piece (XXH3-128) while it is still in cache, which spares a second pass over
-    the bytes when the manifest turns out to record that digest. Nothing read here is trusted:
-    the spans come from an unverified directory, and a hash counts only for a member whose
-    verified data start and size are the span's (see read_archive).
+    The zip directory at the end is read first; each big member's data is then read, into a
+    buffer of its own (see _heap_buffer), by one task that hashes every piece (XXH3-128) while it
+    is still in cache, which spares a second pass over the bytes when the manifest turns out to
+    record that digest. Nothing read here is trusted: the spans come from an unverified
+    directory, and a span's buffer and hash count only for a member whose verified data start
+    and size are the span's (see read_archive).
 
-    Returns the number of bytes read before the first short read (less than ``len(buf)`` when the
-    file shrank meanwhile; the file position is not used) and the spans' digests.
+    Returns a buffer of ``size`` bytes holding everything but the big members' data, the number
+    of bytes read before the first short read (less than ``size`` when the file shrank meanwhile;
+    the file position is not used), the spans' digests and the spans' buffers.
     """
-    size = len(buf)
+    buf = _aligned_buffer(size, advise=False)
     tail = min(size, _TAIL_BYTES)
     got_tail = _pread_all(fd, buf, size - tail, size, start)
     spans = _big_spans(fd, buf, start, limits, where) if got_tail == tail else []
+    if not spans and isinstance(buf.obj, mmap.mmap):
+        _advise_whole(buf.obj)  # the whole file goes into this buffer after all
+    held: _Held = {lo: _heap_buffer(hi - lo) for lo, hi in spans}
     tasks, pos, rest = [], 0, size - tail  # rest: where the bytes not read yet end
     for lo, hi in spans:  # a span may reach into the tail: reading the tail's bytes again is harmless
         gap = min(lo, rest)
@@ -875,12 +954,14 @@ def _pread_parallel(fd: int, buf: memoryview, start: int, limits: Limits, where:
 
     def run(task: tuple[int, int, bool], done: Callable[[int], None]) -> tuple[int, str | None]:
         lo, hi, hashed = task
+        # a span goes to its own buffer, whose byte 0 is file byte start + lo
+        dest, base = (held[lo], lo) if hashed else (buf, 0)
         h = xxhash.xxh3_128() if hashed else None
         off = lo
         while off < hi:
-            n = _pread_all(fd, buf, off, min(hi, off + _PIECE if hashed else hi), start)
+            n = _pread_all(fd, dest, off - base, min(hi, off + _PIECE if hashed else hi) - base, start + base)
             if h is not None:
-                h.update(buf[off:off + n])
+                h.update(dest[off - base:off - base + n])
             off += n
             done(n)
             if n == 0 or (not hashed and off < hi):
@@ -891,8 +972,9 @@ def _pread_parallel(fd: int, buf: memoryview, start: int, limits: Limits, where:
         results = list(_pool().map(lambda t: run(t, done), tasks))
     short = [lo + n for (lo, hi, _), (n, _) in zip(tasks, results, strict=True) if n != hi - lo]
     if short or got_tail != tail:
-        return min(short or [size - tail + got_tail]), {}
-    return size, {lo: (hi - lo, d) for (lo, hi, _), (_, d) in zip(tasks, results, strict=True) if d is not None}
+        return buf, min(short or [size - tail + got_tail]), {}, {}
+    early = {lo: (hi - lo, d) for (lo, hi, _), (_, d) in zip(tasks, results, strict=True) if d is not None}
+    return buf, size, early, held
 
 
 # The end of a big file read first, for its zip directory (pt2serde's is ~100 bytes a member).
@@ -1150,10 +1232,15 @@ def _at(where: str, name: str) -> str:
     return f"{where}: member {name!r}"
 
 
-def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits: Limits,
-                   where: str) -> tuple[dict[str, memoryview], dict[str, int]]:
+def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits: Limits, where: str,
+                   held: _Held) -> tuple[dict[str, memoryview], dict[str, int]]:
     """Check each entry against its local header and lay out all entries without gap or overlap;
-    return each member's data and the file offset where it starts."""
+    return each member's data and the file offset where it starts.
+
+    A member's data is its span of ``buf``, or the buffer in ``held`` read for exactly its data
+    start and size; a span held apart whose bytes ``buf`` lacks is never a verified member's
+    otherwise, so reading them here would only find a gap or a header that is not there.
+    """
     seen: set[str] = set()
     spans: list[tuple[int, int, int, str]] = []
     for rec in records:
@@ -1200,7 +1287,8 @@ def _check_members(buf: memoryview, records: list[_Record], cd_off: int, limits:
         if start > pos:
             raise CorruptZipError(f"{_at(where, name)}: {start - pos} unaccounted bytes before it (offset {pos}); {_FIX}")
         pos = data_start + size
-        views[name] = buf[data_start:pos]
+        own = held.get(data_start)
+        views[name] = own if own is not None and len(own) == size else buf[data_start:pos]
         starts[name] = data_start
     if pos > cd_off:
         raise OverlappingMembersError(f"{where}: the last member ends at offset {pos}, inside the central "
