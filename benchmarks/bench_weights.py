@@ -10,9 +10,9 @@ The model is ``--layers`` ``Linear(width, width)`` layers (2048: 16 MB each, 409
   program, both files in the page cache (each side loads its file once untimed first). Measured two
   ways: (1) in one process, alternating sides, as ``bench_save_load.py`` does; a side's previous
   program is dropped before its next load, so freed memory is reused the way each implementation
-  reuses it (torch's allocator hands the freed heap back, pages already faulted in); (2) the first
-  large load of a fresh process, one process per side and repeat, as a program is usually loaded
-  once. Also the floor of eager verification: reading the file into fresh memory plus the digest
+  reuses it (both sides take their tensors' bytes from the C heap, which hands freed memory back
+  with its pages already faulted in); (2) the first large load of a fresh process, one process
+  per side and repeat, as a program is usually loaded once. Also the floor of eager verification: reading the file into fresh memory plus the digest
   load verifies every byte with (the XXH3-128 a 2.4 manifest records), on every core, with nothing
   else (no zip, no CRC-32, no program); and the same floor with the sha256 instead, the digest
   of artifacts written before schema 2.4 (and what ``pt2serde check`` adds).
