@@ -138,8 +138,9 @@ def _fresh_loads(ours: str, theirs: str, repeats: int) -> dict[str, list[float]]
 def _floor(path: str, digest: str) -> float:
     """Seconds to read the file into fresh memory and hash all of it with ``digest`` ("xxh3":
     XXH3-128, or "sha256"), split over every core (each thread reads and hashes its share in 1 MB
-    pieces while they are in cache). The memory is backed by huge pages where the kernel allows
-    them, as serde.load's is."""
+    pieces while they are in cache). The memory is a fresh anonymous mapping backed by huge pages
+    where the kernel allows them (serde.load reads its big members into the C heap instead, whose
+    freed memory a later load may get back: it can beat this floor)."""
     size = os.path.getsize(path)
     workers = os.cpu_count() or 1
     step = -(-size // workers)
