@@ -1452,28 +1452,37 @@ class _MappedSpan:
 
 
 _PIECE = 1 << 20
+# A mapped span's pages are dropped once per this many bytes hashed (each drop is a system call
+# and a TLB flush on every core running the process): hashing 134 MB through the mapping on 2
+# cores took 15 ms dropping them every 1 MB, 13 ms every 8 MB, and 12 ms in 8 MB pieces. At most
+# this much per hashing thread is mapped at once.
+_DROP = 8 << 20
 _PAGE = mmap.PAGESIZE
 
 
-def _pieces(src: memoryview | bytes | _MappedSpan) -> Iterator[memoryview | bytes]:
-    """``src`` in cache-sized pieces: each piece is hashed by every digest while it is in cache.
+def _pieces(src: memoryview | bytes | _MappedSpan, piece: int = _PIECE) -> Iterator[memoryview | bytes]:
+    """``src`` in pieces of ``piece`` bytes: cache-sized by default, so that each piece is hashed
+    by every digest while it is in cache (one digest alone gains nothing from that, and fewer,
+    bigger calls cost less).
 
-    The pages of a mapped span are dropped from the process (``MADV_DONTNEED``) as soon as a
-    piece is hashed, so verifying a mapped file leaves nothing resident. That is safe because
-    nothing has written to the (copy-on-write) mapping yet: the page cache still holds the
+    The pages of a mapped span are dropped from the process (``MADV_DONTNEED``) once every
+    ``_DROP`` bytes are hashed, so verifying a mapped file leaves nothing resident. That is safe
+    because nothing has written to the (copy-on-write) mapping yet: the page cache still holds the
     file's bytes, which a later touch maps again. Hashing the mapping is twice as fast as
     reading the file into a buffer (no copy), and pieces of neighbouring members may share a
     page: dropping it under another thread only makes that thread fault it in again.
     """
     if not isinstance(src, _MappedSpan):
-        for lo in range(0, len(src), _PIECE):
-            yield src[lo:lo + _PIECE]
+        for lo in range(0, len(src), piece):
+            yield src[lo:lo + piece]
         return
     view = memoryview(src.mm)
+    end = src.start + src.size
     try:
-        for lo in range(src.start, src.start + src.size, _PIECE):
-            hi = min(lo + _PIECE, src.start + src.size)
-            yield view[lo:hi]
+        for lo in range(src.start, end, _DROP):
+            hi = min(lo + _DROP, end)
+            for at in range(lo, hi, piece):
+                yield view[at:min(at + piece, hi)]
             first = lo - lo % _PAGE
             with contextlib.suppress(OSError, ValueError, AttributeError):  # a hint only
                 src.mm.madvise(mmap.MADV_DONTNEED, first, min(hi - first + (-hi) % _PAGE, len(src.mm) - first))
@@ -1489,7 +1498,8 @@ def _digest(job: _Job) -> _Want:
     sha = hashlib.sha256() if want.sha256 is not None else None
     xxh = xxhash.xxh3_128() if want.xxh3 is not None else None
     crc = 0
-    for piece in _pieces(src):
+    size = _DROP if (want.sha256, want.xxh3, want.crc).count(None) == 2 else _PIECE  # one digest
+    for piece in _pieces(src, size):
         if sha is not None:
             sha.update(piece)
         if xxh is not None:
