@@ -1,4 +1,4 @@
-"""The load + first call rows: shown beside the goals (no bar), worst case first."""
+"""The rows shown beside the goals (no bar): load + first call and the durable-write bound, worst case first."""
 
 from __future__ import annotations
 
@@ -37,3 +37,11 @@ def test_records_without_load_call_add_no_line():
     rec = _rec("mlp", 1.0, 1.0)
     del rec["load_call_speedup"], rec["load_call_vs_floor"]
     assert not [ln for ln in runner.goal_lines([rec]) if ln.startswith("load + first call")]
+
+
+def test_durable_bound_line_names_the_lowest_bound():
+    recs = [_rec("mlp", 3.0, 1.0), _rec("mutation", 3.0, 1.0)]
+    recs[0]["save_durable_bound"] = {"min": 11.0, "median": 12.0}
+    recs[1]["save_durable_bound"] = {"min": 4.5, "median": 6.0}
+    (line,) = [ln for ln in runner.goal_lines(recs) if ln.startswith("highest save speedup a durable write allows")]
+    assert line.endswith("4.5 (min), 6 (median) (worst: mutation), no bar")

@@ -82,6 +82,7 @@ def test_case_record_is_well_formed(request, name):
         assert r["outputs_match"] is True
         _ratio_ok(r["save_speedup"])
         _ratio_ok(r["save_mem_speedup"])
+        _ratio_ok(r["save_durable_bound"])
         _ratio_ok(r["load_speedup"])
         _ratio_ok(r["load_vs_floor"])
         _ratio_ok(r["load_vs_floor_shared"])
