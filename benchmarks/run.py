@@ -95,8 +95,9 @@ CASES: list[BenchCase] = [
     BenchCase("diff_locality", "bench_diff_locality.py", ("--size", "1000"), ("--size", "30"),
               bars=(Bar("changed_lines", "<=", 10, "diff locality", unit=""),), timed=False),
     # Large weights (bench_weights.py): load speed, show/diff time, peak memory.
-    # 7 repeats, as for the small programs: whether the kernel backs a fresh 134 MB buffer with huge
-    # pages changes a plain load by 2x from one repeat to the next, on both sides.
+    # 7 repeats, as for the small programs: whether 134 MB of buffers are faulted in fresh or handed
+    # back by malloc from an earlier load changes a plain load by 2x from one repeat to the next,
+    # on both sides.
     BenchCase("weights_134mb", "bench_weights.py", ("--goal", "load", "--layers", "8", "--repeats", "7"),
               ("--goal", "load", "--layers", "1", "--width", "256", "--no-fresh"),
               bars=(Bar("load_speedup.min", ">=", 1.5, "goal 4: large-weight load"),
