@@ -174,11 +174,11 @@ GOALS: list[Goal] = [
 # (fsyncs) only serde.save does; the most that durable write leaves room for (torch's save over the
 # write alone); and load + first call (load(f).module()(*args)), since serde.load
 # defers Python code generation to first use and this is where that work is paid.
-_LOAD_CALL = (("save into memory, no disk on either side, every program (torch / serde)", "save_mem_speedup", ">="),
-              ("highest save speedup a durable write allows, every program (torch.export.save / serde's "
+_LOAD_CALL = (("save into memory, no disk on either side, every graph program (torch / serde)", "save_mem_speedup", ">="),
+              ("highest save speedup a durable write allows, every graph program (torch.export.save / serde's "
                "temp file, fsync, rename and directory fsync alone)", "save_durable_bound", ">="),
-              ("load + first call, every program (torch / serde)", "load_call_speedup", ">="),
-              ("load + first call / floor + first call, every program", "load_call_vs_floor", "<="))
+              ("load + first call, every graph program (torch / serde)", "load_call_speedup", ">="),
+              ("load + first call / floor + first call, every graph program", "load_call_vs_floor", "<="))
 
 
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
@@ -211,10 +211,15 @@ def goal_lines(records: list[dict[str, Any]]) -> list[str]:
                        f"nodes per node: save {r['save_linearity']:.3f}, load {r['load_linearity']:.3f}, no bar")
     for what, metric, better in _LOAD_CALL:
         rs = [r for r in records if r.get("bench") == "save_load" and metric in r and "error" not in r]
-        if rs:
-            worst = min(rs, key=lambda r: (1 if better == ">=" else -1) * r[metric]["min"])
+        # The graph programs' worst case, then each weight-bound case on its own (as goal 2 does).
+        graph = [r for r in rs if r["case"] in GRAPH_PROGRAMS]
+        if graph:
+            worst = min(graph, key=lambda r: (1 if better == ">=" else -1) * r[metric]["min"])
             out.append(f"{what}: {_num(worst[metric]['min'])} (min), {_num(worst[metric]['median'])} (median) "
                        f"(worst: {worst['case']}), no bar")
+        for r in rs:
+            if r["case"] not in GRAPH_PROGRAMS:
+                out.append(f"    {r['case']}: {_num(r[metric]['min'])} (min), {_num(r[metric]['median'])} (median)")
     return out
 
 

@@ -28,8 +28,8 @@ def _rec(case: str, speedup: float, vs_floor: float) -> dict:
 
 def test_load_call_lines_name_the_worst_case():
     lines = runner.goal_lines([_rec("chain_5000", 6.5, 0.9), _rec("mlp", 2.5, 1.4), {"case": "x", "error": "boom"}])
-    assert "load + first call, every program (torch / serde): 2.5 (min), 3.5 (median) (worst: mlp), no bar" in lines
-    assert ("load + first call / floor + first call, every program: 1.4 (min), 1.9 (median) (worst: mlp), no bar"
+    assert "load + first call, every graph program (torch / serde): 2.5 (min), 3.5 (median) (worst: mlp), no bar" in lines
+    assert ("load + first call / floor + first call, every graph program: 1.4 (min), 1.9 (median) (worst: mlp), no bar"
             in lines)
 
 
@@ -45,3 +45,10 @@ def test_durable_bound_line_names_the_lowest_bound():
     recs[1]["save_durable_bound"] = {"min": 4.5, "median": 6.0}
     (line,) = [ln for ln in runner.goal_lines(recs) if ln.startswith("highest save speedup a durable write allows")]
     assert line.endswith("4.5 (min), 6 (median) (worst: mutation), no bar")
+
+
+def test_weight_bound_case_gets_a_line_of_its_own():
+    recs = [_rec("mlp", 3.0, 1.2), _rec("wide_134mb", 1.1, 3.3)]
+    lines = runner.goal_lines(recs)
+    assert "load + first call, every graph program (torch / serde): 3 (min), 4 (median) (worst: mlp), no bar" in lines
+    assert "    wide_134mb: 1.1 (min), 2.1 (median)" in lines
