@@ -22,13 +22,13 @@ import torch
 import serde
 from serde import archive
 from serde.errors import SerializeError
+from tests.serde.attacks._attack_kit import entries
 
 FAST_CASES = 160
 SLOW_CASES = 4_000
 
-_EOCD = struct.Struct("<4sHHHHIIH")
-_CDH = struct.Struct("<4sHHHHHHIIIHHHHHII")
-_LFH = struct.Struct("<4sHHHHHIIIHH")
+_EOCD_SIZE = 22
+_LFH_SIZE = 30
 # (name, offset in the record, width in bytes) of every field a mutation may change
 _CD_FIELDS = [("made_by", 4, 2), ("needed", 6, 2), ("flags", 8, 2), ("method", 10, 2), ("time", 12, 2),
               ("date", 14, 2), ("crc", 16, 4), ("csize", 20, 4), ("usize", 24, 4), ("nlen", 28, 2),
@@ -53,7 +53,7 @@ class _Big(torch.nn.Module):
 
 @dataclass(frozen=True)
 class _Layout:
-    """Where the zip structures of the artifact lie (parsed here, independently of the reader)."""
+    """Where the zip structures of the artifact lie (parsed by the attack kit, not by the reader)."""
 
     eocd: int
     records: list[int]          # offset of each central directory record
@@ -62,20 +62,9 @@ class _Layout:
 
 
 def _layout(data: bytes) -> _Layout:
-    eocd = len(data) - _EOCD.size
-    sig, _, _, _, n, _, cd_off, _ = _EOCD.unpack_from(data, eocd)
-    assert sig == b"PK\x05\x06" and n < 0xFFFF and cd_off < 0xFFFFFFFF  # no zip64 at this size
-    records, headers, spans, pos = [], [], [], cd_off
-    for _ in range(n):
-        f = _CDH.unpack_from(data, pos)
-        assert f[0] == b"PK\x01\x02"
-        records.append(pos)
-        lho = f[16]
-        headers.append(lho)
-        lf = _LFH.unpack_from(data, lho)
-        spans.append((lho + _LFH.size + lf[9] + lf[10], f[9]))
-        pos += _CDH.size + f[10] + f[11] + f[12]
-    return _Layout(eocd, records, headers, spans)
+    es = entries(data)  # asserts a plain (non-zip64) zip: no zip64 at this size
+    return _Layout(len(data) - _EOCD_SIZE, [e.cd_pos for e in es], [e.lho for e in es],
+                   [(e.data_start, e.size) for e in es])
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +77,8 @@ def big(tmp_path_factory) -> tuple[bytes, _Layout, dict[str, bytes]]:
     assert len(data) >= archive._BIG_READ_BYTES
     lay = _layout(data)
     assert sum(size >= 1 << 20 for _, size in lay.data) >= 2  # the big-member path is taken
-    members = {n: bytes(archive.read_archive(path).member(n)) for n in archive.read_archive(path).names}
+    contents = archive.read_archive(path)
+    members = {n: bytes(contents.member(n)) for n in contents.names}
     return data, lay, members
 
 
@@ -114,7 +104,7 @@ def _mutate(rng: random.Random, data: bytes, lay: _Layout) -> tuple[str, bytes]:
         struct.pack_into(fmt, out, base + off, new)
         return f"{kind}@{base}.{name}: {orig} -> {new}", bytes(out)
     if kind == "flip_structure":
-        regions = [(h, _LFH.size) for h in lay.headers] + [(lay.records[0], len(data) - lay.records[0])]
+        regions = [(h, _LFH_SIZE) for h in lay.headers] + [(lay.records[0], len(data) - lay.records[0])]
         start, n = rng.choice(regions)
         at = start + rng.randrange(n)
     elif kind == "flip_big_data":
