@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 import torch
 
-from serde.core.limits import Limits, NameTooLongError
+import serde
+from serde.archive.artifact import read_artifact
+from serde.core import schema
+from serde.core.limits import IntegerTooLargeError, Limits, ListTooLongError, NameTooLongError
 from serde.core.names import (
     RESERVED_ATTRIBUTES,
     UnsafeNameError,
     check_attr_name,
     check_fqn,
     check_local_name,
+    check_program,
     check_text,
 )
 
@@ -85,8 +90,6 @@ def test_reserved_attributes_cover_what_torch_defines() -> None:
 
 
 def test_save_refuses_what_load_would_refuse(tmp_path) -> None:
-    import serde
-
     class M(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -99,3 +102,63 @@ def test_save_refuses_what_load_would_refuse(tmp_path) -> None:
     with pytest.raises(serde.UnsupportedConstructError, match=r"could not be loaded back.*'a-b'"):
         serde.save(ep, tmp_path / "m.pt2s")
     assert not (tmp_path / "m.pt2s").exists()
+
+
+def _one_op_program(tmp_path):
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+    serde.save(torch.export.export(M(), (torch.randn(2),)), tmp_path / "m.pt2s")
+    return read_artifact(tmp_path / "m.pt2s").program
+
+
+def _with_first_input(p, arg):
+    g = p.graph_module.graph
+    node = g.nodes[0]
+    inputs = [msgspec.structs.replace(node.inputs[0], arg=arg), *node.inputs[1:]]
+    graph = msgspec.structs.replace(g, nodes=[msgspec.structs.replace(node, inputs=inputs), *g.nodes[1:]])
+    return msgspec.structs.replace(p, graph_module=msgspec.structs.replace(p.graph_module, graph=graph))
+
+
+def _argument_cases():
+    s = schema
+    t, si, sb, sf = s.TensorArgument, s.SymIntArgument, s.SymBoolArgument, s.SymFloatArgument
+    opt = s.OptionalTensorArgument
+    long = 5  # over the max_list_len of 4 the cases are checked with
+    # (member, a value that passes, values refused with the error they raise)
+    return [
+        ("as_tensors", [t(name="x")], [([t(name="self")], UnsafeNameError), ([t(name="x")] * long, ListTooLongError)]),
+        ("as_ints", [1, -(1 << 63)], [([1 << 63], IntegerTooLargeError), ([0] * long, ListTooLongError)]),
+        ("as_floats", [1.0], [([1.0] * long, ListTooLongError)]),
+        ("as_bools", [True], [([True] * long, ListTooLongError)]),
+        ("as_strings", ["a"], [(["a"] * long, ListTooLongError)]),
+        ("as_sym_int", si(as_name="x"), [(si(as_name="class"), UnsafeNameError)]),
+        ("as_sym_ints", [si(as_int=2), si(as_name="x")],
+         [([si(as_name="x y")], UnsafeNameError), ([si(as_int=1)] * long, ListTooLongError)]),
+        ("as_sym_bool", sb(as_name="x"), [(sb(as_name="None"), UnsafeNameError)]),
+        ("as_sym_bools", [sb(as_bool=True)], [([sb(as_name="torch")], UnsafeNameError),
+                                              ([sb(as_bool=True)] * long, ListTooLongError)]),
+        ("as_sym_float", sf(as_name="x"), [(sf(as_name="1x"), UnsafeNameError)]),
+        ("as_sym_floats", [sf(as_float=1.0)], [([sf(as_name="fx_pytree")], UnsafeNameError),
+                                               ([sf(as_float=1.0)] * long, ListTooLongError)]),
+        ("as_optional_tensor", opt(as_tensor=t(name="x")), [(opt(as_tensor=t(name="self")), UnsafeNameError)]),
+        ("as_optional_tensors", [opt(as_none=True), opt(as_tensor=t(name="x"))],
+         [([opt(as_tensor=t(name="x-y"))], UnsafeNameError), ([opt(as_none=True)] * long, ListTooLongError)]),
+        ("as_custom_obj", s.CustomObjArgument(name="x", class_fqn="__torch__.C"),
+         [(s.CustomObjArgument(name="self", class_fqn="__torch__.C"), UnsafeNameError)]),
+    ]
+
+
+@pytest.mark.parametrize("member", [c[0] for c in _argument_cases()])
+def test_node_arguments_are_checked_whole_in_every_flat_member(member: str, tmp_path) -> None:
+    """check_program accepts a node argument at once when a quick look finds nothing wrong and
+    checks it in detail otherwise: every refused value of each member must still be refused,
+    naming the node's input, and the good one accepted."""
+    good, refused = next((g, r) for m, g, r in _argument_cases() if m == member)
+    p = _one_op_program(tmp_path)
+    limits = Limits(max_list_len=4)
+    check_program(_with_first_input(p, schema.Argument(**{member: good})), limits)
+    for value, error in refused:
+        with pytest.raises(error, match=r"graph\.nodes\[0\]\.inputs\[0\]"):
+            check_program(_with_first_input(p, schema.Argument(**{member: value})), limits)

@@ -235,6 +235,9 @@ class ArgumentReader:
         self._graph = graph
 
     def read(self, a: schema.Argument, where: str) -> Any:
+        t = a.as_tensor  # the common case, without the union dispatch
+        if t is not None:
+            return self._node(t.name, where)
         kind = a.kind
         return _READERS[kind](self, getattr(a, kind), where)
 

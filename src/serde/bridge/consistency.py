@@ -499,6 +499,8 @@ _NAMED = ("as_tensor", "as_sym_int", "as_sym_bool", "as_sym_float", "as_custom_o
 
 
 def _arg_name(a: schema.Argument) -> str | None:
+    if a.as_tensor is not None:  # the common case, without the union dispatch
+        return a.as_tensor.name
     kind = a.kind  # asked once: each ask walks the union's members
     if kind not in _NAMED:
         return None

@@ -87,12 +87,13 @@ def expr_to_tree(e: schema.Expr, *, where: str = "expression", _depth: int = 0) 
     """schema.Expr -> tuple tree (validated later by serde.core.symbolic when built or printed)."""
     if _depth > symbolic.MAX_EXPR_DEPTH:
         raise MalformedArtifactError(f"{where}: expression nested deeper than {symbolic.MAX_EXPR_DEPTH}")
+    # The leaves, most of a tree, without the union dispatch.
+    if (v := e.symbol) is not None:
+        return ("Symbol", v)
+    if (v := e.integer) is not None:
+        return ("Integer", v)
     kind = e.kind
     v = getattr(e, kind)
-    if kind == "symbol":
-        return ("Symbol", v)
-    if kind == "integer":
-        return ("Integer", v)
     if kind == "floating":
         return ("Float", repr(schema.from_f64(v)))
     if kind == "rational":

@@ -429,15 +429,32 @@ def _shape_ok(sizes: list, strides: list, limits: Limits) -> bool:
 
 
 def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
-    """``_check_argument_names`` would accept ``a``; False for members it does not know (lists,
-    symbolic values, subgraphs): those take the detailed path."""
+    """``_check_argument_names`` would accept ``a``; False for the members that nest (lists of
+    lists, tuples and dicts of arguments, subgraphs): those take the detailed path."""
     t = a.as_tensor
     if t is not None:
         return known.local_ok(t.name, limits)
     kind = a.kind
     if kind in _PLAIN_ARGUMENTS:
         return True
-    return kind == "as_int" and -_INT64 <= a.as_int < _INT64
+    if kind == "as_int":
+        return -_INT64 <= a.as_int < _INT64
+    if kind in _FLAT_LISTS:
+        items = getattr(a, kind)
+        if len(items) > limits.max_list_len:
+            return False
+        if kind == "as_ints":
+            return all(-_INT64 <= v < _INT64 for v in items)
+    elif kind not in _FLAT_REFS:
+        return False
+    return all(known.local_ok(name, limits) for name in argument_names(a))
+
+
+# Argument members holding one flat list, whose length the checks bound (and as_ints's integers).
+_FLAT_LISTS = frozenset({"as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints",
+                         "as_sym_bools", "as_sym_floats", "as_optional_tensors"})
+# Argument members naming at most one value, with no list and no subgraph.
+_FLAT_REFS = frozenset({"as_sym_int", "as_sym_bool", "as_sym_float", "as_optional_tensor", "as_custom_obj"})
 
 
 class _Known:
