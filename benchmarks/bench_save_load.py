@@ -79,7 +79,7 @@ _MODELS = {
 }
 
 
-def run(model: str, size: int, repeats: int) -> dict:
+def run(model: str, size: int, repeats: int, sample: float = 0.05) -> dict:
     import torch
 
     import serde
@@ -112,7 +112,7 @@ def run(model: str, size: int, repeats: int) -> dict:
                     "serde_mem": lambda: serde.save(ep, io.BytesIO()),
                     "torch_mem": lambda: torch.export.save(ep, io.BytesIO()),
                     "durable": lambda: write_atomic(alone, [artifact])}
-        inner = calibrate(save_fns["torch"])
+        inner = calibrate(save_fns["torch"], sample)
         save = time_interleaved(save_fns, repeats, inner)
         loaded: dict = {}
         load_fns = {"serde": lambda: loaded.__setitem__("serde", serde.load(ours)),
@@ -120,7 +120,7 @@ def run(model: str, size: int, repeats: int) -> dict:
                     "torch": lambda: loaded.__setitem__("torch", torch.export.load(theirs)),
                     "floor": lambda: loaded.__setitem__("floor", build_floor(ep)),
                     "floor_shared": lambda: loaded.__setitem__("floor_shared", build_floor(ep, fresh_values=False))}
-        inner = calibrate(load_fns["torch"])
+        inner = calibrate(load_fns["torch"], sample)
         load = time_interleaved(load_fns, repeats, inner)
         call = time_interleaved({"serde": lambda: serde.load(ours).module()(*args),
                                  "torch": lambda: torch.export.load(theirs).module()(*args),
@@ -340,6 +340,8 @@ def main() -> int:
     p.add_argument("--instructions", action="store_true",
                    help="count the instructions of the load and the floor under valgrind (ignores --repeats)")
     p.add_argument("--models", help="with --instructions: comma-separated small programs")
+    p.add_argument("--sample-seconds", type=float, default=0.05,
+                   help="back-to-back calls per sample: as many as torch's side takes this long for")
     a = p.parse_args()
     if a.instructions:
         if not a.models:
@@ -351,7 +353,7 @@ def main() -> int:
         return main_guard(a.case, lambda: run_instructions(models))
     if a.model is None:
         p.error("--model is required (or --instructions --models ...)")
-    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats))
+    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats, a.sample_seconds))
 
 
 if __name__ == "__main__":

@@ -77,11 +77,14 @@ CASES: list[BenchCase] = [
                     Bar("load_vs_floor.min", "<=", 1.3, "goal 3: load near its floor"))),
     BenchCase("transformer", "bench_save_load.py", ("--model", "transformer", "--size", "4"),
               ("--model", "transformer", "--size", "1"), bars=_EVERY_PROGRAM),
-    # The small programs of the zoo (8 to 18 nodes): fixed costs dominate. A sample is only 50 ms
-    # of back-to-back calls, so they take 7 repeats per side (a global --repeats still wins): with 3,
-    # one stall of a shared machine during a sample weighs heavily on a ratio of minima.
-    *(BenchCase(name, "bench_save_load.py", ("--model", name, "--repeats", "7"), ("--model", name),
-                bars=_EVERY_PROGRAM)
+    # The small programs of the zoo (8 to 18 nodes): fixed costs dominate. They take 7 repeats per
+    # side (a global --repeats still wins): with 3, one stall of a shared machine during a sample
+    # weighs heavily on a ratio of minima. A sample is 0.25 s of back-to-back calls on torch's side
+    # (50 ms elsewhere): with 50 ms, serde's sample was 6 or 7 calls of about 1.5 ms, the first of
+    # them run with caches the other sides had just used, and one process's load / floor moved
+    # between 1.28 and 1.79 from run to run (1.20 to 1.39 with 0.25 s).
+    *(BenchCase(name, "bench_save_load.py", ("--model", name, "--repeats", "7", "--sample-seconds", "0.25"),
+                ("--model", name), bars=_EVERY_PROGRAM)
       for name in ("mlp", "cond", "custom_op", "mutation", "sym_ops")),
     # Goal 3 of the small programs in instructions (valgrind's callgrind): what is left of the
     # load / floor ratio without cache misses and noise. About 3 minutes.
