@@ -79,7 +79,7 @@ _MODELS = {
 }
 
 
-def run(model: str, size: int, repeats: int, sample: float = 0.05) -> dict:
+def run(model: str, size: int, repeats: int, sample: float) -> dict:
     import torch
 
     import serde

@@ -315,23 +315,20 @@ def _check_argument(a: schema.Argument, where: str, limits: Limits, known: _Know
 
 
 def _check_argument_names(a: schema.Argument, where: str, limits: Limits) -> None:
-    for k in ("as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints", "as_sym_bools",
-              "as_sym_floats", "as_optional_tensors", "as_nested_tensors", "as_int_lists", "as_float_lists",
-              "as_tuple", "as_string_to_argument"):
+    k = a.kind
+    if k in _FLAT_LISTS or k in _NESTED_LISTS:
         v = getattr(a, k)
-        if v is not None:
-            _check_list(v, where, limits)
-            if k in ("as_int_lists", "as_float_lists", "as_nested_tensors"):
-                for j, inner in enumerate(v):
-                    _check_list(inner, f"{where}[{j}]", limits)
-            if k == "as_ints":
-                for j, x in enumerate(v):
-                    _check_int64(x, f"{where}[{j}]")
-            if k == "as_int_lists":
-                for j, inner in enumerate(v):
-                    for m, x in enumerate(inner):
-                        _check_int64(x, f"{where}[{j}][{m}]")
-            break
+        _check_list(v, where, limits)
+        if k in ("as_int_lists", "as_float_lists", "as_nested_tensors"):
+            for j, inner in enumerate(v):
+                _check_list(inner, f"{where}[{j}]", limits)
+        if k == "as_ints":
+            for j, x in enumerate(v):
+                _check_int64(x, f"{where}[{j}]")
+        if k == "as_int_lists":
+            for j, inner in enumerate(v):
+                for m, x in enumerate(inner):
+                    _check_int64(x, f"{where}[{j}][{m}]")
     _check_int64(a.as_int, where)
     for n in argument_names(a):
         check_local_name(n, where, limits)
@@ -380,6 +377,12 @@ def _check_graph(g: schema.Graph, where: str, limits: Limits, counter: list[int]
             _check_argument_names(o, f"{at}.outputs[{j}]", limits)
         _check_metadata(n.metadata, f"{at}.metadata", limits)
 
+
+# Argument members holding one flat list, whose length the checks bound (and as_ints's integers).
+_FLAT_LISTS = frozenset({"as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints",
+                         "as_sym_bools", "as_sym_floats", "as_optional_tensors"})
+# Argument members holding lists that hold lists or arguments: only the detailed checks take them.
+_NESTED_LISTS = frozenset({"as_nested_tensors", "as_int_lists", "as_float_lists", "as_tuple", "as_string_to_argument"})
 
 # Argument members that hold no name, no list and no integer: the checks have nothing to look at.
 _PLAIN_ARGUMENTS = frozenset({"as_none", "as_float", "as_string", "as_scalar_type", "as_memory_format", "as_layout",
@@ -450,11 +453,11 @@ def _argument_ok(a: schema.Argument, limits: Limits, known: _Known) -> bool:
     return all(known.local_ok(name, limits) for name in argument_names(a))
 
 
-# Argument members holding one flat list, whose length the checks bound (and as_ints's integers).
-_FLAT_LISTS = frozenset({"as_ints", "as_floats", "as_bools", "as_strings", "as_tensors", "as_sym_ints",
-                         "as_sym_bools", "as_sym_floats", "as_optional_tensors"})
 # Argument members naming at most one value, with no list and no subgraph.
 _FLAT_REFS = frozenset({"as_sym_int", "as_sym_bool", "as_sym_float", "as_optional_tensor", "as_custom_obj"})
+# Every Argument member is in one group (as_graph, as_tensor and as_int are handled by name).
+assert (_FLAT_LISTS | _NESTED_LISTS | _FLAT_REFS | _PLAIN_ARGUMENTS | {"as_graph", "as_tensor", "as_int"}
+        == set(schema.Argument.__struct_fields__)), "Argument groups of the name checks are incomplete"
 
 
 class _Known:
