@@ -1011,9 +1011,9 @@ def _central_directory(buf: memoryview, limits: Limits, where: str) -> tuple[lis
         if end > cd_end:
             raise CorruptZipError(f"{where}: central directory entry {i} runs past the directory; {_FIX}")
         raw = bytes(buf[pos + _CDH.size:pos + _CDH.size + nlen])
-        extra = buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen]
         rec = _Record(i, raw, flags, method, csize, usize, offset, f[7])
-        _apply_zip64(rec, extra, where)
+        if _ZIP64_LIMIT in (csize, usize, offset):
+            _apply_zip64(rec, buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen], where)
         records.append(rec)
         pos = end
     if pos != cd_end:
@@ -1055,9 +1055,9 @@ _TORCH_SAVE_MARKERS = ("data.pkl",)
 
 def _torch_writer(records: list[_Record]) -> str | None:
     names = [r.raw_name.decode("utf-8", "replace") for r in records]
-    if any(n.endswith(m) for n in names for m in _TORCH_EXPORT_MARKERS):
+    if any(n.endswith(_TORCH_EXPORT_MARKERS) for n in names):
         return "torch.export.save"
-    if any(n.endswith(m) for n in names for m in _TORCH_SAVE_MARKERS):
+    if any(n.endswith(_TORCH_SAVE_MARKERS) for n in names):
         return "torch.save"
     return None
 
@@ -1147,6 +1147,8 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 def _check_name(name: str, where: str) -> None:
     """Reject names that could escape a directory, then names the format does not define."""
+    if name in _JSON_MEMBERS or _PAYLOAD_RE.fullmatch(name):
+        return  # the names every program's archive has (no separator, dot or control character to abuse)
     if (not name or name.startswith(("/", "\\")) or "\\" in name or ".." in name.split("/")
             or (len(name) > 1 and name[1] == ":") or _CONTROL_RE.search(name)):
         raise UnsafeMemberNameError(
@@ -1463,8 +1465,12 @@ def _pieces(src: memoryview | bytes | _MappedSpan, piece: int = _PIECE) -> Itera
 def _digest(job: _Job) -> _Want:
     """The digests of ``job.src`` that ``job.want`` asks for (the others None)."""
     want, src = job.want, job.src
-    if want.sha256 is None and want.crc is None and not isinstance(src, _MappedSpan):
-        return _Want(None, xxh3_hex(src), None)  # one call: the C code hashes it without the GIL
+    if not isinstance(src, _MappedSpan) and (len(src) <= _PIECE or (want.sha256 is None and want.crc is None)):
+        # One call per digest: a small member fits the cache whole, and the C code hashes a big
+        # one alone without the GIL.
+        return _Want(None if want.sha256 is None else sha256_hex(src),
+                     None if want.xxh3 is None else xxh3_hex(src),
+                     None if want.crc is None else crc32(src))
     sha = hashlib.sha256() if want.sha256 is not None else None
     xxh = xxhash.xxh3_128() if want.xxh3 is not None else None
     crc = 0
