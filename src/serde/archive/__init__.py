@@ -1148,7 +1148,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 def _check_name(name: str, where: str) -> None:
     """Reject names that could escape a directory, then names the format does not define."""
     if name in _JSON_MEMBERS or _PAYLOAD_RE.fullmatch(name):
-        return  # the names every program's archive has (no separator, dot or control character to abuse)
+        return  # the names every program's archive has: fixed, or data/ and 64 hex digits, none can escape
     if (not name or name.startswith(("/", "\\")) or "\\" in name or ".." in name.split("/")
             or (len(name) > 1 and name[1] == ":") or _CONTROL_RE.search(name)):
         raise UnsafeMemberNameError(
