@@ -1012,8 +1012,7 @@ def _central_directory(buf: memoryview, limits: Limits, where: str) -> tuple[lis
             raise CorruptZipError(f"{where}: central directory entry {i} runs past the directory; {_FIX}")
         raw = bytes(buf[pos + _CDH.size:pos + _CDH.size + nlen])
         rec = _Record(i, raw, flags, method, csize, usize, offset, f[7])
-        if _ZIP64_LIMIT in (csize, usize, offset):
-            _apply_zip64(rec, buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen], where)
+        _apply_zip64(rec, buf[pos + _CDH.size + nlen:pos + _CDH.size + nlen + elen], where)
         records.append(rec)
         pos = end
     if pos != cd_end:
@@ -1035,9 +1034,9 @@ def _extra_blocks(extra: memoryview, where: str) -> Iterator[tuple[int, memoryvi
 
 def _apply_zip64(rec: _Record, extra: memoryview, where: str) -> None:
     """Replace 0xFFFFFFFF fields by the values of the zip64 extra block (in the spec's order)."""
+    if _ZIP64_LIMIT not in (rec.usize, rec.csize, rec.offset):
+        return  # the common case, tested without building the list below
     wanted = [f for f in ("usize", "csize", "offset") if getattr(rec, f) == _ZIP64_LIMIT]
-    if not wanted:
-        return
     for bid, block in _extra_blocks(extra, f"{where}: central directory entry {rec.index}"):
         if bid == _ZIP64_ID:
             if len(block) < 8 * len(wanted):
