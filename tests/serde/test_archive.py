@@ -201,6 +201,24 @@ def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> 
         read_archive(data)
 
 
+def test_framing_is_compared_field_by_field_unless_zip64(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The field comparison must accept every layout the writer makes without zip64 (each padding
+    # length among them), or every load pays for regenerating the headers; with zip64 it must
+    # leave the file to the byte comparison, which accepts it. Its rejections are tested by
+    # test_corruption's bit flips, which only it sees for bytes such as dates and versions.
+    answers: list[bool] = []
+    check = archive._framing_as_written
+    monkeypatch.setattr(archive, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
+    for seed in range(8):
+        read_archive(_to_bytes(_members(seed=seed, n_payloads=12)))
+    assert answers == [True] * 8
+    answers.clear()
+    for limit in (1, 200):
+        monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", limit)
+        read_archive(_to_bytes(_members(seed=3, n_payloads=6)))
+    assert answers == [False, False]
+
+
 def test_file_objects_and_bytes(tmp_path: Path) -> None:
     members = _members()
     data = _to_bytes(members)

@@ -3,7 +3,8 @@
 The writer is deterministic, so the reader accepts exactly the bytes it would write: member data is
 covered by its XXH3-128 (in the manifest; serde.load does not recompute the sha256 of a member that
 has one), the manifest by its CRC-32, and every byte of zip framing by a
-comparison with the framing regenerated from the members.
+comparison of each header field with what the writer writes (of the bytes themselves with the
+regenerated framing, for a file with zip64 records).
 """
 
 from __future__ import annotations

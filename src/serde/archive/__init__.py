@@ -377,7 +377,7 @@ def read_archive(
     # A member whose CRC-32 is not computed (yet) is framed with the one the zip records: the
     # local header must then agree with the central directory, so a flipped byte in either is
     # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
-    _check_framing(buf, views, {**recorded, **crcs}, where)
+    _check_framing(buf, records, cd_off, views, {**recorded, **crcs}, where)
     return ArchiveContents(manifest, views, later, where)
 
 
@@ -1515,10 +1515,13 @@ def _verify_hashes(names: list[str], jobs: list[_Job], want: dict[str, _Want], w
     return {name: got.crc for name, got in zip(names, digests, strict=True) if got.crc is not None}
 
 
-def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str, int], where: str) -> None:
+def _check_framing(buf: memoryview, records: list[_Record], cd_off: int, views: dict[str, memoryview],
+                   crcs: dict[str, int], where: str) -> None:
     """Demand that every byte outside the members' data is what :func:`write_archive` writes for
     these members: the writer is deterministic, so any other byte (a date, a version, padding,
     attributes, a CRC) is damage or tampering that the structural checks let through."""
+    if _framing_as_written(buf, records, cd_off, crcs):
+        return
     names = sorted(views)
     chunks = list(_layout([_Entry(n, views[n], "", crcs[n]) for n in names], _ZIP64_THRESHOLD))
     pos = 0
@@ -1536,3 +1539,44 @@ def _check_framing(buf: memoryview, views: dict[str, memoryview], crcs: dict[str
         pos += len(chunk)
     if pos != len(buf):
         raise CorruptZipError(f"{where}: {len(buf) - pos} unexplained bytes at the end; {_FIX}")
+
+
+_PAD_HEAD = struct.Struct("<HHH")
+_ZEROS = bytes(ALIGNMENT)
+
+
+def _framing_as_written(buf: memoryview, records: list[_Record], cd_off: int, crcs: dict[str, int]) -> bool:
+    """True when the bytes outside the members' data are, field by field, those :func:`_layout`
+    writes for these members; False when they are not, or when any record needs zip64.
+
+    Regenerating the headers and comparing bytes costs a few percent of loading a small program;
+    comparing the fields against the writer's constants costs a fraction of that. Every byte is
+    still accounted for: in file order, each local header, its name, its padding block and zeros,
+    its data, then each directory entry and the end record, with nothing between or after. The
+    structural checks have already tied names, sizes, flags and methods of the two headers
+    together and laid the data out without gaps; what is compared here is everything else. A
+    False answer sends the caller to the byte comparison, which also says which byte differs.
+    """
+    limit = _ZIP64_THRESHOLD
+    n = len(records)
+    eocd = len(buf) - _EOCD.size
+    if n >= min(0xFFFF, limit) or cd_off >= limit or eocd - cd_off >= limit:
+        return False  # the writer would have written zip64 end records
+    if _EOCD.unpack_from(buf, eocd) != (_SIG_EOCD, 0, 0, n, n, eocd - cd_off, cd_off, 0):
+        return False
+    pos, cd, prev = 0, cd_off, ""
+    for r in records:
+        name, size, nlen = r.name, r.usize, len(r.raw_name)
+        if name <= prev or r.offset != pos or size >= limit:
+            return False  # not in the writer's (sorted) order, or a zip64 member
+        crc = crcs[name]
+        base = pos + _LFH.size + nlen
+        pad = (-base - 6) % ALIGNMENT + 6
+        if (_LFH.unpack_from(buf, pos) != (_SIG_LFH, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, nlen, pad)
+                or _PAD_HEAD.unpack_from(buf, base) != (_PAD_ID, pad - 4, ALIGNMENT)
+                or buf[base + 6:base + pad] != _ZEROS[:pad - 6]
+                or _CDH.unpack_from(buf, cd) != (_SIG_CDH, _MADE_BY, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size,
+                                                  nlen, 0, 0, 0, 0, _EXTERNAL_ATTR, pos)):
+            return False
+        prev, pos, cd = name, base + pad + size, cd + _CDH.size + nlen
+    return pos == cd_off and cd == eocd
