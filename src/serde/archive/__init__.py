@@ -408,6 +408,34 @@ _DOS_DATE, _DOS_TIME = (0 << 9) | (1 << 5) | 1, 0   # 1980-01-01 00:00:00
 _MADE_BY = (3 << 8) | 20                            # unix, spec 2.0
 _EXTERNAL_ATTR = 0o100644 << 16                     # regular file, rw-r--r--
 _FLAG_ENCRYPTED, _FLAG_UTF8 = 0x1, 0x800
+_PAD_HEAD = struct.Struct("<HHH")                   # padding block: id, length, alignment
+_ZEROS = bytes(ALIGNMENT)
+
+
+# The header fields the writer writes, defined once: _layout packs them, and the reader's framing
+# check compares the fields it unpacks with them.
+def _local_header(need: int, crc: int, size32: int, nlen: int, elen: int) -> tuple:
+    return (_SIG_LFH, need, 0, 0, _DOS_TIME, _DOS_DATE, crc, size32, size32, nlen, elen)
+
+
+def _directory_entry(need: int, crc: int, size32: int, nlen: int, elen: int, offset32: int) -> tuple:
+    return (_SIG_CDH, _MADE_BY, need, 0, 0, _DOS_TIME, _DOS_DATE, crc, size32, size32, nlen, elen, 0, 0, 0,
+            _EXTERNAL_ATTR, offset32)
+
+
+def _end_record(n16: int, cd_size32: int, cd_off32: int) -> tuple:
+    return (_SIG_EOCD, 0, 0, n16, n16, cd_size32, cd_off32, 0)
+
+
+def _padding(base: int) -> int:
+    """Length of the padding block that puts data following ``base`` on a 64-byte boundary (its
+    4-byte block header and 2-byte alignment value included, as zipalign writes it)."""
+    return (-base - 6) % ALIGNMENT + 6
+
+
+def _zip64_end(n: int, cd_size: int, cd_off: int, zip64_limit: int) -> bool:
+    """Whether the writer adds zip64 end records for this entry count and directory."""
+    return n >= min(0xFFFF, zip64_limit) or cd_size >= zip64_limit or cd_off >= zip64_limit
 
 
 @dataclass
@@ -504,15 +532,13 @@ def _layout(entries: Iterable[_Entry], zip64_limit: int) -> Iterator[bytes | mem
         size = len(e.data)
         big = size >= zip64_limit
         extra = struct.pack("<HHQQ", _ZIP64_ID, 16, size, size) if big else b""
-        # Pad with one extra block so the data lands on a 64-byte boundary (block header: 4 bytes,
-        # then a 2-byte alignment value, as zipalign writes it).
+        # Pad with one extra block so the data lands on a 64-byte boundary.
         base = pos + _LFH.size + len(name) + len(extra)
-        pad = (-base - 6) % ALIGNMENT + 6
-        extra += struct.pack("<HHH", _PAD_ID, pad - 4, ALIGNMENT) + bytes(pad - 6)
+        pad = _padding(base)
+        extra += _PAD_HEAD.pack(_PAD_ID, pad - 4, ALIGNMENT) + _ZEROS[:pad - 6]
         need = 45 if big else 20
         s32 = _ZIP64_LIMIT if big else size
-        yield _LFH.pack(_SIG_LFH, need, 0, 0, _DOS_TIME, _DOS_DATE, e.crc, s32, s32,
-                        len(name), len(extra)) + name + extra
+        yield _LFH.pack(*_local_header(need, e.crc, s32, len(name), len(extra))) + name + extra
         yield e.data
         n += 1
         cd_extra = b""
@@ -525,20 +551,20 @@ def _layout(entries: Iterable[_Entry], zip64_limit: int) -> Iterator[bytes | mem
         if cd_extra:
             need = 45
             cd_extra = struct.pack("<HH", _ZIP64_ID, len(cd_extra)) + cd_extra
-        central.append(_CDH.pack(_SIG_CDH, _MADE_BY, need, 0, 0, _DOS_TIME, _DOS_DATE, e.crc, s32, s32,
-                                 len(name), len(cd_extra), 0, 0, 0, _EXTERNAL_ATTR, off32) + name + cd_extra)
+        central.append(_CDH.pack(*_directory_entry(need, e.crc, s32, len(name), len(cd_extra), off32))
+                       + name + cd_extra)
         pos = base + pad + size
     cd = b"".join(central)
     cd_off = pos
     tail = b""
-    if n >= min(0xFFFF, zip64_limit) or len(cd) >= zip64_limit or cd_off >= zip64_limit:
+    if _zip64_end(n, len(cd), cd_off, zip64_limit):
         eocd64_off = cd_off + len(cd)
         tail += _EOCD64.pack(_SIG_EOCD64, _EOCD64.size - 12, _MADE_BY, 45, 0, 0, n, n, len(cd), cd_off)
         tail += _LOC64.pack(_SIG_LOC64, 0, eocd64_off, 1)
         n16, cd_size32, cd_off32 = 0xFFFF, _ZIP64_LIMIT, _ZIP64_LIMIT
     else:
         n16, cd_size32, cd_off32 = n, len(cd), cd_off
-    tail += _EOCD.pack(_SIG_EOCD, 0, 0, n16, n16, cd_size32, cd_off32, 0)
+    tail += _EOCD.pack(*_end_record(n16, cd_size32, cd_off32))
     yield cd + tail
 
 
@@ -1541,16 +1567,12 @@ def _check_framing(buf: memoryview, records: list[_Record], cd_off: int, views: 
         raise CorruptZipError(f"{where}: {len(buf) - pos} unexplained bytes at the end; {_FIX}")
 
 
-_PAD_HEAD = struct.Struct("<HHH")
-_ZEROS = bytes(ALIGNMENT)
-
-
 def _framing_as_written(buf: memoryview, records: list[_Record], cd_off: int, crcs: dict[str, int]) -> bool:
     """True when the bytes outside the members' data are, field by field, those :func:`_layout`
     writes for these members; False when they are not, or when any record needs zip64.
 
     Regenerating the headers and comparing bytes costs a few percent of loading a small program;
-    comparing the fields against the writer's constants costs a fraction of that. Every byte is
+    comparing the unpacked fields with those the writer packs costs a fraction of that. Every byte is
     still accounted for: in file order, each local header, its name, its padding block and zeros,
     its data, then each directory entry and the end record, with nothing between or after. The
     structural checks have already tied names, sizes, flags and methods of the two headers
@@ -1560,9 +1582,9 @@ def _framing_as_written(buf: memoryview, records: list[_Record], cd_off: int, cr
     limit = _ZIP64_THRESHOLD
     n = len(records)
     eocd = len(buf) - _EOCD.size
-    if n >= min(0xFFFF, limit) or cd_off >= limit or eocd - cd_off >= limit:
-        return False  # the writer would have written zip64 end records
-    if _EOCD.unpack_from(buf, eocd) != (_SIG_EOCD, 0, 0, n, n, eocd - cd_off, cd_off, 0):
+    if _zip64_end(n, eocd - cd_off, cd_off, limit):
+        return False
+    if _EOCD.unpack_from(buf, eocd) != _end_record(n, eocd - cd_off, cd_off):
         return False
     pos, cd, prev = 0, cd_off, ""
     for r in records:
@@ -1571,12 +1593,11 @@ def _framing_as_written(buf: memoryview, records: list[_Record], cd_off: int, cr
             return False  # not in the writer's (sorted) order, or a zip64 member
         crc = crcs[name]
         base = pos + _LFH.size + nlen
-        pad = (-base - 6) % ALIGNMENT + 6
-        if (_LFH.unpack_from(buf, pos) != (_SIG_LFH, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, nlen, pad)
+        pad = _padding(base)
+        if (_LFH.unpack_from(buf, pos) != _local_header(20, crc, size, nlen, pad)
                 or _PAD_HEAD.unpack_from(buf, base) != (_PAD_ID, pad - 4, ALIGNMENT)
                 or buf[base + 6:base + pad] != _ZEROS[:pad - 6]
-                or _CDH.unpack_from(buf, cd) != (_SIG_CDH, _MADE_BY, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size,
-                                                  nlen, 0, 0, 0, 0, _EXTERNAL_ATTR, pos)):
+                or _CDH.unpack_from(buf, cd) != _directory_entry(20, crc, size, nlen, 0, pos)):
             return False
         prev, pos, cd = name, base + pad + size, cd + _CDH.size + nlen
     return pos == cd_off and cd == eocd
