@@ -2,7 +2,9 @@
 
 ``fast`` (the default, ``make test``) keeps property tests to a handful of examples; ``thorough``
 (``HYPOTHESIS_PROFILE=thorough``, what ``make test-all`` sets) runs at least 200. Both are
-derandomized, so a run is reproducible and CI never flakes on a new random seed.
+derandomized, so a run is reproducible and CI never flakes on a new random seed. ``hunt``
+(``HYPOTHESIS_PROFILE=hunt``, run by hand) draws 500 fresh examples per test on every run, to find
+what the fixed examples miss.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ _COMMON = dict(
 
 settings.register_profile("fast", max_examples=12, **_COMMON)
 settings.register_profile("thorough", max_examples=200, **_COMMON)
+# Fresh random examples on every run, for hunting new failures (a failure prints its blob to replay).
+settings.register_profile("hunt", max_examples=500, **{**_COMMON, "derandomize": False})
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 

@@ -132,7 +132,9 @@ class StatefulProgram(torch.nn.Module):
             v[..., 0].mul_(2)
         else:
             raise AssertionError(f"unhandled effect {op}")
-        return (self.buf.sum() + self.state[0].mean() + self.cache.mean()) * 1 if v is None else v * 1
+        if v is None:  # a [1, 1] reading of the state: every step takes it, as it takes a [B, F] value
+            return (self.buf.sum() + self.state[0].mean() + self.cache.mean()).reshape(1, 1)
+        return v * 1
 
 
 def inputs_of(spec: StatefulSpec, b: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from torch.export import Dim
 
 import serde
@@ -264,6 +264,11 @@ _GENERATED = 500 if _PROFILE_EXAMPLES >= 200 else 5
 
 @settings(max_examples=_GENERATED)
 @given(stateful_specs())
+# A step that reads only state appends a value that later steps write through a view of.
+@example(StatefulSpec(batch=3, features=2, dynamic=False, derived="same",
+                      steps=(("bernoulli", (0,), 0), ("buf_view_mul_", (), 0), ("value_col_mul_", (3,), 0),
+                             ("buf_copy_", (3,), 1)),
+                      outputs=(5, 3), seed=0))
 def test_generated_programs_behave_like_exported(spec):
     ep, runs = export_stateful(spec)
     res = differential(ep, runs, name=repr(spec), max_variants=8)
