@@ -112,3 +112,21 @@ def test_comparison_notices_missing_or_wrong_bindings(breadth_program):
         assert_programs_equal(ep, loaded, run=False)
     node.meta["unbacked_bindings"] = kept
     assert_programs_equal(ep, loaded, run=False)
+
+
+@pytest.mark.parametrize("dropped", [["u0"], ["u1"], ["u0", "u1", "u2"]])
+def test_unbacked_symbols_without_a_stored_range_are_unbounded(dropped):
+    """A file may leave an unbacked symbol's range out (nothing else needs it); the symbol is then
+    unbounded, and the size checks that later narrow its range work as for any other symbol."""
+    from tests.serde.attacks._attack_kit import FIXTURES, rewrite_program
+
+    def drop(p: dict) -> None:
+        p["range_constraints"] = [r for r in p["range_constraints"] if r["expr"].get("symbol") not in dropped]
+
+    full = serde.load(FIXTURES / "unbacked" / "model.pt2s")
+    loaded = serde.load(rewrite_program("unbacked", drop))
+    kept = {str(k) for k in loaded.range_constraints}
+    assert kept.isdisjoint(dropped) and len(kept) == 3 - len(dropped)
+    for x, k in ((torch.tensor([0.0, 3, 0, 4]), torch.tensor(8)), (torch.tensor([1.0, 0, 2, 5]), torch.tensor(2))):
+        got, want = loaded.module()(x, k), full.module()(x, k)
+        assert all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(got, want, strict=True))

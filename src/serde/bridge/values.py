@@ -270,13 +270,14 @@ class SymbolicContext:
                 "of an exported program has; the artifact is damaged")
         sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
         self.symbols[name] = sym
-        if vr is not None:
-            self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
+        # Every range goes in through the ShapeEnv's own update, which also records where each
+        # bound came from: torch reads that record whenever a size check later narrows the range.
+        # Without a stored range (unbacked and float symbols may lack one) the symbol is unbounded.
+        if vr is None:
+            vr = ValueRanges(-int_oo, int_oo)
+        self.shape_env.constrain_symbol_range(sym, compiler_min=vr.lower, compiler_max=vr.upper)
         if m.group(1) in ("u", "zuf"):
-            self.shape_env.var_to_range.setdefault(sym, vr or ValueRanges(-int_oo, int_oo))
             self.unbacked_symbols.add(sym)
-        elif vr is None:  # a float symbol: unbounded, as torch creates it
-            self.shape_env.var_to_range.setdefault(sym, ValueRanges(-int_oo, int_oo))
         return sym
 
     def expr(self, e: schema.Expr, where: str) -> sympy.Basic:
