@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,33 @@ def test_failed_save_leaves_no_file(tmp_path):
     with pytest.raises(UnsupportedConstructError):
         serde.save(ep, target)
     assert list(tmp_path.iterdir()) == []
+
+
+class _Holds(torch.nn.Module):
+    def __init__(self, kind: str, t: torch.Tensor) -> None:
+        super().__init__()
+        if kind == "buffer":
+            self.register_buffer("held", t)
+        elif kind == "parameter":
+            self.held = torch.nn.Parameter(t, requires_grad=False)
+
+    def forward(self, x):
+        return x * 2, getattr(self, "held", x)
+
+
+# Sparse layouts have no strides to read (torch raises when asked): the refusal must still be ours.
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr"])
+@pytest.mark.parametrize("kind, where", [("input", "graph.inputs['x']"), ("buffer", "graph.inputs['b_held']"),
+                                         ("parameter", "graph.inputs['p_held']")])
+def test_tensors_of_a_sparse_layout_are_refused_naming_the_input(layout, kind, where):
+    convert = {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": lambda t: t.to_sparse_csr(),
+               "sparse_csc": lambda t: t.to_sparse_csc(), "sparse_bsr": lambda t: t.to_sparse_bsr((2, 2))}[layout]
+    sparse = convert(torch.randn(4, 4))
+    m = _Holds(kind, sparse)
+    ep = torch.export.export(m, (sparse if kind == "input" else torch.randn(4, 4),), strict=False)
+    with pytest.raises(UnsupportedConstructError, match=rf"{re.escape(where)}: tensors with layout torch.{layout} "
+                                                        "are not supported; only strided tensors are"):
+        serde.save(ep, io.BytesIO())
 
 
 def test_torch_export_save_archive_gets_a_clear_message_and_import_converts_it(tmp_path):

@@ -213,8 +213,11 @@ class GraphWriter:
         with (torch._C.DisableTorchFunctionSubclass() if type(t).__torch_function__ is _NO_TORCH_FUNCTION
               else contextlib.nullcontext()):
             # (the size and the strides as their tuples, not spread: hashing and comparing them is the same)
-            key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape,
-                                 t.stride())
+            try:
+                key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape,
+                                     t.stride())
+            except RuntimeError:  # a layout without strides (sparse CSR...): serialize_tensor_meta refuses it
+                key = None
         try:
             meta = self._metas.get(key)
         except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
