@@ -94,6 +94,12 @@ def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema
     node_def = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     serialized = getattr(node_def, "serialized_type_name", None)
     if node_def is None or serialized in (None, pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
+        if pytree.is_structseq_class(typ):  # torch's own named results (torch.return_types.max...)
+            raise UnsupportedConstructError(
+                f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name: torch "
+                "registers its named results without one (torch.export.save cannot store them either); "
+                "return the fields instead, e.g. `values, indices = torch.max(x, 0)`"
+            )
         raise UnsupportedConstructError(
             f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name; "
             "register it with torch.export.register_dataclass(...) or "
