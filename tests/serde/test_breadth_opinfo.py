@@ -3,7 +3,9 @@ each sample that ``torch.export`` can export is saved, loaded and run, and must 
 exported program computes on the same inputs and seed (outputs, and inputs an op writes to).
 
 These programs are torch's, not ours, and they reach argument kinds no hand-written program here
-does (memory formats, layouts, dtype and optional lists, complex scalars, named-tuple returns). A
+does (memory formats, layouts, dtype and optional lists, complex scalars, named-tuple returns).
+When slow, more samples per operator, every dtype it supports, every input dimension dynamic and
+its in-place form, which writes to the program's inputs. A
 sample torch cannot export is torch's limit and is only counted; a program we refuse to save must
 be refused for one of the reasons in :data:`REFUSALS`, and any other failure fails the test.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.export import Dim
 
 import serde
 from serde.errors import SerializeError
@@ -62,7 +65,7 @@ class _Call(torch.nn.Module):
         return self.fn(*[value(k, v) for k, v in self.args], **{n: value(k, v) for n, (k, v) in self.kw.items()})
 
 
-def _program(op: Any, sample: Any) -> tuple[_Call, tuple[torch.Tensor, ...]]:
+def _program(fn: Any, sample: Any) -> tuple[_Call, tuple[torch.Tensor, ...]]:
     tensors: list[torch.Tensor] = []
 
     def place(v: Any) -> tuple[str, Any]:
@@ -73,7 +76,7 @@ def _program(op: Any, sample: Any) -> tuple[_Call, tuple[torch.Tensor, ...]]:
 
     args = [place(v) for v in (sample.input, *sample.args)]
     kwargs = {k: place(v) for k, v in sample.kwargs.items()}
-    return _Call(op.op, args, kwargs), tuple(tensors)
+    return _Call(fn, args, kwargs), tuple(tensors)
 
 
 def _same(a: Any, b: Any, metadata_only: bool) -> bool:
@@ -105,11 +108,14 @@ class _Tally:
     failures: list[str] = field(default_factory=list)
 
 
-def _check_sample(op: Any, sample: Any, name: str, tally: _Tally) -> None:
+def _check_sample(op: Any, fn: Any, sample: Any, dynamic: bool, name: str, tally: _Tally) -> None:
     tally.samples += 1
-    module, inputs = _program(op, sample)
+    module, inputs = _program(fn, sample)
+    # Every dimension of every input dynamic (torch specializes what the op needs static): symbolic
+    # sizes, strides and guards in every kind of operator.
+    dims = (tuple({d: Dim.AUTO for d in range(t.dim())} for t in inputs),) if dynamic else None
     try:
-        ep = torch.export.export(module, tuple(t.clone() for t in inputs), strict=False)
+        ep = torch.export.export(module, tuple(t.clone() for t in inputs), dynamic_shapes=dims, strict=False)
     except Exception:  # noqa: BLE001 -- torch's own limits; counted, not ours to judge
         tally.export_failed += 1
         return
@@ -151,21 +157,35 @@ def _check_sample(op: Any, sample: Any, name: str, tally: _Tally) -> None:
         tally.failures.append(f"{name}: the inputs it writes to differ from the exported program's")
 
 
-def _run(chunk: int, samples_per_op: int) -> _Tally:
+# The dtypes the "dtypes" variant tries, where an operator supports them (float32 is the default's).
+OTHER_DTYPES = (torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int64, torch.int32,
+                torch.uint8, torch.bool)
+
+
+def _run(chunk: int, samples_per_op: int, variant: str = "float32") -> _Tally:
+    """``variant``: "float32" (else the operator's first dtype), "dtypes" (each of OTHER_DTYPES it
+    supports), "dynamic" (float32, every input dimension dynamic) or "inplace" (float32, the
+    operator's in-place form where it has one)."""
     tally = _Tally()
-    ops = _ops()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation notices of torch's own samples
-        for op in ops[chunk::CHUNKS]:
+        for op in _ops()[chunk::CHUNKS]:
             name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
-            dtypes = op.supported_dtypes("cpu")
-            dtype = torch.float32 if torch.float32 in dtypes else min(dtypes, key=str, default=None)
-            if dtype is None:
+            supported = op.supported_dtypes("cpu")
+            if variant == "dtypes":
+                dtypes = [d for d in OTHER_DTYPES if d in supported]
+            else:
+                dtypes = [torch.float32 if torch.float32 in supported else min(supported, key=str, default=None)]
+            fn = op.inplace_variant if variant == "inplace" else op.op
+            if fn is None:
                 continue
-            torch.manual_seed(0)
-            samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples_per_op]
-            for k, sample in enumerate(samples):
-                _check_sample(op, sample, f"{name}[{k}] ({dtype})", tally)
+            for dtype in dtypes:
+                if dtype is None:
+                    continue
+                torch.manual_seed(0)
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples_per_op]
+                for k, sample in enumerate(samples):
+                    _check_sample(op, fn, sample, variant == "dynamic", f"{name}[{k}] ({dtype}, {variant})", tally)
     return tally
 
 
@@ -185,3 +205,10 @@ def test_opinfo_samples_compute_like_the_exported_program(chunk: int) -> None:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_opinfo_samples_compute_like_the_exported_program_more_samples(chunk: int) -> None:
     _judge(_run(chunk, samples_per_op=4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["dtypes", "dynamic", "inplace"])
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_opinfo_variants_compute_like_the_exported_program(chunk: int, variant: str) -> None:
+    _judge(_run(chunk, samples_per_op=1, variant=variant))
