@@ -17,8 +17,11 @@ from serde.errors import UnsupportedConstructError
 
 __all__ = ["ArgInfo", "KernelInfo", "lookup", "actual_aliases", "resolve_overload"]
 
-# Views whose schemas hide the alias from autograd on purpose: the kernel returns a view.
-_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+# Views whose schemas hide the alias from autograd on purpose: the kernel returns a view. These
+# are every aten op named "unsafe" whose result shares its input's storage (the others, such as
+# _unsafe_index, compute fresh results).
+_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes",
+                                "aten::unsafe_chunk"})
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,10 @@ def actual_aliases(op: Any) -> tuple[tuple[int, ...], ...]:
     CompositeImplicitAutograd op is Python-level composition and hands back an input unchanged
     whenever it has nothing to do (``dropout(train=False)``, ``type_as`` to the same dtype,
     ``einsum('ij->ij')``, ``atleast_2d``, ``sum_to_size``, ``contiguous``, ...), and
-    ``_unsafe_view`` is a view its schema hides from autograd. Such a result may alias every
-    tensor argument. Every other op's results are fresh unless annotated; the runtime checks this
-    on every call in ``check=True`` mode and before reusing arena memory.
+    ``_unsafe_view`` and the ``unsafe_split`` family are views their schemas hide from autograd.
+    Such a result may alias every tensor argument. Every other op's results are fresh unless
+    annotated; the runtime checks this on every call in ``check=True`` mode and before reusing
+    arena memory.
     """
     s = op._schema
     args = tuple(ArgInfo(a.name, str(a.real_type), a.kwarg_only, False, None, _sets(a.alias_info), False)

@@ -107,6 +107,28 @@ def test_transformer_encoder_layer_without_dropout_in_arena_mode(decompose):
     _all_engines_agree(ep, [(torch.randn(2, 16, 32),)], eager_bitwise=False)
 
 
+class _UnsafeViews(torch.nn.Module):
+    """Each unsafe view of an intermediate that dies at the call, then fresh work the plan could
+    place in that intermediate's memory while the views are alive."""
+
+    def forward(self, x):
+        a, b = torch.ops.aten.unsafe_split.Tensor(x * 2, 2)
+        c, d = torch.ops.aten.unsafe_split_with_sizes.default(x * 3, [1, 3])
+        e, f = torch.ops.aten.unsafe_chunk.default(x * 4, 2)
+        g = torch.ops.aten._unsafe_view.default(x * 5, [12])
+        w = ((x + 1) * 3).sin()
+        return a + w[:2], b * w[2:], c - w[:1], d + 1, e * f, g.sin()
+
+
+def test_unsafe_views_declare_their_aliases_and_run_in_arena_mode():
+    # Their schemas declare fresh results, but their kernels return views of the input.
+    p = _all_engines_agree(torch.export.export(_UnsafeViews(), (torch.randn(4, 3),)),
+                           [(torch.randn(4, 3),), (torch.randn(4, 3),)]).program
+    unsafe = {op.name: op.returns_alias for op in p.operators if "unsafe" in op.name and op.overload != "out"}
+    assert unsafe == {"aten::unsafe_split": [[0]], "aten::unsafe_split_with_sizes": [[0]],
+                      "aten::unsafe_chunk": [[0]], "aten::_unsafe_view": [[0]]}
+
+
 def _sandwich() -> P.NativeProgram:
     torch.manual_seed(0)
     return emit_ep(torch.export.export(_DropoutSandwich().eval(), (torch.randn(4, 16),)))

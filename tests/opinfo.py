@@ -1,0 +1,133 @@
+"""Programs made from torch's OpInfo database (``torch.testing._internal``'s ``op_db``): one program
+per operator sample, its tensors as the program's inputs and everything else as constants.
+
+Used by the serde and native breadth tests. These programs are torch's, not ours: they reach
+argument kinds no hand-written program here does (memory formats, layouts, dtype and optional
+lists, complex scalars, named-tuple returns).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+from torch.export import Dim, ExportedProgram
+
+__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "same"]
+
+# Tests split the operators into this many parametrized chunks (one pytest item is a few seconds).
+CHUNKS = 8
+
+# The dtypes the "dtypes" variant tries, where an operator supports them (float32 is the default's).
+OTHER_DTYPES = (torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int64, torch.int32,
+                torch.uint8, torch.bool)
+
+# Ops whose result is uninitialized memory: only its metadata is defined, so only that is compared.
+UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+                           "empty_permuted"})
+
+
+@cache
+def _ops() -> list:
+    # Imported on first use: it takes seconds, and it changes process state other test files could
+    # see (torch.backends flags become read-only, TorchScript calls are wrapped); none sets them.
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return sorted(op_db, key=lambda op: (op.name, op.variant_test_name))
+
+
+class _Call(torch.nn.Module):
+    """``fn(*args, **kwargs)`` with the sample's tensors as the program's inputs, the rest constants."""
+
+    def __init__(self, fn: Any, args: list[tuple[str, Any]], kwargs: dict[str, tuple[str, Any]]) -> None:
+        super().__init__()
+        self.fn, self.args, self.kw = fn, args, kwargs
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        def value(kind: str, v: Any) -> Any:
+            return tensors[v] if kind == "input" else v
+
+        return self.fn(*[value(k, v) for k, v in self.args], **{n: value(k, v) for n, (k, v) in self.kw.items()})
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str                           # "add[0] (torch.float32, float32)"
+    module: _Call
+    inputs: tuple[torch.Tensor, ...]
+    dynamic: bool                       # export with every input dimension dynamic
+    uninitialized: bool                 # compare the result's metadata only
+
+
+def _sample(fn: Any, sample: Any, name: str, dynamic: bool, uninitialized: bool) -> Sample:
+    tensors: list[torch.Tensor] = []
+
+    def place(v: Any) -> tuple[str, Any]:
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+            return "input", len(tensors) - 1
+        return "constant", v
+
+    args = [place(v) for v in (sample.input, *sample.args)]
+    kwargs = {k: place(v) for k, v in sample.kwargs.items()}
+    return Sample(name, _Call(fn, args, kwargs), tuple(tensors), dynamic, uninitialized)
+
+
+def samples(chunk: int, samples_per_op: int, variant: str = "float32") -> Iterator[Sample]:
+    """The samples of every ``CHUNKS``-th operator from ``chunk`` on, ``samples_per_op`` each.
+
+    ``variant``: "float32" (else the operator's first dtype), "dtypes" (each of OTHER_DTYPES it
+    supports), "dynamic" (float32, every input dimension dynamic) or "inplace" (float32, the
+    operator's in-place form where it has one, which writes to the program's inputs).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation notices of torch's own samples
+        for op in _ops()[chunk::CHUNKS]:
+            name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+            supported = op.supported_dtypes("cpu")
+            if variant == "dtypes":
+                dtypes = [d for d in OTHER_DTYPES if d in supported]
+            else:
+                first = min(supported, key=str, default=None)
+                dtypes = [torch.float32 if torch.float32 in supported else first] if supported else []
+            fn = op.inplace_variant if variant == "inplace" else op.op
+            if fn is None:
+                continue
+            for dtype in dtypes:
+                torch.manual_seed(0)
+                for k, s in enumerate(list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples_per_op]):
+                    yield _sample(fn, s, f"{name}[{k}] ({dtype}, {variant})", variant == "dynamic",
+                                  op.name in UNINITIALIZED)
+
+
+def export(s: Sample) -> ExportedProgram:
+    """The sample's program, exported non-strict (raises what torch raises when it cannot)."""
+    dims = (tuple({d: Dim.AUTO for d in range(t.dim())} for t in s.inputs),) if s.dynamic else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(s.module, tuple(t.clone() for t in s.inputs), dynamic_shapes=dims, strict=False)
+
+
+def same(a: Any, b: Any, metadata_only: bool = False) -> bool:
+    """Equal outputs: bit for bit (NaNs in the same places), or only shape, dtype, device, layout
+    and strides with ``metadata_only``."""
+    if isinstance(a, torch.Tensor):
+        if not (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and a.device == b.device and a.layout == b.layout):
+            return False
+        if metadata_only:
+            return a.layout != torch.strided or a.stride() == b.stride()
+        if a.layout != torch.strided:
+            a, b = a.to_dense(), b.to_dense()
+        if a.dtype in (torch.complex32, torch.float16, torch.bfloat16):
+            a, b = (a.to(torch.complex64), b.to(torch.complex64)) if a.is_complex() else (a.double(), b.double())
+        return bool(torch.equal(a, b) or ((a.is_floating_point() or a.is_complex())
+                                          and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+    if isinstance(a, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same(x, y, metadata_only) for x, y in zip(a, b, strict=True)))
+    return a == b or (a != a and b != b)  # (a float NaN equals itself here)
