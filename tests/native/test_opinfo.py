@@ -25,6 +25,14 @@ from tests.opinfo import CHUNKS, Sample, export, same, samples
 
 _ENGINES = ("heap", "arena") + (("cpp",) if cpp_engine.available() else ())
 
+# (sample name prefix, engine) -> words its error must contain. The checked heap runtime compares
+# every result with the size the program declares for it: for bfloat16 sum bags with per-sample
+# weights, torch's CPU kernel returns an empty offset2bag (a result no node reads) where its meta
+# function, and so the exported program, says one entry per index. The others run it.
+EXPECTED_ERRORS = {
+    ("nn.functional.embedding_bag[0] (torch.bfloat16, dtypes)", "heap"): "has sizes [0], declared [5]",
+}
+
 
 @dataclass
 class _Tally:
@@ -63,7 +71,9 @@ def _check(s: Sample, tally: _Tally) -> None:
             torch.manual_seed(1234)
             got = _run(engine, program, got_in)
         except Exception as e:  # noqa: BLE001
-            tally.failures.append(f"{s.name}: the {engine} runtime raised {type(e).__name__}: {e}")
+            expected = EXPECTED_ERRORS.get((s.name, engine))
+            if expected is None or expected not in str(e):
+                tally.failures.append(f"{s.name}: the {engine} runtime raised {type(e).__name__}: {e}")
             continue
         tally.compared[engine] = tally.compared.get(engine, 0) + 1
         if not same(want, got, s.uninitialized):
