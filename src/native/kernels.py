@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from serde.bridge.effects import written_arguments
 from serde.bridge.operators import deserialize_target
 from serde.errors import UnsupportedConstructError
 
@@ -63,10 +64,10 @@ def lookup(target: str) -> KernelInfo:
     if not isinstance(op, torch._ops.OpOverload):
         raise UnsupportedConstructError(f"{target} is not an operator overload")
     s = op._schema
+    written = set(written_arguments(s))  # (batch norm's running statistics too: their schemas hide the write)
     args = tuple(
         ArgInfo(a.name, str(a.real_type), a.kwarg_only, a.has_default_value(),
-                a.default_value if a.has_default_value() else None,
-                _sets(a.alias_info), bool(a.alias_info is not None and a.alias_info.is_write))
+                a.default_value if a.has_default_value() else None, _sets(a.alias_info), a.name in written)
         for a in s.arguments
     )
     declared = _declared_aliases(s, args)

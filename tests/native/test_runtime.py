@@ -267,3 +267,17 @@ def test_loop_limit_counts_iterations_and_resets_per_run():
     with pytest.raises(NativeRuntimeError, match="more than 4 iterations"):
         Method(emitted("while_loop"), max_loop_iterations=4).run(torch.tensor(0), x)
     assert Method(emitted("while_loop"), max_loop_iterations=None).run(torch.tensor(3), x)[0] == 5
+
+
+def test_batch_norm_statistics_get_their_own_memory_in_training_mode():
+    # A fresh BatchNorm's weight and running_var are equal bytes (ones), as are its bias and
+    # running_mean (zeros): one blob each in the segment. batch_norm updates the statistics in place
+    # without its schema saying so; they must be private state, or the update lands in the weights.
+    torch.manual_seed(0)
+    ep = torch.export.export(torch.nn.BatchNorm1d(4).train(), (torch.randn(8, 4),), strict=False)
+    native = emit_ep(ep)
+    mutable = {s.name for s in native.program.state if s.mutable}
+    assert {"running_mean", "running_var", "num_batches_tracked"} <= mutable
+    assert not mutable & {"weight", "bias"}
+    m = assert_runs_like_eager(ep, native, [((torch.randn(8, 4),), {}), ((torch.randn(8, 4) * 3,), {})])
+    assert torch.equal(m.state_dict()["weight"], torch.ones(4))

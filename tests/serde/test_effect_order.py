@@ -122,8 +122,24 @@ class AssertBetweenWrites(torch.nn.Module):
         return self.buf * 1, hits * 1  # hits last: a demand-driven order would check k first
 
 
+class BatchNormStatistics(torch.nn.Module):
+    """batch_norm updates its running statistics in place in training mode, though its schema does
+    not say so: the read before the update must stay before it, the one after after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        before = self.bn.running_mean * 1
+        y = self.bn(x)
+        return y, self.bn.running_var * 1, before  # `before` last: a demand-driven order reads it late
+
+
 # name -> (model, example inputs, inputs to run with)
 CASES = {
+    "batch_norm_statistics": (BatchNormStatistics, (torch.randn(2, 3),), (torch.tensor([[1.0, 2.0, 3.0],
+                                                                                        [4.0, 0.0, 2.0]]),)),
     "buffer_add_after_read": (BufferReadThenUpdate, (torch.ones(3),), (torch.ones(3),)),
     "buffer_written_twice": (BufferWrittenTwice, (torch.ones(3),), (torch.tensor([1.0, 2.0, 3.0]),)),
     "input_mutation": (InputMutation, (torch.ones(3),), (torch.tensor([1.0, 2.0, 3.0]),)),

@@ -4,7 +4,8 @@ The torch side of :mod:`serde.core.opfacts`: :func:`op_facts` resolves a wire ta
 same allow-list as loading) and derives its :class:`~serde.core.opfacts.OpFacts` from the dispatcher
 schema, never from a list of operator names:
 
-- writes: arguments whose alias annotation is a write (``Tensor(a!)``, ``Tensor(a!)[]``, ``out=``);
+- writes: arguments whose alias annotation is a write (``Tensor(a!)``, ``Tensor(a!)[]``, ``out=``),
+  and arguments named in :data:`UNANNOTATED_WRITES`, which kernels write without saying so;
 - views: returns that share an alias set with an argument (``Tensor(a)`` views, ``Tensor(a!)``
   in-place results). A list return (``Tensor(a)[]``) carries its alias set on the element type,
   which the TorchScript binding does not expose, so it aliases every argument with an alias set;
@@ -27,7 +28,15 @@ from serde.core.opfacts import OPAQUE, PURE, STATEFUL, STATEFUL_TARGETS, OpFacts
 
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS, deserialize_target
 
-__all__ = ["op_facts"]
+__all__ = ["op_facts", "written_arguments", "UNANNOTATED_WRITES"]
+
+# Arguments that kernels write although their schemas do not annotate it: batch norm's running
+# statistics, updated in place in training mode by batch_norm, native_batch_norm,
+# _batch_norm_impl_index, instance_norm (with use_input_stats) and the cuDNN/MIOpen kernels, whose
+# schemas declare plain ``Tensor?``. They count as written by every op taking them: an order edge
+# too many (eval mode, the functional and backward variants) costs nothing, a missing one lets a
+# read of the statistics move across their update.
+UNANNOTATED_WRITES = frozenset({"running_mean", "running_var"})
 
 _OPAQUE_HOPS = frozenset({"with_effects", "call_torchbind"})
 _PLAIN_CALLABLES = tuple(SYMBOLIC_TARGETS.values()) + tuple(PREDISPATCH_TARGETS.values())
@@ -67,10 +76,16 @@ def _resolve(target: str, where: str) -> OpFacts:
     return OPAQUE  # an extension's target: nothing is known about it
 
 
+def written_arguments(s: torch.FunctionSchema) -> tuple[str, ...]:
+    """Names of the arguments a call of ``s`` may write, in schema order (see UNANNOTATED_WRITES)."""
+    return tuple(a.name for a in s.arguments
+                 if (a.alias_info is not None and a.alias_info.is_write) or a.name in UNANNOTATED_WRITES)
+
+
 def _schema_facts(op: torch._ops.OpOverload) -> OpFacts:
     s = op._schema
     args = s.arguments
-    writes = tuple(a.name for a in args if a.alias_info is not None and a.alias_info.is_write)
+    writes = written_arguments(s)
     aliased = [a for a in args if a.alias_info is not None and a.alias_info.before_set]
     views: list[tuple[int, str]] = []
     for k, r in enumerate(s.returns):
