@@ -1,5 +1,6 @@
 """Programs made from torch's OpInfo database (``torch.testing._internal``'s ``op_db``): one program
-per operator sample, its tensors as the program's inputs and everything else as constants.
+per operator sample, its tensors as the program's inputs and everything else as constants; and
+from its ModuleInfo database (``module_db``): one per ``nn.Module`` sample, in eval and train mode.
 
 Used by the serde and native breadth tests. These programs are torch's, not ours: they reach
 argument kinds no hand-written program here does (memory formats, layouts, dtype and optional
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 from torch.export import Dim, ExportedProgram
 
-__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "same"]
+__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "same", "ModuleSample",
+           "module_samples"]
 
 # Tests split the operators into this many parametrized chunks (one pytest item is a few seconds).
 CHUNKS = 8
@@ -131,3 +133,32 @@ def same(a: Any, b: Any, metadata_only: bool = False) -> bool:
         return (type(a) is type(b) and len(a) == len(b)
                 and all(same(x, y, metadata_only) for x, y in zip(a, b, strict=True)))
     return a == b or (a != a and b != b)  # (a float NaN equals itself here)
+
+
+@dataclass(frozen=True)
+class ModuleSample:
+    name: str                           # "nn.BatchNorm2d[0] (train)"
+    module: torch.nn.Module
+    args: tuple
+    kwargs: dict
+
+
+def module_samples(samples_per_module: int = 2) -> Iterator[ModuleSample]:
+    """Every ``nn.Module`` of torch's ModuleInfo database, float32, in eval then train mode (where
+    batch norms update their running statistics and dropouts draw)."""
+    from torch.testing._internal.common_modules import module_db
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for info in module_db:
+            for training in (False, True):
+                torch.manual_seed(0)
+                made = info.module_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=False,
+                                               training=training)
+                for k, mi in enumerate(list(made)[:samples_per_module]):
+                    if mi.forward_input is None:
+                        continue
+                    module = info.module_cls(*mi.constructor_input.args, **mi.constructor_input.kwargs)
+                    yield ModuleSample(f"{info.name}[{k}] ({'train' if training else 'eval'})",
+                                       module.train(training), tuple(mi.forward_input.args),
+                                       dict(mi.forward_input.kwargs))
