@@ -119,7 +119,7 @@ class StatefulProgram(torch.nn.Module):
         elif op == "buf_view_mul_":
             self.buf[:k + 1].mul_(0.5)
         elif op == "buf_copy_":
-            self.buf.copy_(v.reshape(-1, v.shape[-1])[0])
+            self.buf.copy_(v.reshape(-1, v.shape[-1] if v.dim() else 1)[0])  # (a state-only step's value is 0-d)
         elif op == "state_row_add_":
             self.state[k % 2].add_(v.sum())
         elif op == "cache_index_copy_":
@@ -129,12 +129,10 @@ class StatefulProgram(torch.nn.Module):
         elif op == "value_add_":
             v.add_(k + 1)
         elif op == "value_col_mul_":
-            v[..., 0].mul_(2)
+            (v if v.dim() else v.view(1))[..., 0].mul_(2)
         else:
             raise AssertionError(f"unhandled effect {op}")
-        if v is None:  # a [1, 1] reading of the state: every step takes it, as it takes a [B, F] value
-            return (self.buf.sum() + self.state[0].mean() + self.cache.mean()).reshape(1, 1)
-        return v * 1
+        return (self.buf.sum() + self.state[0].mean() + self.cache.mean()) * 1 if v is None else v * 1
 
 
 def inputs_of(spec: StatefulSpec, b: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -269,6 +269,11 @@ _GENERATED = 500 if _PROFILE_EXAMPLES >= 200 else 5
                       steps=(("bernoulli", (0,), 0), ("buf_view_mul_", (), 0), ("value_col_mul_", (3,), 0),
                              ("buf_copy_", (3,), 1)),
                       outputs=(5, 3), seed=0))
+# Its value goes through a pure op into a cond beside itself (operands must not alias each other).
+@example(StatefulSpec(batch=3, features=2, dynamic=False, derived="same",
+                      steps=(("buf_view_mul_", (), 0), ("bernoulli", (0,), 0), ("transposed", (2,), 0),
+                             ("cond", (2, 4), 0)),
+                      outputs=(5,), seed=0))
 def test_generated_programs_behave_like_exported(spec):
     ep, runs = export_stateful(spec)
     res = differential(ep, runs, name=repr(spec), max_variants=8)
