@@ -28,7 +28,7 @@ from tests.opinfo import CHUNKS, Sample, export, module_samples, same, samples
 
 _ENGINES = ("heap", "arena") + (("cpp",) if cpp_engine.available() else ())
 
-# (sample name prefix, engine) -> words its error must contain. The checked heap runtime compares
+# (sample name, engine) -> words its error must contain. The checked heap runtime compares
 # every result with the size the program declares for it: for bfloat16 sum bags with per-sample
 # weights, torch's CPU kernel returns an empty offset2bag (a result no node reads) where its meta
 # function, and so the exported program, says one entry per index. The others run it.
