@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch.export import Dim, ExportedProgram
 
-__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "same", "ModuleSample",
-           "module_samples"]
+__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "resized_inputs", "same",
+           "ModuleSample", "module_samples"]
 
 # Tests split the operators into this many parametrized chunks (one pytest item is a few seconds).
 CHUNKS = 8
@@ -79,8 +79,10 @@ def _sample(fn: Any, sample: Any, name: str, dynamic: bool, uninitialized: bool)
     return Sample(name, _Call(fn, args, kwargs), tuple(tensors), dynamic, uninitialized)
 
 
-def samples(chunk: int, samples_per_op: int, variant: str = "float32") -> Iterator[Sample]:
-    """The samples of every ``CHUNKS``-th operator from ``chunk`` on, ``samples_per_op`` each.
+def samples(chunk: int, samples_per_op: int, variant: str = "float32",
+            only: frozenset[str] | None = None) -> Iterator[Sample]:
+    """The samples of every ``CHUNKS``-th operator from ``chunk`` on, ``samples_per_op`` each
+    (with ``only``: of every operator whose name is in it, ``chunk`` ignored).
 
     ``variant``: "float32" (else the operator's first dtype), "dtypes" (each of OTHER_DTYPES it
     supports), "dynamic" (float32, every input dimension dynamic) or "inplace" (float32, the
@@ -88,8 +90,10 @@ def samples(chunk: int, samples_per_op: int, variant: str = "float32") -> Iterat
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation notices of torch's own samples
-        for op in _ops()[chunk::CHUNKS]:
+        for op in (_ops()[chunk::CHUNKS] if only is None else _ops()):
             name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+            if only is not None and name not in only:
+                continue
             supported = op.supported_dtypes("cpu")
             if variant == "dtypes":
                 dtypes = [d for d in OTHER_DTYPES if d in supported]
@@ -112,6 +116,68 @@ def export(s: Sample) -> ExportedProgram:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return torch.export.export(s.module, tuple(t.clone() for t in s.inputs), dynamic_shapes=dims, strict=False)
+
+
+def resized_inputs(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> list[tuple[str, tuple[torch.Tensor, ...]]]:
+    """Other inputs for a dynamic program: ``(label, inputs)`` with every size symbol set another way.
+
+    ``"grown"`` sets each symbol one above its sample value (within its range), ``"lowest"`` to the
+    lowest value its range allows, and ``"below"`` one under that. The exported program refuses
+    such inputs where one of its guards fails; in torch 2.13 it still accepts size 1 where a
+    dimension's range starts at 2, so the caller compares what both programs do. Floating and complex inputs are random (seeded); integer and bool inputs are zeros, a
+    valid index and mask for any size. Empty when the program has no size symbol, or one that no
+    input dimension is equal to (its value could not be chosen freely).
+    """
+    import sympy
+
+    placeholders = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    vals = [placeholders[name] for name in ep.graph_signature.user_inputs]
+    if len(vals) != len(inputs) or not all(isinstance(v, torch.Tensor) for v in vals):
+        return []
+    sample_value: dict[Any, int] = {}
+    exprs: list[list[Any]] = []
+    for v, t in zip(vals, inputs, strict=True):
+        dims = []
+        for d, size in zip(v.shape, t.shape, strict=True):
+            e = d.node.expr if isinstance(d, torch.SymInt) else int(d)
+            if isinstance(e, sympy.Symbol):
+                sample_value[e] = size
+            dims.append(e)
+        exprs.append(dims)
+    free = {s for dims in exprs for e in dims if isinstance(e, sympy.Expr) for s in e.free_symbols}
+    if not free or free - set(sample_value):
+        return []
+    ranges = {s: ep.range_constraints.get(s) for s in free}
+
+    def bounds(s: Any) -> tuple[int, int | None]:
+        r = ranges[s]
+        # (torch's int_oo is a sympy number whose is_finite is not reliably False)
+        lo = int(r.lower) if r is not None and isinstance(r.lower, (int, sympy.Integer)) else 0
+        hi = int(r.upper) if r is not None and isinstance(r.upper, (int, sympy.Integer)) else None
+        return lo, hi
+
+    grown = {s: (v + 1 if (hi := bounds(s)[1]) is None or v + 1 <= hi else v) for s, v in sample_value.items()}
+    lowest = {s: bounds(s)[0] for s in free}
+    below = {s: max(0, lo - 1) if (lo := bounds(s)[0]) > 0 else lo for s in free}
+    out = []
+    for label, values in (("grown", grown), ("lowest", lowest), ("below", below)):
+        if values == sample_value or (label == "below" and values == lowest):
+            continue
+        gen = torch.Generator().manual_seed(0)
+        made = []
+        for dims, t in zip(exprs, inputs, strict=True):
+            shape = [int(e.subs(values)) if isinstance(e, sympy.Expr) else e for e in dims]
+            if min(shape, default=0) < 0:
+                break
+            if t.dtype.is_complex:
+                made.append(torch.randn(shape, generator=gen, dtype=torch.complex64).to(t.dtype))
+            elif t.dtype.is_floating_point:  # (drawn in float32: torch has no normal kernel for float8)
+                made.append(torch.randn(shape, generator=gen).to(t.dtype))
+            else:
+                made.append(torch.zeros(shape, dtype=t.dtype))
+        else:
+            out.append((label, tuple(made)))
+    return out
 
 
 def same(a: Any, b: Any, metadata_only: bool = False) -> bool:

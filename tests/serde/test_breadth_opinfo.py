@@ -19,7 +19,7 @@ import torch
 
 import serde
 from serde.errors import SerializeError
-from tests.opinfo import CHUNKS, Sample, export, same, samples
+from tests.opinfo import CHUNKS, Sample, export, resized_inputs, same, samples
 
 # (pattern of our refusal, why it is right). torch.export.save refuses both as well.
 REFUSALS = (
@@ -37,6 +37,9 @@ class _Tally:
     export_failed: int = 0
     refused: dict[str, int] = field(default_factory=dict)
     compared: int = 0
+    # dynamic programs run again at other sizes: both computed the same, or both refused the inputs
+    resized_compared: int = 0
+    resized_refused: int = 0
     failures: list[str] = field(default_factory=list)
 
 
@@ -83,6 +86,58 @@ def _check(s: Sample, tally: _Tally) -> None:
         tally.failures.append(f"{s.name}: outputs differ from the exported program's")
     elif not same(want_in, got_in):
         tally.failures.append(f"{s.name}: the inputs it writes to differ from the exported program's")
+    if s.dynamic:
+        _check_resized(s, ep, loaded, tally)
+
+
+def _check_resized(s: Sample, ep: torch.export.ExportedProgram, loaded: torch.export.ExportedProgram,
+                   tally: _Tally) -> None:
+    """Run both programs at other sizes: the loaded one must accept exactly the inputs the exported
+    one accepts (its guards came through the file) and compute the same on them."""
+    want_fn, got_fn = ep.module(), loaded.module()
+    threads = torch.get_num_threads()
+    # One thread: the zero index inputs made here can scatter several values to one place, and
+    # with threads, which one lands would vary from run to run (max_unpool does).
+    torch.set_num_threads(1)
+    try:
+        _compare_resized(s, resized_inputs(ep, s.inputs), want_fn, got_fn, tally)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compare_resized(s: Sample, runs: list[tuple[str, tuple[torch.Tensor, ...]]], want_fn: torch.nn.Module,
+                     got_fn: torch.nn.Module, tally: _Tally) -> None:
+    for label, inputs in runs:
+        want_in, got_in = [t.clone() for t in inputs], [t.clone() for t in inputs]
+        try:
+            torch.manual_seed(1234)
+            want = want_fn(*want_in)
+        except Exception:  # noqa: BLE001 -- refused (a guard) or failed (the kernel): the loaded one must too
+            want = _REFUSED
+        try:
+            torch.manual_seed(1234)
+            got = got_fn(*got_in)
+        except Exception as e:  # noqa: BLE001
+            if want is not _REFUSED:
+                tally.failures.append(f"{s.name} at {label} sizes {[tuple(t.shape) for t in inputs]}: the loaded "
+                                      f"program raised {type(e).__name__}: {e} (the exported one ran)")
+                continue
+            got = _REFUSED
+        if want is _REFUSED:
+            if got is _REFUSED:
+                tally.resized_refused += 1
+            else:
+                tally.failures.append(f"{s.name} at {label} sizes {[tuple(t.shape) for t in inputs]}: the loaded "
+                                      "program ran on inputs the exported one refused")
+            continue
+        tally.resized_compared += 1
+        if not same(want, got, s.uninitialized):
+            tally.failures.append(f"{s.name} at {label} sizes: outputs differ from the exported program's")
+        elif not same(want_in, got_in):
+            tally.failures.append(f"{s.name} at {label} sizes: the inputs it writes to differ")
+
+
+_REFUSED = object()
 
 
 def _judge(chunk: int, samples_per_op: int, variant: str = "float32") -> None:
@@ -93,11 +148,30 @@ def _judge(chunk: int, samples_per_op: int, variant: str = "float32") -> None:
     # Not vacuous: in torch 2.13 about nine samples in ten export, and most of those run.
     assert tally.export_failed < tally.samples * 0.25, tally
     assert tally.compared > (tally.samples - tally.export_failed) * 0.8, tally
+    if variant == "dynamic":
+        # Not vacuous either: most dynamic programs run at other sizes, and some inputs are refused.
+        assert tally.resized_compared > tally.compared, tally
+        assert tally.resized_refused > 0, tally
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_opinfo_samples_compute_like_the_exported_program(chunk: int) -> None:
     _judge(chunk, samples_per_op=1)
+
+
+# Operators whose dynamic programs carry guards on their input sizes (found by the slow run):
+# run at other sizes, their loaded programs must refuse exactly the inputs torch's refuse.
+GUARDED = frozenset({"chunk", "unsafe_chunk", "nn.functional.channel_shuffle", "nn.functional.max_unpool2d",
+                     "fft.hfft2", "_segment_reduce.offsets"})
+
+
+def test_guarded_dynamic_samples_refuse_what_the_exported_program_refuses() -> None:
+    tally = _Tally()
+    for s in samples(0, 1, "dynamic", only=GUARDED):
+        _check(s, tally)
+    assert not tally.failures, "\n".join(tally.failures)
+    assert tally.compared == len(GUARDED), tally
+    assert tally.resized_refused >= len(GUARDED) and tally.resized_compared > 0, tally
 
 
 @pytest.mark.slow
