@@ -66,3 +66,16 @@ def test_every_schema_struct_has_a_strategy(t):
 def test_public_strategy_gives_exported_programs(ep):
     """serde.testing.exported_programs, as a user's test suite would use it."""
     assert_roundtrip(ep)
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_transposed_never_returns_an_alias_so_cond_takes_it_beside_its_input(layout):
+    # A value with a size-1 dimension is contiguous both ways: a transposed copy must still copy,
+    # or torch.cond, which refuses operands that alias each other, refuses the program.
+    from serde.testing.strategies import ProgramSpec
+
+    spec = ProgramSpec(batch=3, features=4, dynamic_batch=False, dynamic_features=False,
+                       inputs=((layout, "float32"),), steps=(("transposed", (0,), 0), ("cond", (0, 1), 0)),
+                       outputs=(2,), mutate_buffer=False, seed=0)
+    ep, _ = export_spec(spec)
+    assert_roundtrip(ep)

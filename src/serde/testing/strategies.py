@@ -62,7 +62,10 @@ OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     "cumsum": (1, lambda m, v, k: torch.cumsum(v, dim=-1)),
     "rowsum": (1, lambda m, v, k: v.sum(-1, keepdim=True)),
     "colmean": (1, lambda m, v, k: _f(v).mean(0, keepdim=True)),
-    "transposed": (1, lambda m, v, k: v.t().contiguous().t() if v.dim() == 2 else v.flip(-1)),
+    # (clone, not contiguous: with a size-1 dimension contiguous() returns the value itself, an
+    # alias that torch.cond refuses beside the value)
+    "transposed": (1, lambda m, v, k: v.t().clone(memory_format=torch.contiguous_format).t() if v.dim() == 2
+                   else v.flip(-1)),
     "max_dim": (1, lambda m, v, k: (lambda r: r.values + r.indices.to(r.values.dtype) * 0.1)(
         _f(v).max(dim=-1, keepdim=True))),
     "aminmax": (1, lambda m, v, k: (lambda r: r.min * 2 - r.max)(torch.aminmax(v, dim=-1, keepdim=True))),
