@@ -17,6 +17,7 @@ from serde.core.names import (
     check_fqn,
     check_local_name,
     check_program,
+    check_quoted_text,
     check_text,
 )
 
@@ -102,6 +103,50 @@ def test_save_refuses_what_load_would_refuse(tmp_path) -> None:
     with pytest.raises(serde.UnsupportedConstructError, match=r"could not be loaded back.*'a-b'"):
         serde.save(ep, tmp_path / "m.pt2s")
     assert not (tmp_path / "m.pt2s").exists()
+
+
+@pytest.mark.parametrize("text, kind", [("fast", "constant"), ("héllo ☃ 1.5 [x]", "constant"),
+                                        ("a\\b", "key"), ("a\nb", "key"), ("héllo ☃", "key")])
+def test_quoted_text_torch_can_paste_passes(text: str, kind: str) -> None:
+    assert check_quoted_text(text, "where", kind) == text
+
+
+@pytest.mark.parametrize("text, kind", [("it's", "constant"), ('a"b', "constant"), ("a\\", "constant"),
+                                        ("a\nb", "constant"), ("a\rb", "constant"), ("a\x00b", "constant"),
+                                        ("a\u2028b", "constant"), ("\ud800", "constant"),
+                                        ("it's", "key"), ('a"b', "key")])
+def test_quoted_text_that_ends_its_literal_is_refused(text: str, kind: str) -> None:
+    with pytest.raises(UnsafeNameError, match=r"where: .* holds .* pastes it between quotes"):
+        check_quoted_text(text, "where", kind)
+
+
+class _Inputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, cfg: dict, mode: str) -> torch.Tensor:
+        return x * 2 + cfg[next(iter(cfg))] if mode.startswith("f") else x
+
+
+@pytest.mark.parametrize("key, mode, field", [
+    ("k", "fast'", r"signature\.input_specs\[2\]\.constant_input\.value\.as_string"),
+    ("it's", "fast", r"module_call_graph\[0\]\.signature\.in_spec\.children\[0\]\.children\[1\]\.context\[0\]"),
+])
+def test_save_refuses_quotes_that_would_break_the_guard_code(key: str, mode: str, field: str, tmp_path) -> None:
+    ep = torch.export.export(_Inputs(), (torch.randn(2), {key: torch.randn(2)}, mode), strict=False)
+    with pytest.raises(serde.UnsupportedConstructError, match=rf"could not be loaded back.*{field}: the"):
+        serde.save(ep, tmp_path / "m.pt2s")
+    assert not (tmp_path / "m.pt2s").exists()
+    with pytest.raises(SyntaxError):  # what torch's own ep.module() does with it
+        ep.module()
+
+
+def test_backslashes_in_keys_and_unicode_in_strings_round_trip(tmp_path) -> None:
+    # Keys reach the guard code through repr(), which escapes a backslash: torch runs these.
+    args = (torch.randn(2), {"a\\b": torch.randn(2)}, "fé ☃")
+    ep = torch.export.export(_Inputs(), args, strict=False)
+    serde.save(ep, tmp_path / "m.pt2s")
+    loaded = serde.load(tmp_path / "m.pt2s")
+    torch.testing.assert_close(loaded.module()(*args), ep.module()(*args), rtol=0, atol=0)
+    with pytest.raises(AssertionError, match="Guard failed"):  # the string is still guarded
+        loaded.module()(args[0], args[1], "fé")
 
 
 def _one_op_program(tmp_path):

@@ -20,6 +20,15 @@ grammar, before any torch object is built from the program:
 * **metadata text** (stack traces, module type names, source functions): no line breaks other
   than ``\\n`` (fx splits stack traces on ``\\n`` only and prints them into comments; a ``\\r``
   would end the comment for Python's tokenizer), no control characters.
+* **quoted text**: ``ep.module()`` also pastes values from the program between quotes into the
+  code it generates and runs: a string constant input raw into its guard function
+  (``L['mode'] == 'fast'``), the paths of the inputs, dict keys included, into each guard's
+  ``"Guard failed: ..."`` message, and the keyword argument names of an ``(args, kwargs)`` input
+  spec raw into the forward (``{'scale': scale}``). A quote there ends the literal, and what
+  follows it runs. So string constant inputs and keyword argument names hold no quote, backslash
+  or unprintable character, and the other string dict keys of input specs (the module call
+  graph's ``in_spec``, the example inputs' spec) no quote. torch's own ``ep.module()`` fails with
+  a SyntaxError on programs that break these rules.
 
 Names are also bounded by :class:`serde.core.limits.Limits` (``max_name_chars``, ``max_text_chars``,
 ``max_list_len``, ``max_nodes``, ``max_tensor_rank``) before anything walks them further.
@@ -49,7 +58,7 @@ from .limits import (
 )
 
 __all__ = [
-    "UnsafeNameError", "check_local_name", "check_fqn", "check_attr_name", "check_text",
+    "UnsafeNameError", "check_local_name", "check_fqn", "check_attr_name", "check_text", "check_quoted_text",
     "check_program", "check_weight_names", "RESERVED_ATTRIBUTES", "RESERVED_LOCALS",
 ]
 
@@ -166,6 +175,80 @@ def check_text(text: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str
     return text
 
 
+# What ends a quoted literal in the code ep.module() generates. In text pasted raw between quotes
+# (a string constant input in the guard code; the keyword argument names of the forward's
+# ``tree_flatten_spec(([...], {'name': name}), ...)``): a quote, a backslash (it escapes the
+# closing quote) or a line break (control characters, line separators and lone surrogates are
+# refused with them). In a dict key, which reaches the guard code through repr() and its message
+# through ast.unparse(): a quote of either kind.
+_RAW = re.compile(r"""['"\\]|[^\x20-\x7e\xa0-\ud7ff\ue000-\U0010ffff]|[\u2028\u2029]""")
+_UNQUOTABLE = {"constant": _RAW, "kwarg": _RAW, "key": re.compile(r"""['"]""")}
+_QUOTED_WHAT = {"constant": "string constant input", "kwarg": "keyword argument name of an input",
+                "key": "dict key of an input"}
+
+
+def check_quoted_text(text: object, where: str, kind: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Text torch pastes between quotes into the code it generates for ``ep.module()`` (``kind``:
+    "constant" for a string constant input, "kwarg" for a keyword argument name in the root of an
+    input spec, "key" for any other dict key of an input spec); see the module docstring."""
+    if not isinstance(text, str):
+        raise UnsafeNameError(f"{where}: expected a string, got {type(text).__name__}")
+    check_limit(len(text), limits, "max_text_chars", where, "the text length", NameTooLongError)
+    bad = _UNQUOTABLE[kind].search(text)
+    if bad is not None:
+        what = _QUOTED_WHAT[kind]
+        raise UnsafeNameError(
+            f"{where}: the {what} {_show(text)} holds {bad.group()!r} at {bad.start()}; torch's ep.module() "
+            "pastes it between quotes into the code it generates and runs, where that character would "
+            "end the literal and what follows would run (programs torch.export makes with such text break "
+            "torch's own ep.module() too). "
+            + ("Use keys without quote characters." if kind == "key"
+               else "Use text without quotes, backslashes and control characters."))
+    return text
+
+
+def _check_input_spec_keys(spec: schema.TreeSpec, where: str, limits: Limits) -> None:
+    """Every string dict key in ``spec`` passes ``check_quoted_text(kind="key")``. Iterative: specs
+    from a file may nest deeper than Python recurses (the treespec reader bounds the depth later)."""
+    # (spec, its parent's entry in ``seen``, its index there): the field path is built only for an error
+    stack: list[tuple[schema.TreeSpec, int, int]] = [(spec, -1, 0)]
+    seen: list[tuple[int, int]] = []
+    while stack:
+        s, parent, index = stack.pop()
+        me = len(seen)
+        seen.append((parent, index))
+        if s.type in _KEYED_SPECS and s.context is not None:
+            for j, k in enumerate(_spec_keys(s.context)):
+                if type(k) is str and _UNQUOTABLE["key"].search(k) is not None:
+                    check_quoted_text(k, f"{where}{_spec_path(seen, me)}.context[{j}]", "key", limits)
+        stack.extend((c, me, i) for i, c in enumerate(s.children))
+
+
+def _spec_path(seen: list[tuple[int, int]], entry: int) -> str:
+    parts = []
+    while seen[entry][0] >= 0:
+        parent, index = seen[entry]
+        parts.append(f".children[{index}]")
+        entry = parent
+    return "".join(reversed(parts))
+
+
+# Pytree node types whose context lists dict keys: a JSON list, or {"keys": [...]} for defaultdict.
+_KEYED_SPECS = frozenset({"dict", "OrderedDict", "defaultdict"})
+
+
+def _spec_keys(context: str) -> list:
+    """The keys a dict spec's context lists; [] when it is not what the treespec reader accepts,
+    which then refuses it naming the field."""
+    try:
+        ctx = json.loads(context)
+    except (ValueError, RecursionError):
+        return []
+    if isinstance(ctx, dict):
+        ctx = ctx.get("keys")
+    return ctx if isinstance(ctx, list) else []
+
+
 def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) -> None:
     """Check every name, list length, rank and node count in ``p`` (see the module docstring).
 
@@ -182,6 +265,9 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
     if gm.custom is not None:
         check_text(gm.custom, "graph_module.custom", limits)
     _check_signature(gm.signature, limits)
+    for i, a in enumerate(gm.graph.inputs):
+        if a.as_string is not None:
+            check_quoted_text(a.as_string, f"graph.inputs[{i}].as_string", "constant", limits)
     _check_list(gm.module_call_graph, "module_call_graph", limits)
     known = _Known()  # the module call graph's arguments repeat the graph's value names
     for i, e in enumerate(gm.module_call_graph):
@@ -198,8 +284,9 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
             _check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
                 check_local_name(n, f"{where}.signature.forward_arg_names[{j}]", limits)
-        elif e.fqn == "":
-            _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits)
+        _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits,
+                          as_names=s.forward_arg_names is None and e.fqn == "")
+        _check_input_spec_keys(s.in_spec, f"{where}.signature.in_spec", limits)
 
 
 def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -217,6 +304,8 @@ def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> No
             check_fqn(name, where, limits)
             _check_shape(t.sizes, t.strides, f"{where}", limits)
     if w.example_inputs is not None:
+        # ep.module() takes the paths of the inputs in its guard code from the example inputs
+        _check_input_spec_keys(w.example_inputs.spec, "weights.example_inputs.spec", limits)
         _check_list(w.example_inputs.leaves, "weights.example_inputs.leaves", limits)
         for i, leaf in enumerate(w.example_inputs.leaves):
             t = leaf.as_tensor
@@ -284,9 +373,11 @@ def _check_keyword_name(name: object, where: str, limits: Limits) -> None:
                               f"or is a Python keyword; {_HOSTILE}")
 
 
-def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits) -> None:
-    """Without forward_arg_names, ep.module() names forward's parameters after the root in_spec's
-    kwargs keys (``(args, kwargs)``): those keys are then local names too."""
+def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits, *, as_names: bool) -> None:
+    """The kwargs keys of an in_spec of the form ``(args, kwargs)``: fx pastes them raw between
+    quotes into the forward it generates. With ``as_names`` (the root spec without
+    forward_arg_names, where ep.module() names forward's parameters after them) they are local
+    names too."""
     if spec.type != "tuple" or len(spec.children) != 2 or spec.children[1].type != "dict":
         return
     kw = spec.children[1]
@@ -295,12 +386,15 @@ def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits) -> None
     check_text(kw.context, f"{where}.children[1].context", limits)
     try:
         keys = json.loads(kw.context)
-    except ValueError:
+    except (ValueError, RecursionError):
         return  # not a key list: deserialize_treespec reports it
     if isinstance(keys, list):
         _check_list(keys, f"{where}.children[1].context", limits)
         for j, k in enumerate(keys):
-            check_local_name(k, f"{where}.children[1].context[{j}]", limits)
+            if as_names:
+                check_local_name(k, f"{where}.children[1].context[{j}]", limits)
+            elif type(k) is str:
+                check_quoted_text(k, f"{where}.children[1].context[{j}]", "kwarg", limits)
 
 
 def _check_list(items: Iterable, where: str, limits: Limits) -> None:
@@ -609,6 +703,8 @@ def _check_signature(sig: schema.GraphSignature, limits: Limits) -> None:
             check_fqn(getattr(v, _INPUT_FQNS[kind]), f"{where}.{_INPUT_FQNS[kind]}", limits)
         if kind == "constant_input":
             check_local_name(v.name, f"{where}.name", limits)
+            if v.value.as_string is not None:
+                check_quoted_text(v.value.as_string, f"{where}.value.as_string", "constant", limits)
         elif kind == "user_input":
             _check_argument(v.arg, f"{where}.arg", limits, known)
         else:

@@ -18,7 +18,8 @@ import serde
 from serde.archive import read_archive, write_archive
 from serde.core import wire
 
-__all__ = ["Model", "base_artifact", "example", "rename", "edit_program", "bounded"]
+__all__ = ["Model", "InputsModel", "base_artifact", "inputs_artifact", "example", "rename", "edit_program",
+           "bounded"]
 
 
 class _Block(torch.nn.Module):
@@ -60,6 +61,26 @@ def base_artifact(with_cond: bool) -> bytes:
     buf = io.BytesIO()
     dynamic = None if with_cond else {"x": {0: torch.export.Dim("batch", min=2, max=64)}}  # size expressions
     serde.save(torch.export.export(Model(with_cond).eval(), example(), dynamic_shapes=dynamic), buf)
+    return buf.getvalue()
+
+
+class InputsModel(torch.nn.Module):
+    """A dict input, a string constant input and keyword arguments: ep.module() pastes the dict's
+    key and the string into the guard code it generates, and the keywords' names into its forward,
+    each between quotes."""
+
+    def forward(self, x: torch.Tensor, cfg: dict[str, torch.Tensor], mode: str, *, kwa: torch.Tensor,
+                kwb: torch.Tensor) -> torch.Tensor:
+        return x * 2 + cfg["cfgkey"] + kwa - kwb if mode == "fast" else x
+
+
+def inputs_artifact() -> bytes:
+    """A saved InputsModel; call it with its stored example inputs (``ep.example_inputs``)."""
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    args = (torch.randn(2, 4), {"cfgkey": torch.randn(2, 4)}, "fast")
+    kwargs = {"kwa": torch.randn(2, 4), "kwb": torch.randn(2, 4)}
+    serde.save(torch.export.export(InputsModel(), args, kwargs, strict=False), buf)
     return buf.getvalue()
 
 

@@ -2,8 +2,10 @@
 
 Each attack module defines ``ERROR`` (the exact error class), ``MATCH`` (a regex the message must
 contain), ``build(base, canary) -> bytes``, optionally ``BASE = "cond"`` (start from the program
-with a cond) and ``LIMITS`` (load with these ``serde.Limits``), and ``RUNS_CODE``: whether, with the name check switched
-off, the file really creates ``canary`` (proving the attack, and this harness, are real).
+with a cond) or ``BASE = "inputs"`` (from one with a dict input and a string constant input, called
+with its stored example inputs) and ``LIMITS`` (load with these ``serde.Limits``), and
+``RUNS_CODE``: whether, with the name check switched off, the file really creates ``canary``
+(proving the attack, and this harness, are real).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import serde
 from serde import api
 from serde.bridge import program
 from serde.errors import UnsafeArtifactError
-from tests.serde.attacks.program._program_kit import base_artifact, bounded, example
+from tests.serde.attacks.program._program_kit import base_artifact, bounded, example, inputs_artifact
 
 HERE = Path(__file__).parent
 ATTACKS = sorted(p.stem for p in HERE.glob("*.py") if not p.name.startswith(("_", "test_")))
@@ -34,7 +36,8 @@ def _module(name: str):
 
 @pytest.fixture(scope="module")
 def bases() -> dict[str, bytes]:
-    return {"plain": base_artifact(with_cond=False), "cond": base_artifact(with_cond=True)}
+    return {"plain": base_artifact(with_cond=False), "cond": base_artifact(with_cond=True),
+            "inputs": inputs_artifact()}
 
 
 def _base(attack, bases: dict[str, bytes]) -> bytes:
@@ -44,13 +47,20 @@ def _base(attack, bases: dict[str, bytes]) -> bytes:
 def _load_build_and_call(path: Path, kind: str, limits: serde.Limits | None = None) -> None:
     """Everything a user does with a loaded file; any of it may run code fx generated from names."""
     ep = serde.load(path) if limits is None else serde.load(path, limits=limits)
+    if kind == "inputs":
+        args, kwargs = ep.example_inputs
+        m = ep.module()
+        m.forward(*args, **kwargs)  # as users may: this skips the hook that checks the inputs' structure
+        m(*args, **kwargs)
+        torch.export.unflatten(ep)(*args, **kwargs)
+        return
     (x,) = example()
     ep.module()(x)
     if kind == "plain":
         torch.export.unflatten(ep)(x)
 
 
-@pytest.mark.parametrize("kind", ["plain", "cond"])
+@pytest.mark.parametrize("kind", ["plain", "cond", "inputs"])
 def test_base_artifact_loads_builds_and_runs(kind: str, bases: dict[str, bytes], tmp_path: Path) -> None:
     path = tmp_path / "base.pt2s"
     path.write_bytes(bases[kind])
