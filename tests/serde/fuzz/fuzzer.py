@@ -104,6 +104,14 @@ HOSTILE_STRINGS = (
     "os.system",
     _BAD_UTF8,
 )
+# Text that ends the quoted literal ep.module()'s guard code pastes a string constant input or a
+# dict key of an input path into, and runs what follows.
+QUOTE_BREAKERS = (
+    f"x' == '' or open('{CANARY}','w') or '",
+    f'"+open("{CANARY}","w").name+"',
+    "x\\",
+    f"x\nopen('{CANARY}','w')",
+)
 HOSTILE_INTS = (0, 1, -1, 2, 3, 7, 2**31, 2**31 - 1, 2**32, 2**53 + 1, 2**63 - 1, -(2**63), 2**63, 2**64,
                 2**64 - 1, -(2**64), 10**30, -(10**30))
 TARGETS = (
@@ -270,7 +278,7 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
 def _targeted(doc: Any, rng: random.Random) -> bool:
     """Edits aimed at the consistency of a program; False when this document has no place for it."""
     nodes = _nodes(doc)
-    op = rng.randrange(11)
+    op = rng.randrange(12)
     if op == 0 and nodes:  # shorten an argument list
         n = rng.choice(nodes)
         if n["inputs"]:
@@ -365,6 +373,26 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
             c, k = rng.choice(slots)
             c[k] = rng.choice(HOSTILE_STRINGS[:8])
             return True
+    elif op == 11:  # the canary in a string constant input or a dict key, everywhere it occurs
+        strings = [c[k] for c, k in _slots(doc) if k == "as_string" and isinstance(c[k], str)]
+        keyed = [c for c, k in _slots(doc) if k == "context" and isinstance(c.get("context"), str)
+                 and c.get("type") in ("dict", "OrderedDict")]
+        if strings and (not keyed or rng.random() < 0.5):
+            old, new = rng.choice(strings), rng.choice(QUOTE_BREAKERS)
+            for c, k in _slots(doc):
+                if k == "as_string" and c[k] == old:
+                    c[k] = new
+            return True
+        if keyed:
+            spec = rng.choice(keyed)
+            keys = json.loads(spec["context"])
+            if isinstance(keys, list) and keys:
+                old_context, new_key = spec["context"], rng.choice(QUOTE_BREAKERS)
+                keys[rng.randrange(len(keys))] = new_key
+                for c, k in _slots(doc):
+                    if k == "context" and c[k] == old_context:
+                        c[k] = json.dumps(keys)
+                return True
     return False
 
 
