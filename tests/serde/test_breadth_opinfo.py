@@ -69,25 +69,39 @@ def _check(s: Sample, tally: _Tally) -> None:
     except Exception as e:  # noqa: BLE001
         tally.failures.append(f"{s.name}: load raised {type(e).__name__}: {e}")
         return
-    want_in, got_in = [t.clone() for t in s.inputs], [t.clone() for t in s.inputs]
-    try:
-        torch.manual_seed(1234)
-        want = ep.module()(*want_in)
-    except Exception:  # noqa: BLE001 -- the exported program itself fails: nothing to compare with
-        return
-    try:
-        torch.manual_seed(1234)
-        got = loaded.module()(*got_in)
-    except Exception as e:  # noqa: BLE001
-        tally.failures.append(f"{s.name}: the loaded program raised {type(e).__name__}: {e} (the exported one ran)")
-        return
-    tally.compared += 1
-    if not same(want, got, s.uninitialized):
-        tally.failures.append(f"{s.name}: outputs differ from the exported program's")
-    elif not same(want_in, got_in):
-        tally.failures.append(f"{s.name}: the inputs it writes to differ from the exported program's")
+    if _compare(s.name, s, ep.module(), loaded.module(), s.inputs, tally) == "compared":
+        tally.compared += 1
     if s.dynamic:
         _check_resized(s, ep, loaded, tally)
+
+
+def _compare(at: str, s: Sample, want_fn: torch.nn.Module, got_fn: torch.nn.Module,
+             inputs: tuple[torch.Tensor, ...], tally: _Tally) -> str | None:
+    """Run both programs on copies of ``inputs``: "compared" or "refused" when they agree (computed
+    the same, or both refused the inputs), else None with the difference added to the failures."""
+    want_in, got_in = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    try:
+        torch.manual_seed(1234)
+        want = want_fn(*want_in)
+    except Exception:  # noqa: BLE001 -- refused (a guard) or failed (the kernel): the loaded one must too
+        want = _REFUSED
+    try:
+        torch.manual_seed(1234)
+        got = got_fn(*got_in)
+    except Exception as e:  # noqa: BLE001
+        if want is _REFUSED:
+            return "refused"
+        tally.failures.append(f"{at}: the loaded program raised {type(e).__name__}: {e} (the exported one ran)")
+        return None
+    if want is _REFUSED:
+        tally.failures.append(f"{at}: the loaded program ran on inputs the exported one refused")
+    elif not same(want, got, s.uninitialized):
+        tally.failures.append(f"{at}: outputs differ from the exported program's")
+    elif not same(want_in, got_in):
+        tally.failures.append(f"{at}: the inputs it writes to differ from the exported program's")
+    else:
+        return "compared"
+    return None
 
 
 def _check_resized(s: Sample, ep: torch.export.ExportedProgram, loaded: torch.export.ExportedProgram,
@@ -100,41 +114,15 @@ def _check_resized(s: Sample, ep: torch.export.ExportedProgram, loaded: torch.ex
     # with threads, which one lands would vary from run to run (max_unpool does).
     torch.set_num_threads(1)
     try:
-        _compare_resized(s, resized_inputs(ep, s.inputs), want_fn, got_fn, tally)
+        for label, inputs in resized_inputs(ep, s.inputs):
+            at = f"{s.name} at {label} sizes {[tuple(t.shape) for t in inputs]}"
+            outcome = _compare(at, s, want_fn, got_fn, inputs, tally)
+            if outcome == "compared":
+                tally.resized_compared += 1
+            elif outcome == "refused":
+                tally.resized_refused += 1
     finally:
         torch.set_num_threads(threads)
-
-
-def _compare_resized(s: Sample, runs: list[tuple[str, tuple[torch.Tensor, ...]]], want_fn: torch.nn.Module,
-                     got_fn: torch.nn.Module, tally: _Tally) -> None:
-    for label, inputs in runs:
-        want_in, got_in = [t.clone() for t in inputs], [t.clone() for t in inputs]
-        try:
-            torch.manual_seed(1234)
-            want = want_fn(*want_in)
-        except Exception:  # noqa: BLE001 -- refused (a guard) or failed (the kernel): the loaded one must too
-            want = _REFUSED
-        try:
-            torch.manual_seed(1234)
-            got = got_fn(*got_in)
-        except Exception as e:  # noqa: BLE001
-            if want is not _REFUSED:
-                tally.failures.append(f"{s.name} at {label} sizes {[tuple(t.shape) for t in inputs]}: the loaded "
-                                      f"program raised {type(e).__name__}: {e} (the exported one ran)")
-                continue
-            got = _REFUSED
-        if want is _REFUSED:
-            if got is _REFUSED:
-                tally.resized_refused += 1
-            else:
-                tally.failures.append(f"{s.name} at {label} sizes {[tuple(t.shape) for t in inputs]}: the loaded "
-                                      "program ran on inputs the exported one refused")
-            continue
-        tally.resized_compared += 1
-        if not same(want, got, s.uninitialized):
-            tally.failures.append(f"{s.name} at {label} sizes: outputs differ from the exported program's")
-        elif not same(want_in, got_in):
-            tally.failures.append(f"{s.name} at {label} sizes: the inputs it writes to differ")
 
 
 _REFUSED = object()
