@@ -342,9 +342,18 @@ class Method:
                 continue
             inp = p.inputs[s.input]
             leaf = leaves[s.input]
-            raw = leaf if s.dim < 0 else leaf.shape[s.dim]
-            v, r = divmod(raw - s.offset, s.scale)
             what = f"input {inp.name!r}" + (f" dimension {s.dim}" if s.dim >= 0 else "")
+            # A file may bind a symbol to any input and dimension: the checks above compared each
+            # input with its declared value, not with the symbols (as the C++ runtime does).
+            if s.dim < 0:
+                if not isinstance(leaf, int):  # (a bool is an int, as in the C++ runtime)
+                    raise InputMismatchError(f"{what}: expected an int, got {type(leaf).__name__}")
+                raw = leaf
+            else:
+                if not isinstance(leaf, torch.Tensor) or leaf.dim() <= s.dim:
+                    raise InputMismatchError(f"{what}: the input has no such dimension")
+                raw = leaf.shape[s.dim]
+            v, r = divmod(raw - s.offset, s.scale)
             if r or v < 0:
                 raise InputMismatchError(f"{what} is {raw}, which is not {s.scale}*{s.name} + {s.offset} for any "
                                          f"natural {s.name}")

@@ -155,6 +155,28 @@ def test_affine_symbol_binding_checks_divisibility():
         m.run(torch.randn(10, 8), torch.randn(12, 8))
 
 
+@pytest.mark.parametrize("dim, msg", [(5, r"input 'x' dimension 5: the input has no such dimension"),
+                                      (-1, r"input 'x': expected an int, got Tensor")])
+def test_a_symbol_bound_to_a_dimension_the_input_lacks_is_refused_on_every_engine(dim, msg):
+    # A file may bind a symbol to any input and dimension; the inputs pass their own checks.
+    import msgspec
+
+    from native import cpp_engine
+    from native.verify import decode
+
+    native = emitted("mlp")
+    symbols = [msgspec.structs.replace(s, dim=dim) for s in native.program.symbols]
+    hostile = decode(P.NativeProgram(msgspec.structs.replace(native.program, symbols=symbols),
+                                     native.segment).encode())
+    x = torch.randn(3, 16)
+    for arena in (False, True):
+        with pytest.raises(InputMismatchError, match=msg):
+            Method(hostile, arena=arena).run(x)
+    if cpp_engine.available():
+        with pytest.raises(InputMismatchError, match=msg):
+            cpp_engine.load(hostile.encode()).run(x)
+
+
 # ---------------------------------------------------------------- the harness catches mistakes
 
 
