@@ -57,12 +57,20 @@ def _in_kernel(e: BaseException) -> bool:
     return bool(tb) and tb[-1].filename.endswith(("torch/_ops.py", "torch/_tensor.py", "torch/functional.py"))
 
 
+def _raised_by_us(e: BaseException) -> bool:
+    """The innermost frame is pt2serde's own code (the native runtime), not torch's or a kernel's."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and "/src/" in tb[-1].filename and "/tests/" not in tb[-1].filename
+
+
 def _classify_run(e: BaseException, serde_error: type) -> str:
     msg = str(e)
     if isinstance(e, serde_error):
         return f"run_refused:{type(e).__name__}"  # the native runtime's own input and kernel checks
     if isinstance(e, MemoryError) or _OOM.search(msg):
         return "run_oom"
+    if _raised_by_us(e):
+        return "foreign_run"  # our runtime must refuse what it cannot run with its own typed error
     if _GUARD.search(msg):
         return "run_guard"
     if _BINDING.search(msg):
