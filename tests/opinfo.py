@@ -124,9 +124,10 @@ def resized_inputs(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> lis
     ``"grown"`` sets each symbol one above its sample value (within its range), ``"lowest"`` to the
     lowest value its range allows, and ``"below"`` one under that. The exported program refuses
     such inputs where one of its guards fails; in torch 2.13 it still accepts size 1 where a
-    dimension's range starts at 2, so the caller compares what both programs do. Floating and complex inputs are random (seeded); integer and bool inputs are zeros, a
-    valid index and mask for any size. Empty when the program has no size symbol, or one that no
-    input dimension is equal to (its value could not be chosen freely).
+    dimension's range starts at 2, so the caller compares what both programs do. Floating and
+    complex inputs are random (seeded); integer and bool inputs are zeros, a valid index and mask
+    for any size. Empty when the program has no size symbol, or one that no input dimension is
+    equal to (its value could not be chosen freely).
     """
     import sympy
 
@@ -147,18 +148,19 @@ def resized_inputs(ep: ExportedProgram, inputs: tuple[torch.Tensor, ...]) -> lis
     free = {s for dims in exprs for e in dims if isinstance(e, sympy.Expr) for s in e.free_symbols}
     if not free or free - set(sample_value):
         return []
-    ranges = {s: ep.range_constraints.get(s) for s in free}
-
-    def bounds(s: Any) -> tuple[int, int | None]:
-        r = ranges[s]
+    def finite(bound: Any) -> int | None:
         # (torch's int_oo is a sympy number whose is_finite is not reliably False)
-        lo = int(r.lower) if r is not None and isinstance(r.lower, (int, sympy.Integer)) else 0
-        hi = int(r.upper) if r is not None and isinstance(r.upper, (int, sympy.Integer)) else None
-        return lo, hi
+        return int(bound) if isinstance(bound, (int, sympy.Integer)) else None
 
-    grown = {s: (v + 1 if (hi := bounds(s)[1]) is None or v + 1 <= hi else v) for s, v in sample_value.items()}
-    lowest = {s: bounds(s)[0] for s in free}
-    below = {s: max(0, lo - 1) if (lo := bounds(s)[0]) > 0 else lo for s in free}
+    lo: dict[Any, int] = {}
+    hi: dict[Any, int | None] = {}
+    for s in free:
+        r = ep.range_constraints.get(s)
+        lo[s] = (finite(r.lower) if r is not None else None) or 0
+        hi[s] = finite(r.upper) if r is not None else None
+    grown = {s: v + 1 if hi[s] is None or v + 1 <= hi[s] else v for s, v in sample_value.items()}
+    lowest = dict(lo)
+    below = {s: lo[s] - 1 if lo[s] > 0 else lo[s] for s in free}
     out = []
     for label, values in (("grown", grown), ("lowest", lowest), ("below", below)):
         if values == sample_value or (label == "below" and values == lowest):

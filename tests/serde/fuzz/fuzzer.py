@@ -73,8 +73,8 @@ from serde.core import schema  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 from tests.serde.attacks._attack_kit import raw_zip  # noqa: E402
 
-# Asserted to be zero. run_inconsistent is reported, not asserted: its remaining causes belong to
-# other work (names that reach generated Python source), see the campaign report.
+# Asserted to be zero. run_inconsistent is reported, not asserted: a program the loader's
+# consistency checks let through that torch then fails to run; the campaign report lists each kind.
 BUGS = ("foreign", "foreign_run", "crash_load", "crash_run", "hang_load", "canary")
 REPORTED = ("run_inconsistent", "hang_run", "oom", "run_oom")
 CANARY = "CANARY"
