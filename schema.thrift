@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.4
+// SCHEMA_VERSION 2.5
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -23,6 +23,9 @@
 //                    sha256, which load verifies instead of recomputing the sha256 (pt2serde
 //                    check still verifies both). Compatible; a 2.3 reader ignores it and checks
 //                    the sha256.
+//   2.5  2026-11-28  TreeSpec type "structseq": torch's named results (torch.return_types.max,
+//                    topk, svd...), stored as their name and fields. Compatible; a 2.4 reader
+//                    refuses such a spec as an unknown pytree type.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -453,8 +456,9 @@ struct GraphSignature {
 }
 
 // A pytree spec. `type` is a builtin container name ("tuple", "list", "dict", "namedtuple",
-// "OrderedDict", "defaultdict", "deque", "None") or the serialized name of a registered type;
-// a leaf has type "*". `context` is JSON text (dict keys, namedtuple fields, ...).
+// "OrderedDict", "defaultdict", "deque", "None"), "structseq" (one of torch.return_types, added
+// 2.5) or "registered:" and the serialized name of a registered type; a leaf has type "*".
+// `context` is JSON text (dict keys; {"name", "fields"} of a namedtuple or structseq, ...).
 struct TreeSpec {
   10: string type;
   20: optional string context;

@@ -364,6 +364,13 @@ class Indexing(nn.Module):
         return x[:, idx] * 2, x[idx]
 
 
+class NamedResults(nn.Module):
+    """torch's named results (torch.return_types) as outputs, nested in a dict, and as an input."""
+
+    def forward(self, x, prev):
+        return torch.max(x, 0), {"top": torch.topk(x, 2, dim=1)}, prev.values + prev.indices
+
+
 class Mutating(nn.Module):
     """A custom op that mutates a buffer and a user input, and an effectful op."""
 
@@ -523,6 +530,8 @@ CASES: list[Case] = [
     Case("autocast", lambda: (Autocast(), (_r(3, 3), _r(3, 3)), {}, None), tags=("hop", "training_ir")),
     Case("hints_wrapper", lambda: (HintsWrapper(), (_r(3, 2),), {}, None), tags=("hop",)),
     Case("indexing", lambda: (Indexing(), (_r(4, 5), torch.tensor([3, 0, 1])), {}, None), tags=("ops",)),
+    Case("named_results", lambda: (NamedResults(), (_r(5, 4), torch.min(_r(3, 4), 0)), {}, ({0: _n}, [None, None])),
+         other_inputs=lambda: [((_r(7, 4), torch.min(_r(2, 4), 0)), {})], tags=("ops", "pytree", "dynamic")),
     Case("effects_and_mutation", lambda: (Mutating(), (_r(3), torch.zeros(3)), {}, None),
          tags=("custom_op", "effects")),
     Case("effects_and_mutation_aten", lambda: (Mutating(), (_r(3), torch.zeros(3)), {}, None), post=decompose,

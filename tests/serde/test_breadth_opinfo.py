@@ -21,11 +21,8 @@ import serde
 from serde.errors import SerializeError
 from tests.opinfo import CHUNKS, Sample, export, resized_inputs, same, samples
 
-# (pattern of our refusal, why it is right). torch.export.save refuses both as well.
+# (pattern of our refusal, why it is right). torch.export.save refuses it as well.
 REFUSALS = (
-    (r"out_spec: pytree type torch\.return_types\.\w+ has no serialized name",
-     "named-tuple results of torch.max, topk, svd...: torch registers them with pytree without a name "
-     "to store, so torch.export.save cannot store them either"),
     (r"tensors with layout torch\.sparse_\w+ are not supported; only strided tensors are",
      "sparse tensors: the schema describes strided tensors only"),
 )

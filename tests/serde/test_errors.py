@@ -73,18 +73,6 @@ def test_tensors_of_a_sparse_layout_are_refused_naming_the_input(layout, kind, w
         serde.save(ep, io.BytesIO())
 
 
-class _ReturnsMax(torch.nn.Module):
-    def forward(self, x):
-        return torch.max(x, 0)
-
-
-def test_a_named_result_of_torch_is_refused_saying_to_return_its_fields():
-    ep = torch.export.export(_ReturnsMax(), (torch.randn(3, 4),))
-    with pytest.raises(UnsupportedConstructError, match=r"out_spec: pytree type torch\.return_types\.max has no "
-                                                        r"serialized name.*values, indices = torch\.max\(x, 0\)"):
-        serde.save(ep, io.BytesIO())
-
-
 def test_torch_export_save_archive_gets_a_clear_message_and_import_converts_it(tmp_path):
     ep = zoo.export_case(zoo.get("mlp"))
     pt2 = tmp_path / "model.pt2"

@@ -8,6 +8,11 @@ through that registry, never by importing a module named in the artifact.
 Namedtuples store ``{"name": "module.QualName", "fields": [...]}``. On load the class is taken
 from the pytree registry, else from an already-imported module (``sys.modules``, no import),
 else a look-alike namedtuple class is created so that outputs still unflatten.
+
+torch's named results (``torch.return_types.max``, what ``torch.max(x, 0)``, ``topk`` or ``svd``
+return) are "structseq" with the same context. torch registers them with pytree without a
+serialized name; the loader takes them from the ``torch.return_types`` module only, by a name that
+module exports, and checks the fields, so a file can name no other class.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import sys
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
 from serde.core import schema
@@ -40,6 +46,8 @@ _BUILTIN_NAMES: dict[type, str] = {
 }
 _BUILTIN_TYPES = {v: k for k, v in _BUILTIN_NAMES.items()}
 _NAMEDTUPLE = "namedtuple"
+_STRUCTSEQ = "structseq"
+_RETURN_TYPES = "torch.return_types"
 # defaultdict factories we are willing to name: constructing them runs no user code.
 _FACTORIES: dict[str, Any] = {"list": list, "dict": dict, "int": int, "float": float, "set": set,
                               "str": str, "tuple": tuple, "bool": bool}
@@ -91,15 +99,12 @@ def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema
         return schema.TreeSpec(
             type=_NAMEDTUPLE, context=_dump({"name": qual, "fields": list(cls._fields)}), children=children
         )
+    if typ.__module__ == _RETURN_TYPES and _return_type(typ.__qualname__) is typ:
+        context = _dump({"name": f"{_RETURN_TYPES}.{typ.__qualname__}", "fields": list(typ.__match_args__)})
+        return schema.TreeSpec(type=_STRUCTSEQ, context=context, children=children)
     node_def = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     serialized = getattr(node_def, "serialized_type_name", None)
     if node_def is None or serialized in (None, pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
-        if pytree.is_structseq_class(typ):  # torch's own named results (torch.return_types.max...)
-            raise UnsupportedConstructError(
-                f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name: torch "
-                "registers its named results without one (torch.export.save cannot store them either); "
-                "return the fields instead, e.g. `values, indices = torch.max(x, 0)`"
-            )
         raise UnsupportedConstructError(
             f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name; "
             "register it with torch.export.register_dataclass(...) or "
@@ -148,6 +153,11 @@ def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec", _depth: in
                 and isinstance(ctx.get("fields"), list), where, "name and fields")
         cls = _namedtuple_class(ctx["name"], tuple(ctx["fields"]), where)
         return pytree.TreeSpec(collections.namedtuple, cls, children)
+    if s.type == _STRUCTSEQ:
+        _expect(isinstance(ctx, dict) and isinstance(ctx.get("name"), str)
+                and isinstance(ctx.get("fields"), list), where, "name and fields")
+        cls = _structseq_class(ctx["name"], ctx["fields"], len(children), where)
+        return pytree.TreeSpec(cls, None, children)
     if s.type.startswith("registered:"):
         name = s.type[len("registered:"):]
         cls = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(name)
@@ -179,6 +189,34 @@ def _load(s: schema.TreeSpec, where: str) -> Any:
 def _expect(ok: bool, where: str, what: str) -> None:
     if not ok:
         raise MalformedArtifactError(f"{where}.context: expected {what}; the artifact is damaged")
+
+
+def _return_type(attr: str) -> type | None:
+    """The class ``torch.return_types.<attr>`` when that module defines it under that very name and
+    pytree flattens it as a structseq; None for any other name (the module's functions, aliases,
+    missing names). Private ones count: ``torch.lu`` returns ``_lu_with_info``."""
+    module = sys.modules.get(_RETURN_TYPES)
+    cls = vars(module).get(attr) if module is not None else None  # no module __getattr__ hook runs
+    if not (pytree.is_structseq_class(cls) and cls.__qualname__ == attr and cls in pytree.SUPPORTED_NODES):
+        return None
+    return cls
+
+
+def _structseq_class(name: str, fields: list, n_children: int, where: str) -> type:
+    prefix, _, attr = name.rpartition(".")
+    cls = _return_type(attr) if prefix == _RETURN_TYPES else None
+    if cls is None:
+        raise MalformedArtifactError(
+            f"{where}.context: {name!r} is not one of torch's named results (a structseq exported by "
+            f"torch.return_types in torch {torch.__version__}); the artifact is damaged, or was written "
+            "with a torch that has it: load it with that torch"
+        )
+    if list(cls.__match_args__) != fields or cls.n_sequence_fields != n_children:
+        raise MalformedArtifactError(
+            f"{where}.context: {name} has the fields {list(cls.__match_args__)} in torch {torch.__version__}, "
+            f"the artifact says {fields} with {n_children} children; load it with the torch that wrote it"
+        )
+    return cls
 
 
 def _namedtuple_class(qualname: str, fields: tuple[str, ...], where: str) -> type:

@@ -1,0 +1,91 @@
+"""Pytree specs of torch's named results (torch.return_types): every class torch exports round-trips,
+and a file can name no other class."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import serde
+from serde.bridge.treespec import deserialize_treespec, serialize_treespec
+from serde.core import schema
+from serde.errors import MalformedArtifactError
+
+
+def _return_types() -> list[type]:
+    """Every structseq class torch.return_types defines (private ones too: torch.lu returns
+    _lu_with_info), found by asking the module, not listed here."""
+    found = [v for k, v in vars(torch.return_types).items() if pytree.is_structseq_class(v) and v.__qualname__ == k]
+    return sorted(found, key=lambda c: c.__qualname__)
+
+
+def test_torch_exports_many_named_results():
+    # The round-trip below covers what the module holds; a torch that moved them elsewhere must fail here.
+    assert len(_return_types()) > 40
+
+
+@pytest.mark.parametrize("cls", _return_types(), ids=lambda c: c.__name__)
+def test_every_named_result_class_round_trips_to_the_same_class(cls):
+    value = cls(tuple(torch.full((1,), float(i)) for i in range(cls.n_sequence_fields)))
+    spec = pytree.tree_structure({"out": value, "rest": [value]})
+    stored = serialize_treespec(spec, "out_spec")
+    back = deserialize_treespec(stored, "out_spec")
+    assert back == spec
+    leaves = pytree.tree_leaves({"out": value, "rest": [value]})
+    rebuilt = pytree.tree_unflatten(leaves, back)
+    assert type(rebuilt["out"]) is cls and type(rebuilt["rest"][0]) is cls
+    assert all(getattr(rebuilt["out"], f) is getattr(value, f) for f in cls.__match_args__)
+
+
+def _max_spec(context: dict | str, n_children: int = 2) -> schema.TreeSpec:
+    text = context if isinstance(context, str) else json.dumps(context)
+    return schema.TreeSpec(type="structseq", context=text, children=[schema.TreeSpec(type="*")] * n_children)
+
+
+@pytest.mark.parametrize(("context", "n_children", "match"), [
+    # Exported by torch.return_types, but a function, not a class.
+    ({"name": "torch.return_types.pytree_register_structseq", "fields": []}, 0, "is not one of torch's named results"),
+    ({"name": "torch.return_types.all_return_types", "fields": []}, 0, "is not one of torch's named results"),
+    # A second name torch.return_types binds to one of its classes.
+    ({"name": "torch.return_types._attr", "fields": ["solution", "cloned_coefficient"]}, 2,
+     "is not one of torch's named results"),
+    # Classes elsewhere, structseq or not.
+    ({"name": "os.stat_result", "fields": ["st_mode"]}, 1, "is not one of torch's named results"),
+    ({"name": "builtins.tuple", "fields": []}, 0, "is not one of torch's named results"),
+    ({"name": "torch.return_types.max.__class__", "fields": []}, 0, "is not one of torch's named results"),
+    ({"name": "torch.return_types.__builtins__", "fields": []}, 0, "is not one of torch's named results"),
+    ({"name": "max", "fields": ["values", "indices"]}, 2, "is not one of torch's named results"),
+    # The right class, described otherwise than this torch has it.
+    ({"name": "torch.return_types.max", "fields": ["indices", "values"]}, 2, r"has the fields \['values', 'indices'\]"),
+    ({"name": "torch.return_types.max", "fields": ["values", "indices"]}, 3, "with 3 children"),
+    # Not the context a structseq has.
+    ({"name": "torch.return_types.max"}, 2, "expected name and fields"),
+    ("[\"values\", \"indices\"]", 2, "expected name and fields"),
+    ("{", 2, "invalid JSON"),
+])
+def test_a_structseq_spec_naming_anything_else_is_refused(context, n_children, match):
+    with pytest.raises(MalformedArtifactError, match=r"out_spec\.children\[0\]\.context: .*" + match):
+        deserialize_treespec(schema.TreeSpec(type="tuple", children=[_max_spec(context, n_children)]), "out_spec")
+
+
+class _NamedOutputs(torch.nn.Module):
+    def forward(self, x):
+        return torch.max(x, 0), torch.linalg.slogdet(x @ x.T + torch.eye(x.shape[0]))
+
+
+def test_a_program_returning_named_results_loads_returning_the_same_classes():
+    x = torch.randn(3, 4)
+    ep = torch.export.export(_NamedOutputs(), (x,))
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    buf.seek(0)
+    loaded = serde.load(buf)
+    want, got = ep.module()(x), loaded.module()(x)
+    assert [type(o) for o in got] == [torch.return_types.max, torch.return_types.linalg_slogdet]
+    for w, g in zip(pytree.tree_leaves(want), pytree.tree_leaves(got), strict=True):
+        assert torch.equal(w, g)
+    assert got[0].values is not None and got[1].logabsdet.shape == ()
