@@ -282,8 +282,9 @@ def render_tensor_meta(meta: schema.TensorMeta, *, full: bool = False) -> str:
 def render_treespec(spec: schema.TreeSpec) -> str:
     """A pytree spec in Python's own notation, a leaf as ``*``: ``((*, *), {'k': *})``.
 
-    Containers print as Python literals (tuples, lists, dicts with their keys, None); any other
-    registered type as ``Type(children)``, with its context in ``<...>`` when it is not just keys.
+    Containers print as Python literals (tuples, lists, dicts with their keys, None); namedtuples and
+    torch's named results as ``module.Name(field=child, ...)``; any other registered type as
+    ``Type(children)``, with its context in ``<...>`` when it is not just keys.
     """
     kind, children = spec.type, [render_treespec(c) for c in spec.children]
     if kind == "*":
@@ -297,8 +298,27 @@ def render_treespec(spec: schema.TreeSpec) -> str:
     keys = _context_keys(spec.context)
     if kind == "dict" and keys is not None and len(keys) == len(children):
         return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, children, strict=True)) + "}"
+    named = _named_fields(spec.context, len(children)) if kind in ("namedtuple", "structseq") else None
+    if named is not None:
+        name, fields = named
+        return f"{_text(name)}({', '.join(f'{_text(f)}={c}' for f, c in zip(fields, children, strict=True))})"
     ctx = "" if spec.context in (None, "null") else f"<{_text(spec.context)}>"
     return f"{_text(kind)}{ctx}({', '.join(children)})"
+
+
+def _named_fields(context: str | None, n: int) -> tuple[str, list[str]] | None:
+    """A namedtuple's or structseq's class name and its ``n`` field names, or None when the context
+    is something else (then it prints raw, as any other type's)."""
+    try:
+        ctx = json.loads(context) if context else None
+    except ValueError:
+        return None
+    if not isinstance(ctx, dict) or not isinstance(ctx.get("name"), str):
+        return None
+    fields = ctx.get("fields")
+    if not (isinstance(fields, list) and len(fields) == n and all(isinstance(f, str) for f in fields)):
+        return None
+    return ctx["name"], fields
 
 
 def _context_keys(context: str | None) -> list | None:

@@ -428,3 +428,23 @@ def test_show_and_diff_do_not_import_torch():
     code = ("import sys, canonical.render, canonical.diff, serde.cli.show, serde.cli.diff; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _spec(type_: str, context: object = None, n: int = 0) -> s.TreeSpec:
+    text = None if context is None else context if isinstance(context, str) else msgspec.json.encode(context).decode()
+    return s.TreeSpec(type=type_, context=text, children=[s.TreeSpec(type="*")] * n)
+
+
+@pytest.mark.parametrize(("spec", "text"), [
+    (_spec("structseq", {"name": "torch.return_types.max", "fields": ["values", "indices"]}, 2),
+     "torch.return_types.max(values=*, indices=*)"),
+    (_spec("namedtuple", {"name": "m.Pair", "fields": ["a", "b"]}, 2), "m.Pair(a=*, b=*)"),
+    # A context that does not describe the children prints raw: the reader refuses it, show does not.
+    (_spec("structseq", {"name": "torch.return_types.max", "fields": ["values"]}, 2),
+     'structseq<{"name":"torch.return_types.max","fields":["values"]}>(*, *)'),
+    (_spec("namedtuple", "[1, 2]", 2), "namedtuple<[1, 2]>(*, *)"),
+    # Field and class names that could break the line are quoted, as every other name in the text.
+    (_spec("namedtuple", {"name": "m.P\nq", "fields": ["a\rb"]}, 1), '"m.P\\nq"("a\\rb"=*)'),
+])
+def test_named_tuples_and_named_results_print_their_field_names(spec, text):
+    assert R.render_treespec(spec) == text
