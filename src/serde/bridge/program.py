@@ -120,7 +120,6 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
             state_dict=_as_parameters(state_dict, params),
             range_constraints=ctx.range_constraints(),
             module_call_graph=module_call_graph,
-            example_inputs=example_inputs,
             constants=constants,
             verifiers=verifiers or None,
         )
@@ -129,10 +128,31 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         # the state dict lacks): the same verdict, in our terms.
         raise InconsistentProgramError(f"program: torch's verifier rejects it: {str(e).splitlines()[0]}; "
                                        "the artifact is damaged or was edited after saving") from None
+    _set_example_inputs(ep, example_inputs)
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     ep._guards_code = deserialize_guards(p.guards, gm_s)
     return ep
+
+
+def _set_example_inputs(ep: ExportedProgram, example_inputs: Any) -> None:
+    """Give ``ep`` its example inputs through the property setter, which checks them against the
+    program's in_spec the way every call checks its inputs. ExportedProgram's constructor takes them
+    unchecked, so a file whose example inputs have another structure would load, and only fail when
+    someone runs the program on them."""
+    if example_inputs is None or ep.call_spec.in_spec is None:
+        ep._example_inputs = example_inputs  # nothing to check them against: as the constructor does
+        return
+    try:
+        ep.example_inputs = example_inputs
+    except ValueError as e:
+        said = str(e).strip()
+        detail = f" ({said})" if said and "\n" not in said else ""  # torch's spec dumps span many lines
+        raise InconsistentProgramError(
+            "weights.example_inputs: not the pytree structure the program takes (the same containers, "
+            f"keyword names and number of values as module_call_graph[0].signature.in_spec){detail}; "
+            "the artifact is damaged or was edited after saving"
+        ) from None
 
 
 # The module-level functions ExportedProgram.__init__ builds its graph module and computes its

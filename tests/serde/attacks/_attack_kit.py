@@ -105,15 +105,16 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "v2.2"
 
 
 def rewrite_program(case: str, change: Callable[[dict[str, Any]], None],
-                    encode: Callable[[dict[str, Any]], bytes] | None = None) -> bytes:
-    """A real saved program (the frozen 2.2 fixture ``case``) whose program.json ``change`` edited,
-    re-written with a fresh manifest so that the checks behind the checksums are reached.
-    ``encode`` replaces the JSON encoder (to plant bytes JSON cannot express)."""
+                    encode: Callable[[dict[str, Any]], bytes] | None = None, *,
+                    member: str = "program.json") -> bytes:
+    """A real saved program (the frozen 2.2 fixture ``case``) whose program.json (or another JSON
+    ``member``) ``change`` edited, re-written with a fresh manifest so that the checks behind the
+    checksums are reached. ``encode`` replaces the JSON encoder (to plant bytes JSON cannot express)."""
     contents = read_archive(FIXTURES / case / "model.pt2s")
     members = {n: bytes(contents.member(n)) for n in contents.names if n != "manifest.json"}
-    program = json.loads(members["program.json"])
-    change(program)
-    members["program.json"] = (encode or (lambda p: json.dumps(p, sort_keys=True).encode()))(program)
+    doc = json.loads(members[member])
+    change(doc)
+    members[member] = (encode or (lambda p: json.dumps(p, sort_keys=True).encode()))(doc)
     buf = io.BytesIO()
     write_archive(buf, members, schema_version=contents.schema_version, torch_version=str(torch.__version__))
     return buf.getvalue()

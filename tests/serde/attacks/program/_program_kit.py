@@ -74,12 +74,19 @@ class InputsModel(torch.nn.Module):
         return x * 2 + cfg["cfgkey"] + kwa - kwb if mode == "fast" else x
 
 
-def inputs_artifact() -> bytes:
-    """A saved InputsModel; call it with its stored example inputs (``ep.example_inputs``)."""
+def model_inputs() -> tuple[tuple, dict]:
+    """InputsModel's inputs: what it was exported with, and what its user calls it with."""
     torch.manual_seed(0)
-    buf = io.BytesIO()
     args = (torch.randn(2, 4), {"cfgkey": torch.randn(2, 4)}, "fast")
     kwargs = {"kwa": torch.randn(2, 4), "kwb": torch.randn(2, 4)}
+    return args, kwargs
+
+
+def inputs_artifact() -> bytes:
+    """A saved InputsModel; call it with its stored example inputs (``ep.example_inputs``) or with
+    :func:`model_inputs`."""
+    args, kwargs = model_inputs()
+    buf = io.BytesIO()
     serde.save(torch.export.export(InputsModel(), args, kwargs, strict=False), buf)
     return buf.getvalue()
 

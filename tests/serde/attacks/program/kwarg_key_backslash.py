@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from serde.core.names import UnsafeNameError
-from tests.serde.attacks.program._program_kit import rename
+from tests.serde.attacks.program._program_kit import edit_program, rename
 
 ERROR = UnsafeNameError
 MATCH = r"in_spec\.children\[1\]\.context\[0\]: the keyword argument name of an input '\\\\' holds '\\\\'"
@@ -26,6 +26,8 @@ def build(base: bytes, canary: str) -> bytes:
     call = f"__import__({text('os')}).open({text(canary)}, 577)"
     names = ["\\", f":0, 1:{call}}}), self._in_spec)#"]
     # Only the module call graph's in_spec: the forward still takes kwa and kwb (forward_arg_names),
-    # and a user calling m.forward(...) directly skips the hook that would compare the two.
-    return rename(base, json.dumps(["kwa", "kwb"], separators=(",", ":")), json.dumps(names, separators=(",", ":")),
-                  where=lambda path: "example_inputs" not in path)
+    # and a user calling m.forward(...) directly skips the hook that would compare the two. The file
+    # drops its example inputs, which must have the in_spec's structure and bind to the forward.
+    renamed = rename(base, json.dumps(["kwa", "kwb"], separators=(",", ":")), json.dumps(names, separators=(",", ":")),
+                     where=lambda path: "example_inputs" not in path)
+    return edit_program(renamed, lambda program, weights: weights.pop("example_inputs"))
