@@ -1,6 +1,8 @@
 """A fuzzer for the loaders: mutated ``.pt2s`` and ``.pt2n`` files, each loaded (and run) in a worker process.
 
-Seeds are the frozen 2.2 fixtures (real exported programs with example inputs). Each case is made
+Seeds are the frozen fixtures of 2.2 and of the current schema version (real exported programs with
+example inputs; the current ones also carry what later versions added: input guards, named results,
+xxh3 digests). Each case is made
 by one strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
 
 * ``program`` / ``weights`` / ``manifest``: structure-aware edits of the decoded JSON (ints to
@@ -64,14 +66,16 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-SEED_DIR = ROOT / "fixtures" / "v2.2"
 if str(ROOT) not in sys.path:  # run as a script: the tests package (for the attack kit's raw zip writer)
     sys.path.insert(0, str(ROOT))
 
 from serde import archive  # noqa: E402
 from serde.core import schema  # noqa: E402
+from serde.core.version import SCHEMA_VERSION  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 from tests.serde.attacks._attack_kit import raw_zip  # noqa: E402
+
+SEED_DIRS = (ROOT / "fixtures" / "v2.2", ROOT / "fixtures" / "v{}.{}".format(*SCHEMA_VERSION))
 
 # Asserted to be zero. run_inconsistent is reported, not asserted: a program the loader's
 # consistency checks let through that torch then fails to run; the campaign report lists each kind.
@@ -147,13 +151,13 @@ class Seed:
 
 def load_seeds(with_native: bool = True) -> list[Seed]:
     seeds = []
-    for d in sorted(SEED_DIR.iterdir()):
+    for d in sorted(p for seed_dir in SEED_DIRS for p in seed_dir.iterdir()):
         path = d / "model.pt2s"
         if not path.is_file():
             continue
         c = archive.read_archive(path)
         members = {n: bytes(c.member(n)) for n in c.names if n != archive.MANIFEST}
-        seed = Seed(d.name, path, c.schema_version, members,
+        seed = Seed(f"{d.parent.name}/{d.name}", path, c.schema_version, members,
                     msgspec.json.decode(members[archive.PROGRAM]), msgspec.json.decode(members[archive.WEIGHTS]),
                     msgspec.json.decode(bytes(c.member(archive.MANIFEST))))
         if with_native:
