@@ -1,13 +1,17 @@
 """The load-time binding check of operator calls: a call shape the schema matcher accepted once is
-remembered, and a call that differs from every accepted shape still reaches the matcher."""
+remembered, and a call that differs from every accepted shape still reaches the matcher; and each
+call stores the outputs its operator returns."""
 
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
+import torch
 
 import serde
+from serde.archive import read_archive
 from serde.bridge.consistency import InconsistentProgramError
 from tests.serde.attacks._attack_kit import FIXTURES, nodes, rewrite_program
 
@@ -47,3 +51,62 @@ def test_a_symbolic_call_unlike_the_accepted_ones_is_still_refused(change):
         with pytest.raises(InconsistentProgramError, match=r"nodes\['floordiv'\]: the arguments do not fit _operator\.floordiv"):
             serde.load(io.BytesIO(bad))
         serde.load(io.BytesIO(intact))
+
+
+def _outputs_changed(change) -> bytes:
+    def edit(p: dict) -> None:
+        change(nodes(p)["topk"]["outputs"])
+    return rewrite_program("multi_output", edit)
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    (lambda outs: outs.pop(), r"nodes\['topk'\]\.outputs: torch\.ops\.aten\.topk\.default returns 2 values .* stores 1"),
+    (lambda outs: outs.append(dict(outs[1])), r"returns 2 values .* stores 3"),
+    (lambda outs: outs.__setitem__(1, {"as_sym_int": {"as_name": "topk_1"}}),
+     r"nodes\['topk'\]\.outputs\[1\]: return 1 of torch\.ops\.aten\.topk\.default is Tensor, the node stores as_sym_int"),
+    (lambda outs: outs.__setitem__(0, {"as_tensors": [{"name": "topk_0"}]}), r"outputs\[0\]: .* stores as_tensors"),
+], ids=["one_missing", "one_extra", "number_for_tensor", "list_for_tensor"])
+def test_outputs_unlike_the_operators_returns_are_refused(change, match):
+    with pytest.raises(InconsistentProgramError, match=match):
+        serde.load(io.BytesIO(_outputs_changed(change)))
+
+
+class _GradientOfInputOnly(torch.nn.Module):
+    def forward(self, g, x, w, mean, var):
+        grads = torch.ops.aten.native_batch_norm_backward.default(g, x, w, mean, var, None, None, False, 1e-5,
+                                                                  [True, False, False])
+        return grads[0] * 2
+
+
+def test_a_tensor_return_the_operator_leaves_undefined_is_stored_as_none_and_loads():
+    torch.manual_seed(0)
+    args = (torch.randn(4, 3), torch.randn(4, 3), torch.randn(3), torch.zeros(3), torch.ones(3))
+    ep = torch.export.export(_GradientOfInputOnly(), args)
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    program = json.loads(bytes(read_archive(io.BytesIO(buf.getvalue())).member("program.json")))
+    (outs,) = [n["outputs"] for n in program["graph_module"]["graph"]["nodes"] if "backward" in n["target"]]
+    assert [next(iter(o)) for o in outs] == ["as_tensor", "as_none", "as_none"]
+    loaded = serde.load(io.BytesIO(buf.getvalue()))
+    assert torch.equal(loaded.module()(*args), ep.module()(*args))
+
+
+def test_example_inputs_with_keywords_in_another_order_than_the_in_spec_load():
+    # torch's own check reorders keyword arguments by the in_spec before it compares: so do we.
+    def reorder(w: dict) -> None:
+        ex = w["example_inputs"]
+        kwargs = ex["spec"]["children"][1]
+        assert json.loads(kwargs["context"]) == ["scale", "pair"]
+        kwargs["context"] = json.dumps(["pair", "scale"])
+        kwargs["children"].reverse()
+        ex["leaves"] = ex["leaves"][:3] + ex["leaves"][4:] + ex["leaves"][3:4]  # scale, then pair's two
+
+    ep = serde.load(io.BytesIO(rewrite_program("pytrees", reorder, member="weights.json")))
+    intact = serde.load(FIXTURES / "pytrees" / "model.pt2s")
+    assert list(ep.example_inputs[1]) == ["pair", "scale"]
+    assert ep.example_inputs[1]["scale"] == intact.example_inputs[1]["scale"]
+    args, kwargs = ep.example_inputs
+    want = intact.module()(*intact.example_inputs[0], **intact.example_inputs[1])
+    for a, b in zip(torch.utils._pytree.tree_leaves(ep.module()(*args, **kwargs)),
+                    torch.utils._pytree.tree_leaves(want), strict=True):
+        assert torch.equal(a, b)

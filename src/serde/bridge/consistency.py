@@ -5,7 +5,9 @@ before torch builds anything from them, so that a damaged or hostile file fails 
 message naming the field, never later at run time inside torch:
 
 * every operator call binds to the operator's schema (positional/keyword layout, argument names,
-  required arguments, and argument types, through the dispatcher's own schema matcher);
+  required arguments, and argument types, through the dispatcher's own schema matcher), and stores
+  one output per return of that schema, a tensor where it returns a tensor and no tensor where it
+  returns a number;
 * symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take;
 * every ``getitem`` index exists in the value it indexes;
 * higher-order ops get as many operands as their subgraphs take, and return what they return;
@@ -30,8 +32,8 @@ from serde.errors import MalformedArtifactError
 
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
-__all__ = ["InconsistentProgramError", "check_call", "check_vmap_nesting", "check_signature",
-           "check_module_call_graph"]
+__all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting",
+           "check_signature", "check_module_call_graph"]
 
 
 class InconsistentProgramError(MalformedArtifactError):
@@ -78,7 +80,8 @@ class _OpFacts:
     """What the binding check needs of an operator's schema, read once per operator (torch builds
     new Python objects for ``_schema.arguments`` on every access)."""
 
-    __slots__ = ("params", "positional", "index", "required", "class_params", "tensor_params", "may_wrap")
+    __slots__ = ("params", "positional", "index", "required", "class_params", "tensor_params", "may_wrap",
+                 "outputs")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         params = op._schema.arguments
@@ -90,6 +93,55 @@ class _OpFacts:
         self.tensor_params = tuple(_is_tensor_type(a.type) for a in params)
         # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
         self.may_wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
+        self.outputs = tuple(_output_kinds(r.type) for r in op._schema.returns)
+
+
+# Stored output kinds each return type allows. A tensor return may be None (an undefined tensor,
+# as native_batch_norm_backward gives for a gradient it was not asked for); a number is stored
+# symbolic or plain. Other return types are not checked.
+_TENSOR_OUTPUTS = ("as_tensor", "as_none")
+_LIST_OUTPUTS = ("as_tensors", "as_none")
+_NUMBER_OUTPUTS: dict[type, tuple[str, ...]] = {
+    torch.IntType: ("as_sym_int", "as_int"),
+    torch.SymIntType: ("as_sym_int", "as_int"),
+    torch.FloatType: ("as_sym_float", "as_float"),
+    torch.BoolType: ("as_sym_bool", "as_bool"),
+    torch.NumberType: ("as_sym_int", "as_int", "as_sym_float", "as_float", "as_sym_bool", "as_bool"),
+}
+
+
+def _output_kinds(t: Any) -> tuple[str, ...] | None:
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    if isinstance(t, torch.TensorType):
+        return _TENSOR_OUTPUTS
+    if isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
+        return _LIST_OUTPUTS
+    return _NUMBER_OUTPUTS.get(type(t))
+
+
+def check_op_outputs(op: torch._ops.OpOverload, node: schema.Node, where: str) -> None:
+    """The node stores one output per return of ``op``'s schema, each of a kind that return type
+    allows: a later node reads each output as what the artifact says it is, and torch would hand it
+    what the operator really returns (a number where the graph expects a tensor, ...)."""
+    expected = _op_facts(op).outputs
+    outs = node.outputs
+    if len(outs) != len(expected):
+        raise InconsistentProgramError(
+            f"{where}.outputs: {node.target} returns {len(expected)} values ({op._schema}), the node "
+            f"stores {len(outs)}; {_FIX}")
+    for i, o in enumerate(outs):
+        kinds = expected[i]
+        # Attribute reads, the tensor case spelled out: this runs for every node of every load,
+        # and `o.kind` costs several of them.
+        if kinds is _TENSOR_OUTPUTS:
+            if o.as_tensor is not None or o.as_none is not None:
+                continue
+        elif kinds is None or any(getattr(o, k) is not None for k in kinds):
+            continue
+        raise InconsistentProgramError(
+            f"{where}.outputs[{i}]: return {i} of {node.target} is {op._schema.returns[i].type}, the node "
+            f"stores {o.kind}; {_FIX}")
 
 
 _OP_FACTS: dict[torch._ops.OpOverload, _OpFacts] = {}

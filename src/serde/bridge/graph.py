@@ -24,7 +24,7 @@ from serde.core.walk import argument_names, is_bare_return  # the one walk over 
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
-from .consistency import check_call, check_vmap_nesting
+from .consistency import check_call, check_op_outputs, check_vmap_nesting
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .operators import deserialize_target, serialize_target
 from .values import (
@@ -622,7 +622,8 @@ class GraphReader:
         is_op = isinstance(target, torch._ops.OpOverload)
         if not is_op:
             args = [tuple(a) if isinstance(a, list) else a for a in args]  # FX records HOP operands as tuples
-        check_call(target, sn, args, kwargs, f"{self.where}.nodes[{sn.name!r}]", self.root._modules)
+        at = f"{self.where}.nodes[{sn.name!r}]"
+        check_call(target, sn, args, kwargs, at, self.root._modules)
         meta = deserialize_node_metadata(sn.metadata, where)
         fx_node = self.graph.create_node("call_function", target, tuple(args), kwargs, name=sn.name)
         fx_node.meta.update(meta)
@@ -634,6 +635,7 @@ class GraphReader:
                     inp.meta.update(meta)
         outs = sn.outputs
         if is_op:
+            check_op_outputs(target, sn, at)
             returns_list = _schema_facts(target).returns_list  # read once per operator, not per node
             single = returns_list == (False,)
             list_return = returns_list == (True,)
