@@ -110,3 +110,52 @@ def test_example_inputs_with_keywords_in_another_order_than_the_in_spec_load():
     for a, b in zip(torch.utils._pytree.tree_leaves(ep.module()(*args, **kwargs)),
                     torch.utils._pytree.tree_leaves(want), strict=True):
         assert torch.equal(a, b)
+
+
+def _first(p: dict, target_end: str) -> dict:
+    """The first node (depth first, subgraphs included) whose target ends with ``target_end``."""
+    def walk(g: dict):
+        for n in g["nodes"]:
+            if n["target"].endswith(target_end):
+                return n
+            for i in n["inputs"]:
+                if "as_graph" in i["arg"]:
+                    found = walk(i["arg"]["as_graph"]["graph"])
+                    if found is not None:
+                        return found
+        return None
+    return walk(p["graph_module"]["graph"])
+
+
+def _cond_on_bias(p: dict) -> None:
+    nodes(p)["cond"]["inputs"][0]["arg"] = {"as_tensor": {"name": "p_lin_bias"}}
+
+
+def _loop_condition_of_two(p: dict) -> None:
+    body = nodes(p)["while_loop"]["inputs"][0]["arg"]["as_graph"]["graph"]
+    body["tensor_values"]["lt"]["sizes"] = [{"as_int": 2}]
+    body["tensor_values"]["lt"]["strides"] = [{"as_int": 1}]
+
+
+@pytest.mark.parametrize(("case", "change", "match"), [
+    ("cond", _cond_on_bias, r"nodes\['cond'\]\.inputs\[0\]: cond's predicate must be a boolean or a one-element "
+                            r"tensor, it has the shape \[6\]"),
+    ("while_loop", _loop_condition_of_two, r"nodes\['while_loop'\]\.inputs\[0\]: the loop condition must compute a "
+                                           r"boolean or a 0-dim boolean tensor"),
+    ("associative_scan", lambda p: _first(p, "_vmap_increment_nesting")["inputs"][1]["arg"].update(as_string="bogus"),
+     r"_vmap_increment_nesting takes one of \['different', 'error', 'same'\] here, got 'bogus'"),
+    ("associative_scan", lambda p: _first(p, "_vmap_increment_nesting")["inputs"][0]["arg"].update(as_int=-3),
+     r"inputs\[0\]: torch\._functorch\.predispatch\._vmap_increment_nesting takes a batch size here, got -3"),
+    ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"][2]["arg"].update(as_int=-1),
+     r"inputs\[2\]: vmap level -1; levels count from 1"),
+    ("associative_scan", lambda p: _first(p, "_remove_batch_dim")["inputs"][1]["arg"].update(as_int=0),
+     r"inputs\[1\]: vmap level 0; levels count from 1"),
+    ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"].__setitem__(1, dict(
+        _first(p, "_add_batch_dim")["inputs"][0], name="batch_dim")),
+     r"inputs\[1\]: torch\._functorch\.predispatch\._add_batch_dim takes an int here, got FakeTensor"),
+], ids=["cond_predicate_of_six", "loop_condition_of_two", "vmap_randomness", "vmap_batch_size", "add_batch_dim_level",
+        "remove_batch_dim_level", "add_batch_dim_tensor_dim"])
+def test_higher_order_and_vmap_arguments_torch_checks_at_run_time_are_checked_at_load(case, change, match):
+    # Each loaded before, and failed when run: a RuntimeError inside torch, or a functorch internal assert.
+    with pytest.raises(InconsistentProgramError, match=match):
+        serde.load(io.BytesIO(rewrite_program(case, change)))

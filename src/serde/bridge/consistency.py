@@ -11,6 +11,9 @@ message naming the field, never later at run time inside torch:
 * symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take;
 * every ``getitem`` index exists in the value it indexes;
 * higher-order ops get as many operands as their subgraphs take, and return what they return;
+  cond's predicate has one element and while_loop's condition is a 0-dim boolean;
+* torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
+  others with an internal assert);
 * the graph's inputs and outputs match the signature's specs, one for one;
 * the module call graph's pytree specs hold as many leaves as the signatures they describe.
 """
@@ -355,6 +358,30 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
             if not isinstance(v, _SCALAR_KINDS):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: {node.target} computes on scalars, got {type(v).__name__}; {_FIX}")
+    kinds = _PREDISPATCH_ARGS.get(node.target)
+    if kinds is not None:
+        for j, (v, (what, ok)) in enumerate(zip(_values(list(args)), kinds, strict=False)):
+            if not ok(v):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: {node.target} takes {what} here, got {v!r:.80}; {_FIX}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)
+
+
+# What torch's vmap wrappers take, position by position (their Python signatures carry no types, and a
+# wrong value fails inside functorch at run time, some as an internal assert).
+_RANDOMNESS = frozenset({"error", "same", "different"})
+_TENSOR_ARG = ("a tensor", lambda v: isinstance(v, torch.Tensor))
+_INT_ARG = ("an int", _is_int)
+_PREDISPATCH_ARGS: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
+    "torch._functorch.predispatch._add_batch_dim": (_TENSOR_ARG, _INT_ARG, _INT_ARG),
+    "torch._functorch.predispatch._remove_batch_dim": (_TENSOR_ARG, _INT_ARG, _INT_ARG, _INT_ARG),
+    "torch._functorch.predispatch._vmap_increment_nesting": (
+        ("a batch size", lambda v: _is_int(v) and not (isinstance(v, int) and v < 0)),
+        (f"one of {sorted(_RANDOMNESS)}", lambda v: isinstance(v, str) and v in _RANDOMNESS)),
+}
 
 
 # ---------------------------------------------------------------- higher-order ops
@@ -411,6 +438,12 @@ def _node_outputs(node: schema.Node) -> int:
 
 def _cond(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
     _arity(args, 4, "cond", where)
+    pred = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) else args[0]
+    if isinstance(pred, torch.Tensor) and any(type(n) is int and n != 1 for n in pred.shape):
+        # cond runs `if pred:`, which only a one-element tensor answers.
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: cond's predicate must be a boolean or a one-element tensor, it has the "
+            f"shape {list(pred.shape)}; {_FIX}")
     ops = _operands(args[3], "cond's operands (inputs[3])", f"{where}.inputs[3]")
     branches = [_subgraph(args[i], f"cond's branch (inputs[{i}])", f"{where}.inputs[{i}]", subs) for i in (1, 2)]
     for i, g in zip((1, 2), branches, strict=True):
@@ -432,9 +465,12 @@ def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[s
     out = cond.output_node().args[0]
     out = out[0] if isinstance(out, (tuple, list)) and out else out
     val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
-    if not (isinstance(val, (torch.SymBool, bool)) or (isinstance(val, torch.Tensor) and val.dtype == torch.bool)):
+    if not (isinstance(val, (torch.SymBool, bool))
+            or (isinstance(val, torch.Tensor) and val.dtype == torch.bool and val.dim() == 0)):
+        # What while_loop checks of the condition on every iteration.
         raise InconsistentProgramError(
-            f"{where}.inputs[0]: the loop condition must compute a boolean, it returns {out!r}; {_FIX}")
+            f"{where}.inputs[0]: the loop condition must compute a boolean or a 0-dim boolean tensor, it "
+            f"returns {out!r}; {_FIX}")
     _returns(_outputs(body), len(carried), "the loop body", f"{where}.inputs[1]")
     if not node.is_hop_single_tensor_return:
         _returns(_node_outputs(node), len(carried), node.target, f"{where}.outputs")
@@ -530,6 +566,8 @@ _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], Non
 
 _VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
 _VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
+# Which input of a batch-dim call is its vmap level.
+_LEVEL_AT = {"torch._functorch.predispatch._add_batch_dim": 2, "torch._functorch.predispatch._remove_batch_dim": 1}
 
 
 def check_vmap_nesting(g: schema.Graph, where: str) -> None:
@@ -541,6 +579,14 @@ def check_vmap_nesting(g: schema.Graph, where: str) -> None:
         if depth < 0:
             raise InconsistentProgramError(
                 f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {_FIX}")
+        at = _LEVEL_AT.get(sn.target)
+        if at is not None and at < len(sn.inputs):
+            # Levels count from 1; functorch meets any other with a C++ internal assert, not an
+            # error. (A subgraph may use levels its caller opened, so no upper bound here.)
+            level = sn.inputs[at].arg.as_int
+            if level is not None and level < 1:
+                raise InconsistentProgramError(
+                    f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}; levels count from 1; {_FIX}")
     if depth:
         raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {_FIX}")
 
