@@ -14,7 +14,8 @@ message naming the field, never later at run time inside torch:
   cond's predicate has one element and while_loop's condition is a 0-dim boolean;
 * torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
   others with an internal assert);
-* the graph's inputs and outputs match the signature's specs, one for one;
+* the graph's inputs and outputs match the signature's specs, one for one, and every parameter,
+  buffer and tensor constant has the dtype, sizes and strides its placeholder says;
 * the module call graph's pytree specs hold as many leaves as the signatures they describe.
 """
 
@@ -36,7 +37,7 @@ from serde.errors import MalformedArtifactError
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
 __all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting",
-           "check_signature", "check_module_call_graph"]
+           "check_signature", "check_weights_fit_graph", "check_module_call_graph"]
 
 
 class InconsistentProgramError(MalformedArtifactError):
@@ -648,6 +649,35 @@ def check_signature(g: schema.Graph, sig: schema.GraphSignature) -> None:
             raise InconsistentProgramError(
                 f"signature.output_specs[{i}]: describes {spec!r} but graph.outputs[{i}] is "
                 f"{name if name is not None else a.kind!r}; {_FIX}")
+
+
+_WEIGHT_KINDS = frozenset({"PARAMETER", "BUFFER", "CONSTANT_TENSOR"})
+
+
+def check_weights_fit_graph(graph: torch.fx.Graph, input_specs: Sequence[Any], state_dict: dict[str, Any],
+                            constants: dict[str, Any]) -> None:
+    """Every parameter, buffer and tensor constant is what the graph's placeholder for it says (dtype,
+    sizes, strides): the graph was traced, and its size arithmetic worked out, for those. A weight of
+    another shape fails inside a kernel at run time, or worse, broadcasts and computes something else."""
+    placeholders = {}
+    for n in graph.nodes:
+        if n.op != "placeholder":
+            break
+        placeholders[n.name] = n
+    for i, spec in enumerate(input_specs):
+        if spec.kind.name not in _WEIGHT_KINDS:
+            continue
+        node = placeholders.get(spec.arg.name)
+        want = node.meta.get("val") if node is not None else None
+        have = state_dict.get(spec.target) if spec.target in state_dict else constants.get(spec.target)
+        if not (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor)):
+            continue  # a missing weight is torch's verifier's to report, in its words
+        plain = type(have) in (torch.Tensor, torch.nn.Parameter)  # a subclass's outer strides are its own
+        if have.dtype != want.dtype or have.shape != want.shape or (plain and have.stride() != want.stride()):
+            raise InconsistentProgramError(
+                f"graph_module.signature.input_specs[{i}] ({spec.target!r}): the weight is {have.dtype} "
+                f"{list(have.shape)} with strides {list(have.stride())}, the graph's placeholder "
+                f"{spec.arg.name!r} takes {want.dtype} {list(want.shape)} with strides {list(want.stride())}; {_FIX}")
 
 
 def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> None:

@@ -26,7 +26,12 @@ from serde.core.names import check_program
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-from .consistency import InconsistentProgramError, check_module_call_graph, check_signature
+from .consistency import (
+    InconsistentProgramError,
+    check_module_call_graph,
+    check_signature,
+    check_weights_fit_graph,
+)
 from .custom_objects import decode_constants
 from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
 from .metadata import deserialize_custom, serialize_custom
@@ -110,6 +115,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     if custom_objs:
         constants = decode_constants(constants, custom_objs)
         _fake_custom_objects(graph, signature, constants, ctx)
+    check_weights_fit_graph(graph, signature.input_specs, state_dict, constants)
     module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
     check_module_call_graph(module_call_graph, gm_s.signature)
     # ExportedProgram builds the GraphModule itself: hand it the plain root.
