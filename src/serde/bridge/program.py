@@ -147,7 +147,10 @@ def _set_example_inputs(ep: ExportedProgram, example_inputs: Any) -> None:
     program's in_spec the way every call checks its inputs. ExportedProgram's constructor takes them
     unchecked, so a file whose example inputs have another structure would load, and only fail when
     someone runs the program on them."""
-    in_spec = ep.call_spec.in_spec
+    # What ep.call_spec.in_spec is, without that property's cost (it defines a class on every call,
+    # a tenth of loading a small program).
+    first = ep.module_call_graph[0] if ep.module_call_graph else None
+    in_spec = first.signature.in_spec if first is not None and first.signature is not None else None
     if example_inputs is None or in_spec is None or pytree.tree_structure(example_inputs) == in_spec:
         # Nothing to check them against, or the very structure torch's check compares with (its
         # setter costs ten times this comparison, a twentieth of loading a small program).
