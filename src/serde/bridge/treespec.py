@@ -11,8 +11,8 @@ else a look-alike namedtuple class is created so that outputs still unflatten.
 
 torch's named results (``torch.return_types.max``, what ``torch.max(x, 0)``, ``topk`` or ``svd``
 return) are "structseq" with the same context. torch registers them with pytree without a
-serialized name; the loader takes them from the ``torch.return_types`` module only, by a name that
-module exports, and checks the fields, so a file can name no other class.
+serialized name; the loader takes them from the namespace of ``torch.return_types`` only, under
+the class's own name, and checks the fields, so a file can name no other class.
 """
 
 from __future__ import annotations
@@ -207,8 +207,8 @@ def _structseq_class(name: str, fields: list, n_children: int, where: str) -> ty
     cls = _return_type(attr) if prefix == _RETURN_TYPES else None
     if cls is None:
         raise MalformedArtifactError(
-            f"{where}.context: {name!r} is not one of torch's named results (a structseq exported by "
-            f"torch.return_types in torch {torch.__version__}); the artifact is damaged, or was written "
+            f"{where}.context: {name!r} is not one of torch's named results (a structseq class "
+            f"torch.return_types defines in torch {torch.__version__}); the artifact is damaged, or was written "
             "with a torch that has it: load it with that torch"
         )
     if list(cls.__match_args__) != fields or cls.n_sequence_fields != n_children:
