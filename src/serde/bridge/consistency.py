@@ -8,7 +8,8 @@ message naming the field, never later at run time inside torch:
   required arguments, and argument types, through the dispatcher's own schema matcher), and stores
   one output per return of that schema, a tensor where it returns a tensor and no tensor where it
   returns a number;
-* symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take;
+* symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take, and store the
+  kind of number (int, float, bool) they compute from them;
 * every ``getitem`` index exists in the value it indexes;
 * higher-order ops get as many operands as their subgraphs take, and return what they return;
   cond's predicate has one element and while_loop's condition is a 0-dim boolean;
@@ -36,7 +37,7 @@ from serde.errors import MalformedArtifactError
 
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
-__all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting",
+__all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting", "symbolic_result_kinds",
            "check_signature", "check_weights_fit_graph", "check_module_call_graph"]
 
 
@@ -321,7 +322,73 @@ def _check_getitem(args: Sequence[Any], kwargs: dict[str, Any], where: str) -> N
             f"values; {_FIX}")
 
 
-_SCALAR_KINDS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+_NUMBER_KIND: dict[type, str] = {int: "int", torch.SymInt: "int", float: "float", torch.SymFloat: "float",
+                                  bool: "bool", torch.SymBool: "bool"}
+_STORED_KIND = {"as_int": "int", "as_sym_int": "int", "as_float": "float", "as_sym_float": "float",
+                "as_bool": "bool", "as_sym_bool": "bool"}
+
+
+def _arithmetic(kinds: Sequence[str]) -> frozenset[str]:
+    # Python's promotion, which SymInt/SymFloat follow: a float operand makes a float, bools count as ints.
+    return _FLOAT if "float" in kinds else _INT
+
+
+_INT, _FLOAT, _BOOL = frozenset({"int"}), frozenset({"float"}), frozenset({"bool"})
+# What each symbolic helper returns, from the kinds of its operands. The graph reader gives the node
+# the value kind the artifact stores; at run time the helper computes its own, so they must agree
+# (an int // 2.0 stored as an int reaches a SymInt[] argument as a float).
+_RESULT_KINDS: dict[str, Callable[[Sequence[str]], frozenset[str]]] = {
+    **{f"_operator.{n}": _arithmetic for n in ("add", "sub", "mul", "floordiv", "mod", "neg", "pos", "abs")},
+    # int ** int is an int for a natural exponent and a float for a negative one (SymInt guards on it).
+    "_operator.pow": lambda k: _FLOAT if "float" in k else frozenset({"int", "float"}),
+    "_operator.truediv": lambda k: _FLOAT,
+    **{f"_operator.{n}": lambda k: _BOOL for n in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # True & 2 is an int, a SymBool & SymInt may stay a bool.
+    **{f"_operator.{n}": lambda k: frozenset(k) | _INT if "int" in k else _BOOL for n in ("and_", "or_")},
+    **{f"_operator.{n}": lambda k: _INT for n in ("lshift", "rshift")},
+    **{f"math.{n}": lambda k: _INT for n in ("floor", "ceil", "trunc")},
+    # round(x) is an int; round(x, n) keeps x's kind and takes an integral n.
+    "builtins.round": lambda k: _INT if len(k) == 1 else frozenset() if k[1] == "float" else _arithmetic(k[:1]),
+    "torch.sym_not": lambda k: _BOOL,
+    "torch.sym_float": lambda k: _FLOAT,
+    "torch.sym_int": lambda k: _INT,
+    "torch._sym_sqrt": lambda k: _FLOAT,
+    # max/min of ints and bools is one of the operands; with a float, torch makes it a float.
+    "torch.sym_max": lambda k: _FLOAT if "float" in k else frozenset(k),
+    "torch.sym_min": lambda k: _FLOAT if "float" in k else frozenset(k),
+    "torch.sym_sum": _arithmetic,
+    # sym_ite(cond, a, b) is a or b: a boolean condition and both choices of one kind.
+    "torch.sym_ite": lambda k: frozenset(k[1:2]) if len(k) == 3 and k[0] == "bool" and k[1] == k[2] else frozenset(),
+}
+
+
+def symbolic_result_kinds(target: str, operand_kinds: Sequence[str]) -> frozenset[str] | None:
+    """The kinds ("int", "float", "bool") the symbolic helper named ``target`` may return for operands
+    of these kinds: empty where Python refuses the operands, None for a target this table leaves to
+    another check (getitem)."""
+    rule = _RESULT_KINDS.get(target)
+    if rule is None:
+        return None
+    if "float" in operand_kinds and target in _INTEGRAL_ONLY:
+        return frozenset()
+    return rule(operand_kinds)
+
+
+# Bitwise operators take no floats (1.0 << 2 is a TypeError).
+_INTEGRAL_ONLY = frozenset({"_operator.and_", "_operator.or_", "_operator.lshift", "_operator.rshift"})
+
+
+def _check_symbolic_result(node: schema.Node, kinds: Sequence[str], where: str) -> None:
+    allowed = symbolic_result_kinds(node.target, kinds)
+    if allowed is None:
+        return
+    outs = node.outputs
+    stored = _STORED_KIND.get(outs[0].kind) if len(outs) == 1 else None
+    if stored not in allowed:
+        what = " or ".join(sorted(allowed)) or "nothing (its two choices differ in kind)"
+        got = f"{len(outs)} outputs" if len(outs) != 1 else outs[0].kind
+        raise InconsistentProgramError(
+            f"{where}.outputs: {node.target} of ({', '.join(kinds)}) computes {what}, the node stores {got}; {_FIX}")
 
 
 # Signatures of the fixed symbolic and predispatch callables, by identity: inspect.signature of a
@@ -354,11 +421,15 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
     except TypeError as e:
         raise InconsistentProgramError(f"{where}: the arguments do not fit {node.target}{sig}: {e}; {_FIX}") from None
     if node.target in SYMBOLIC_TARGETS:
+        operand_kinds = []
         for j, a in enumerate(args[0] if node.target == "torch.sym_sum" and args else args):
             v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-            if not isinstance(v, _SCALAR_KINDS):
+            kind = _NUMBER_KIND.get(type(v))
+            if kind is None:
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: {node.target} computes on scalars, got {type(v).__name__}; {_FIX}")
+            operand_kinds.append(kind)
+        _check_symbolic_result(node, operand_kinds, where)
     kinds = _PREDISPATCH_ARGS.get(node.target)
     if kinds is not None:
         for j, (v, (what, ok)) in enumerate(zip(_values(list(args)), kinds, strict=False)):
