@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 import torch
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from serde.bridge.consistency import symbolic_result_kinds
 from serde.bridge.operators import SYMBOLIC_TARGETS
