@@ -1,8 +1,10 @@
-"""Pytree specs of torch's named results (torch.return_types): every class torch exports round-trips,
-and a file can name no other class."""
+"""Pytree specs: every named-result class torch exports (torch.return_types) round-trips and a file
+can name no other class; the builtin containers round-trip with every key kind, and a context they
+could not have is refused before pytree or torch meets it."""
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 
@@ -89,3 +91,50 @@ def test_a_program_returning_named_results_loads_returning_the_same_classes():
     for w, g in zip(pytree.tree_leaves(want), pytree.tree_leaves(got), strict=True):
         assert torch.equal(w, g)
     assert got[0].values is not None and got[1].logabsdet.shape == ()
+
+
+_LEAVES = [1, 2, 3]
+_CONTAINERS = [
+    {"a": 1, 7: 2, None: 3},
+    collections.OrderedDict([(True, 1), (2.5, 2), ("x", 3)]),
+    collections.defaultdict(list, {"k": 1, -1: 2, 0.5: 3}),
+    collections.deque(_LEAVES, maxlen=3),
+    collections.deque(_LEAVES),
+]
+
+
+@pytest.mark.parametrize("value", _CONTAINERS, ids=lambda v: type(v).__name__)
+def test_builtin_containers_round_trip_with_every_key_kind(value):
+    spec = pytree.tree_structure(value)
+    back = deserialize_treespec(serialize_treespec(spec, "in_spec"), "in_spec")
+    assert back == spec
+    rebuilt = pytree.tree_unflatten(pytree.tree_leaves(value), back)
+    assert type(rebuilt) is type(value) and rebuilt == value
+
+
+def _container(kind: str, context) -> schema.TreeSpec:
+    return schema.TreeSpec(type=kind, context=json.dumps(context, allow_nan=True),
+                           children=[schema.TreeSpec(type="*")] * 3)
+
+
+@pytest.mark.parametrize(("kind", "context", "match"), [
+    ("dict", [["a"], "b", "c"], "distinct str, int, float, bool or null keys"),    # unhashable: a list
+    ("dict", [{"a": 1}, "b", "c"], "distinct str, int, float, bool or null keys"),
+    ("dict", ["a", "b"], "one per child"),
+    ("dict", ["a", "a", "b"], "distinct"),                                           # two children, one entry
+    ("dict", [1, True, "b"], "distinct"),                                            # 1 and True are one key
+    ("OrderedDict", [float("nan"), "b", "c"], "distinct str"),
+    ("dict", {"a": 0}, "a list of distinct"),
+    ("defaultdict", {"factory": "list"}, "keys: a list"),
+    ("defaultdict", {"factory": "list", "keys": ["a", ["b"], "c"]}, "keys: a list"),
+    ("defaultdict", {"factory": "os.system", "keys": ["a", "b", "c"]}, "a known factory"),
+    ("deque", {"maxlen": 2}, "maxlen: null or an int of at least the number of children"),  # drops one
+    ("deque", {"maxlen": -1}, "maxlen"),
+    ("deque", {"maxlen": "3"}, "maxlen"),
+    ("deque", {"maxlen": True}, "maxlen"),
+    ("deque", {}, "maxlen"),
+    ("deque", [3], "maxlen"),
+])
+def test_a_container_context_it_could_not_have_is_refused(kind, context, match):
+    with pytest.raises(MalformedArtifactError, match=r"in_spec\.children\[0\]\.context: expected .*" + match):
+        deserialize_treespec(schema.TreeSpec(type="tuple", children=[_container(kind, context)]), "in_spec")

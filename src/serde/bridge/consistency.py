@@ -16,7 +16,8 @@ message naming the field, never later at run time inside torch:
 * torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
   others with an internal assert);
 * the graph's inputs and outputs match the signature's specs, one for one, and every parameter,
-  buffer and tensor constant has the dtype, sizes and strides its placeholder says;
+  buffer and tensor constant has the dtype, sizes and strides its placeholder says, and is stored
+  where its kind (and a buffer's persistence) says;
 * the module call graph's pytree specs hold as many leaves as the signatures they describe.
 """
 
@@ -729,7 +730,9 @@ def check_weights_fit_graph(graph: torch.fx.Graph, input_specs: Sequence[Any], s
                             constants: dict[str, Any]) -> None:
     """Every parameter, buffer and tensor constant is what the graph's placeholder for it says (dtype,
     sizes, strides): the graph was traced, and its size arithmetic worked out, for those. A weight of
-    another shape fails inside a kernel at run time, or worse, broadcasts and computes something else."""
+    another shape fails inside a kernel at run time, or worse, broadcasts and computes something else.
+    Each is also in the table ``ep.module()`` takes it from: parameters and persistent buffers in the
+    state dict, non-persistent buffers and tensor constants among the constants."""
     placeholders = {}
     for n in graph.nodes:
         if n.op != "placeholder":
@@ -738,9 +741,19 @@ def check_weights_fit_graph(graph: torch.fx.Graph, input_specs: Sequence[Any], s
     for i, spec in enumerate(input_specs):
         if spec.kind.name not in _WEIGHT_KINDS:
             continue
+        # Where ep.module() looks for it: a non-persistent buffer is not in the state dict.
+        in_state_dict = spec.kind.name == "PARAMETER" or (spec.kind.name == "BUFFER" and spec.persistent)
+        table, other = (state_dict, constants) if in_state_dict else (constants, state_dict)
+        if spec.target not in table and spec.target in other:
+            what = "persistent buffer" if spec.kind.name == "BUFFER" and spec.persistent else \
+                "non-persistent buffer" if spec.kind.name == "BUFFER" else spec.kind.name.lower().replace("_", " ")
+            raise InconsistentProgramError(
+                f"graph_module.signature.input_specs[{i}] ({spec.target!r}): a {what} is stored in "
+                f"weights.{'state_dict' if in_state_dict else 'constants'}, this one is in "
+                f"weights.{'constants' if in_state_dict else 'state_dict'}; {_FIX}")
         node = placeholders.get(spec.arg.name)
         want = node.meta.get("val") if node is not None else None
-        have = state_dict.get(spec.target) if spec.target in state_dict else constants.get(spec.target)
+        have = table.get(spec.target)
         if not (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor)):
             continue  # a missing weight is torch's verifier's to report, in its words
         plain = type(have) in (torch.Tensor, torch.nn.Parameter)  # a subclass's outer strides are its own

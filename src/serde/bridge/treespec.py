@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import sys
 from typing import Any
 
@@ -60,9 +61,13 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, sort_keys=False, separators=(",", ":"), allow_nan=False)
 
 
+def _is_key(k: Any) -> bool:
+    return k is None or isinstance(k, (str, int, bool)) or (isinstance(k, float) and math.isfinite(k))
+
+
 def _check_keys(keys: list, where: str) -> list:
     for k in keys:
-        if not (k is None or isinstance(k, (str, int, bool)) or (isinstance(k, float) and k == k)):
+        if not _is_key(k):
             raise UnsupportedConstructError(
                 f"{where}: dict key {k!r} of type {type(k).__name__} cannot be stored; "
                 "use str, int, bool or None keys in inputs and outputs"
@@ -140,14 +145,18 @@ def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec", _depth: in
         return pytree.TreeSpec(typ, None, children)
     ctx = _load(s, where)
     if s.type in ("dict", "OrderedDict"):
-        _expect(isinstance(ctx, list) and len(ctx) == len(children), where, "a list of keys, one per child")
+        _expect(_are_keys(ctx, len(children)), where, _KEYS)
         return pytree.TreeSpec(typ, ctx, children)
     if s.type == "defaultdict":
         _expect(isinstance(ctx, dict) and ctx.get("factory") in _FACTORIES, where, "a known factory")
+        _expect(_are_keys(ctx.get("keys"), len(children)), where, f"keys: {_KEYS}")
         return pytree.TreeSpec(typ, [_FACTORIES[ctx["factory"]], ctx["keys"]], children)
     if s.type == "deque":
-        _expect(isinstance(ctx, dict) and "maxlen" in ctx, where, "maxlen")
-        return pytree.TreeSpec(typ, ctx["maxlen"], children)
+        # A maxlen under the child count would drop values when the spec unflattens them.
+        maxlen = ctx.get("maxlen", False) if isinstance(ctx, dict) else False
+        _expect(maxlen is None or (type(maxlen) is int and maxlen >= len(children)), where,
+                "maxlen: null or an int of at least the number of children")
+        return pytree.TreeSpec(typ, maxlen, children)
     if s.type == _NAMEDTUPLE:
         _expect(isinstance(ctx, dict) and isinstance(ctx.get("name"), str)
                 and isinstance(ctx.get("fields"), list), where, "name and fields")
@@ -184,6 +193,16 @@ def _load(s: schema.TreeSpec, where: str) -> Any:
         raise MalformedArtifactError(f"{where}.context: invalid JSON ({e})") from None
     except RecursionError:
         raise MalformedArtifactError(f"{where}.context: JSON nested too deeply to decode") from None
+
+
+_KEYS = "a list of distinct str, int, float, bool or null keys, one per child"
+
+
+def _are_keys(ctx: Any, n: int) -> bool:
+    # The keys a dict can have and our writer stores; distinct as dict keys (1 and true are one key),
+    # or unflattening would build a dict with fewer entries than the spec has children.
+    return (isinstance(ctx, list) and len(ctx) == n and all(_is_key(k) for k in ctx)
+            and len(set(ctx)) == n)
 
 
 def _expect(ok: bool, where: str, what: str) -> None:

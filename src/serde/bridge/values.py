@@ -156,6 +156,23 @@ def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[sche
 # ---------------------------------------------------------------- reading
 
 
+def _hint_of(e: schema.SymExpr, member: str, where: str) -> Any:
+    """The stored example value of a symbolic number, which must be of the number's own kind: torch
+    asserts (an AssertionError, deep in SymNode) on a SymInt with a float hint."""
+    h = e.hint
+    if h is None:
+        return None
+    value = getattr(h, member)
+    if value is None:
+        raise MalformedArtifactError(
+            f"{where}.as_expr.hint: a {_HINT_KINDS[member]}'s example value must be {member}, got {h.kind}; "
+            "the artifact is damaged or was edited after saving: re-save the program")
+    return value
+
+
+_HINT_KINDS = {"as_int": "SymInt", "as_float": "SymFloat", "as_bool": "SymBool"}
+
+
 def _solve_linear(expr: sympy.Basic, s: sympy.Symbol, value: int) -> int | None:
     """The integer ``s`` for which ``expr`` (linear in ``s``, constant coefficients) equals
     ``value``; None when there is none or ``expr`` is not of that form.
@@ -312,7 +329,7 @@ class SymbolicContext:
         if s.as_int is not None:
             return s.as_int
         e = s.as_expr
-        stored_hint = None if e.hint is None else e.hint.value
+        stored_hint = _hint_of(e, "as_int", where)
         # SymInts are immutable: one object per distinct (expression, hint), as tracing shares
         # a size among the tensors that have it.
         tree = expr_to_tree(e.expr, where=where)
@@ -331,7 +348,8 @@ class SymbolicContext:
             return schema.from_f64(s.as_float)
         e = s.as_expr
         expr = self.expr(e.expr, where)
-        hint = None if e.hint is None else schema.from_f64(e.hint.value)
+        hint = _hint_of(e, "as_float", where)
+        hint = None if hint is None else schema.from_f64(hint)
         if symbolic_shapes.free_unbacked_symbols(expr):
             hint = None
         return self.shape_env.create_symfloatnode(expr, hint=hint)
