@@ -218,6 +218,8 @@ def test_remembered_guard_sets_are_keyed_by_their_whole_content() -> None:
     ("1" + " + 1" * 5000, "longer than"),
     ("-" * 1000 + "1 == 1", "nested deeper than|not a Python expression"),
     ("L['x'] == 99999999999999999999", "does not fit in 64 bits"),
+    ("2 ** L['x'].size()[0] == 4", r"the exponent of `2 \*\* L\['x'\]\.size\(\)\[0\]` is not a number from -64 to 64"),
+    ("L['x'].size()[0] ** 65 > 1", "the exponent of"),
 ])
 def test_unparseable_guard_is_refused_at_save(code: str, reason: str) -> None:
     # Refused, not dropped: a dropped guard would silently widen what the loaded program accepts.

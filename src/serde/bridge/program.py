@@ -14,6 +14,7 @@ from torch.export.exported_program import ExportedProgram
 from serde.core import schema
 from serde.core.guards import (
     SourceKey,
+    failing_guard,
     guards_from_code,
     guards_to_code,
     input_leaves,
@@ -264,6 +265,8 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
         UnsafeArtifactError: a source key that is not a plain identifier or index.
         MalformedArtifactError: a source that is not an input of the program, a dim outside the
             input's rank, or a check that is not a guard expression.
+        InconsistentProgramError: a check that is false, or fails, at the example values the graph
+            stores (torch.export records only guards its example inputs pass).
     """
     if g is None:
         return []
@@ -274,6 +277,9 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
         why = source_problem(path, prop, dim, leaves)
         if why:
             raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
+    why = failing_guard(g, gm)
+    if why:
+        raise InconsistentProgramError(f"{why}; the artifact is damaged or was edited after saving")
     return codes
 
 

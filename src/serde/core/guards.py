@@ -31,7 +31,7 @@ from .symbolic import MAX_EXPR_DEPTH
 __all__ = [
     "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
     "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_arguments", "input_leaves",
-    "source_problem",
+    "source_problem", "failing_guard",
 ]
 
 E = schema.Expr
@@ -329,6 +329,11 @@ class _Parser:
             return self._constant(n.value)
         if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
             left, right = self._expr(n.left, d), self._expr(n.right, d)
+            if isinstance(n.op, ast.Pow) and not _small_literal(right):
+                # torch compiles the guard and runs it on every call: x ** <an input's size> could
+                # take any time and memory there.
+                self._refuse(self.text, f"the exponent of `{_snippet(n)}` is not a number from "
+                                        f"-{_MAX_EXPONENT} to {_MAX_EXPONENT}")
             return E(**{_BINOPS[type(n.op)]: [left, right]})
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub):
             return E(add=[self._expr(n.left, d), _negate(self._expr(n.right, d))])
@@ -481,6 +486,14 @@ def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
     return e
 
 
+_MAX_EXPONENT = 64
+
+
+def _small_literal(e: schema.Expr) -> bool:
+    v = e.integer if e.kind == "integer" else schema.from_f64(e.floating) if e.kind == "floating" else None
+    return v is not None and abs(v) <= _MAX_EXPONENT
+
+
 def _negate(e: schema.Expr) -> schema.Expr:
     if e.kind == "integer" and e.integer != -_INT_LIMIT:
         return E(integer=-e.integer)
@@ -612,3 +625,188 @@ class _Printer:
 
 def _arity(v: Any) -> int | str:
     return len(v) if isinstance(v, list) else "-"
+
+
+# ---------------------------------------------------------------- the guards at the example values
+
+
+def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str = "guards") -> str | None:
+    """Why a stored check does not hold at the program's own example values, or None when all do.
+
+    torch.export records a guard while tracing the example inputs, so each holds for them; the
+    sizes and values the graph stores carry those example values as hints. A check that is false
+    there, or that fails to evaluate (a division by zero, a number too large to compute), would make
+    the loaded program reject, or raise on, the very inputs it was exported with. Checks naming an
+    input without a stored example value (unbacked sizes) are skipped.
+    """
+    values = _example_values(g, gm)
+    names = _source_names(g, where)
+    for i, e in enumerate(g.checks):
+        ev = _Evaluator(values)
+        try:
+            ok = ev.value(e, 0)
+        except _NoHint:
+            continue
+        except (ArithmeticError, ValueError, TypeError) as err:  # x / 0, 2.0 ** 5000, math domain, 1 & 0.5
+            return f"{where}.checks[{i}] ({_Printer(names, where).expr(e, 0)}) fails at the example values " \
+                   f"({_shown(values, names, ev.used)}): {type(err).__name__}: {err}"
+        if ok is not True:
+            return f"{where}.checks[{i}] ({_Printer(names, where).expr(e, 0)}) is {ok!r} at the example " \
+                   f"values ({_shown(values, names, ev.used)}), where torch.export found it true"
+    return None
+
+
+def _shown(values: Mapping[str, Any], names: Mapping[str, str], used: set[str]) -> str:
+    return ", ".join(f"{names[s]} = {values[s]!r}" for s in sorted(used)) or "no inputs"
+
+
+class _NoHint(Exception):
+    pass
+
+
+_MISSING = object()
+
+
+def _example_values(g: schema.InputGuards, gm: schema.GraphModule) -> dict[str, Any]:
+    """Symbol -> the example value of its source, or _MISSING where the file stores none."""
+    args = input_arguments(gm)
+    graph = gm.graph
+    out: dict[str, Any] = {}
+    for s in g.sources:
+        path, prop, dim = source_key(s)
+        arg = args.get(path)
+        v: Any = _MISSING
+        if arg is None:
+            pass
+        elif prop == P.VALUE:
+            v = _argument_value(arg, graph)
+        elif arg.kind == "as_tensor":
+            meta = graph.tensor_values.get(arg.as_tensor.name)
+            if meta is not None:
+                if prop == P.STORAGE_OFFSET:
+                    v = _sym_int_value(meta.storage_offset)
+                elif 0 <= dim < len(meta.sizes):
+                    v = _sym_int_value((meta.sizes if prop == P.SIZE else meta.strides)[dim])
+        out[s.symbol] = v
+    return out
+
+
+def _sym_int_value(s: schema.SymInt) -> Any:
+    if s.as_int is not None:
+        return s.as_int
+    h = s.as_expr.hint
+    return h.as_int if h is not None and h.as_int is not None else _MISSING
+
+
+def _argument_value(arg: schema.Argument, graph: schema.Graph) -> Any:
+    kind = arg.kind
+    if kind in ("as_int", "as_bool"):
+        return getattr(arg, kind)
+    if kind == "as_float":
+        return schema.from_f64(arg.as_float)
+    table = {"as_sym_int": graph.sym_int_values, "as_sym_float": graph.sym_float_values,
+             "as_sym_bool": graph.sym_bool_values}.get(kind)
+    if table is None:
+        return _MISSING
+    ref = getattr(arg, kind)
+    stored = table.get(ref.as_name) if ref.as_name is not None else None
+    if stored is None:
+        return _MISSING
+    if stored.as_expr is None:
+        v = stored.value
+        return schema.from_f64(v) if kind == "as_sym_float" else v
+    h = stored.as_expr.hint
+    if h is None or h.value is None:
+        return _MISSING
+    return schema.from_f64(h.value) if kind == "as_sym_float" else h.value
+
+
+# Evaluating hostile checks must stay cheap: an integer power may not grow past this many bits.
+_MAX_POW_BITS = 1 << 16
+
+
+def _power(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and a.bit_length() * b > _MAX_POW_BITS:
+        raise OverflowError(f"{a} ** {b} has more than {_MAX_POW_BITS} bits")
+    return a ** b
+
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "float_true_div": lambda a, b: a / b, "floor_div": lambda a, b: a // b, "python_mod": lambda a, b: a % b,
+    "pow": _power, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+}
+_FOLDED: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda a, b: a + b, "mul": lambda a, b: a * b, "bitwise_and": lambda a, b: a & b,
+    "bitwise_or": lambda a, b: a | b, "bitwise_xor": lambda a, b: a ^ b,
+}
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "abs": abs, "floor_to_int": math.floor, "ceil_to_int": math.ceil, "trunc_to_int": math.trunc,
+    "to_float": float, "round_to_int": round,
+}
+_OPAQUE_FN: dict[str, Callable[[Any], Any]] = {"sqrt": math.sqrt, **{f: getattr(math, f) for f in (
+    "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")}}
+_CONSTANT_VALUE = {schema.ExprConstant.TRUE: True, schema.ExprConstant.FALSE: False,
+                   schema.ExprConstant.INFINITY: math.inf, schema.ExprConstant.NEG_INFINITY: -math.inf,
+                   schema.ExprConstant.NAN: math.nan}
+
+
+class _Evaluator:
+    """What the printed check computes in Python, for the members the printer accepts (the check
+    was printed, so validated, before this runs): ``and``/``or`` and ``... if ... else ...``
+    evaluate lazily, as the printed text does."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = values
+        self.used: set[str] = set()
+
+    def value(self, e: schema.Expr, depth: int) -> Any:
+        d = depth + 1
+        kind = e.kind
+        v = getattr(e, kind)
+        if kind == "symbol":
+            x = self.values[v]
+            if x is _MISSING:
+                raise _NoHint
+            self.used.add(v)
+            return x
+        if kind == "integer":
+            return v
+        if kind == "floating":
+            return schema.from_f64(v)
+        if kind == "constant":
+            return _CONSTANT_VALUE[v]
+        if kind == "opaque_unary":
+            return _OPAQUE_FN[v.fn](self.value(v.arg, d))
+        if kind in _BINARY:
+            return _BINARY[kind](self.value(v[0], d), self.value(v[1], d))
+        if kind in _FOLDED:
+            acc = self.value(v[0], d)
+            for x in v[1:]:
+                acc = _FOLDED[kind](acc, self.value(x, d))
+            return acc
+        if kind == "logical_and":
+            acc = True
+            for x in v:
+                acc = self.value(x, d)
+                if not acc:
+                    break
+            return acc
+        if kind == "logical_or":
+            acc = False
+            for x in v:
+                acc = self.value(x, d)
+                if acc:
+                    break
+            return acc
+        if kind == "logical_not":
+            return not self.value(v[0], d)
+        if kind == "ite":
+            return self.value(v[1], d) if self.value(v[0], d) else self.value(v[2], d)
+        if kind == "round_decimal":
+            return round(self.value(v[0], d), self.value(v[1], d))
+        if kind in ("max", "min"):
+            return (max if kind == "max" else min)(self.value(x, d) for x in v)
+        if kind in _UNARY:
+            return _UNARY[kind](self.value(v[0], d))
+        raise AssertionError(f"guard member {kind!r} was printed but has no evaluation")  # printer refuses others

@@ -96,6 +96,10 @@ def _with_source(p: schema.ExportedProgram, i: int, **changes) -> schema.Exporte
     return msgspec.structs.replace(p, guards=msgspec.structs.replace(p.guards, sources=sources))
 
 
+_E = schema.Expr
+_G0 = schema.Expr(symbol="g0")
+
+
 def _with_checks(p: schema.ExportedProgram, checks: list[schema.Expr]) -> schema.ExportedProgram:
     return msgspec.structs.replace(p, guards=msgspec.structs.replace(p.guards, checks=checks))
 
@@ -141,6 +145,17 @@ def test_hostile_source_key_is_refused_at_load(k: int, position: str, guarded: P
     (lambda p: _with_checks(p, [schema.Expr(modular_indexing=[schema.Expr(integer=1)] * 3)]),
      r"member 'modular_indexing'"),
     (lambda p: _with_checks(p, [schema.Expr(eq=[schema.Expr(integer=1)] * 3)]), r"eq with 3 operands"),
+    # Checks torch could not have recorded: false, or failing, at the example values the graph stores.
+    (lambda p: _with_checks(p, [_E(lt=[_G0, _E(integer=0)])]),
+     r"guards\.checks\[0\] \(\(L\['x'\]\.size\(\)\[0\] < 0\)\) is False at the example values \(L\['x'\]\.size\(\)\[0\] = \d+\)"),
+    (lambda p: _with_checks(p, [_E(eq=[_E(python_mod=[_G0, _E(floor_div=[_G0, _E(integer=2 ** 63 - 1)])]), _E(integer=0)])]),
+     r"guards\.checks\[0\] .* fails at the example values .*: ZeroDivisionError"),
+    (lambda p: _with_checks(p, [_E(gt=[_E(pow=[_E(pow=[_E(pow=[_G0, _E(integer=64)]), _E(integer=64)]), _E(integer=64)]),
+                                        _E(integer=0)])]),
+     r"fails at the example values .*: OverflowError: .* has more than 65536 bits"),
+    # An exponent read from the inputs: the compiled guard could take any time on some call.
+    (lambda p: _with_checks(p, [_E(gt=[_E(pow=[_E(integer=2), _G0]), _E(integer=0)])]),
+     r"printed guard failed re-validation: .*the exponent of `2 \*\* L\['x'\]\.size\(\)\[0\]` is not a number"),
 ])
 def test_inconsistent_guards_are_refused_at_load(change, match: str, guarded: Path, tmp_path: Path) -> None:
     hostile = tmp_path / "bad.pt2s"
