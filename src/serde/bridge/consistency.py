@@ -744,18 +744,19 @@ def check_weights_fit_graph(graph: torch.fx.Graph, input_specs: Sequence[Any], s
         # Where ep.module() looks for it: a non-persistent buffer is not in the state dict.
         in_state_dict = spec.kind.name == "PARAMETER" or (spec.kind.name == "BUFFER" and spec.persistent)
         table, other = (state_dict, constants) if in_state_dict else (constants, state_dict)
-        if spec.target not in table and spec.target in other:
+        if spec.target not in table:
             what = "persistent buffer" if spec.kind.name == "BUFFER" and spec.persistent else \
                 "non-persistent buffer" if spec.kind.name == "BUFFER" else spec.kind.name.lower().replace("_", " ")
+            own, others = ("state_dict", "constants") if in_state_dict else ("constants", "state_dict")
+            found = f"this one is in weights.{others}" if spec.target in other else "this one is in neither"
             raise InconsistentProgramError(
                 f"graph_module.signature.input_specs[{i}] ({spec.target!r}): a {what} is stored in "
-                f"weights.{'state_dict' if in_state_dict else 'constants'}, this one is in "
-                f"weights.{'constants' if in_state_dict else 'state_dict'}; {_FIX}")
+                f"weights.{own}, {found}; {_FIX}")
         node = placeholders.get(spec.arg.name)
         want = node.meta.get("val") if node is not None else None
         have = table.get(spec.target)
         if not (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor)):
-            continue  # a missing weight is torch's verifier's to report, in its words
+            continue
         plain = type(have) in (torch.Tensor, torch.nn.Parameter)  # a subclass's outer strides are its own
         if have.dtype != want.dtype or have.shape != want.shape or (plain and have.stride() != want.stride()):
             raise InconsistentProgramError(
@@ -792,6 +793,14 @@ def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> N
                                          and spec.child(1).type is dict):
                 raise InconsistentProgramError(
                     f"{where}.in_spec: the root module's inputs must be a tuple (args, kwargs), got {spec}; {_FIX}")
+            if names and spec is not None:
+                # ep.module() generates forward(self, <names>) and passes the keyword arguments on by
+                # name: one name per positional argument, then the keyword names of the in_spec.
+                n_args, keys = spec.child(0).num_children, list(spec.child(1).context)
+                if len(names) != n_args + len(keys) or set(names[n_args:]) != set(keys):
+                    raise InconsistentProgramError(
+                        f"{where}.forward_arg_names: {names} does not name the {n_args} positional arguments "
+                        f"and then the keyword arguments {keys} of the in_spec; {_FIX}")
         for what, spec, n in (("in_spec", s.in_spec, ins), ("out_spec", s.out_spec, outs)):
             if spec is not None and spec.num_leaves != n:
                 raise InconsistentProgramError(
