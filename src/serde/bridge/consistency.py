@@ -11,7 +11,8 @@ message naming the field, never later at run time inside torch:
 * symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take, and store the
   kind of number (int, float, bool) they compute from them;
 * every ``getitem`` index exists in the value it indexes;
-* higher-order ops get as many operands as their subgraphs take, and return what they return;
+* higher-order ops get as many operands as their subgraphs take, each the tensor (dtype, rank,
+  sizes) the subgraph was traced with, and return what they return (a loop body what it carries);
   cond's predicate has one element and while_loop's condition is a 0-dim boolean;
 * torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
   others with an internal assert);
@@ -509,6 +510,47 @@ def _node_outputs(node: schema.Node) -> int:
     return len(node.outputs)
 
 
+def _placeholders(g: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [n for n in g.nodes if n.op == "placeholder"]
+
+
+def _returned(g: torch.fx.Graph) -> list[Any]:
+    out = g.output_node().args[0]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _tensor_val(v: Any) -> torch.Tensor | None:
+    v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _same_size(x: Any, y: Any) -> bool:
+    if type(x) is int or type(y) is int:
+        return x == y if type(x) is type(y) else False
+    return x.node.expr == y.node.expr
+
+
+def _fits(outer: Sequence[Any], inner: Sequence[Any], what: str, where: str, same_sizes: bool = True) -> None:
+    """Each value a subgraph receives (or returns) is the tensor the other side has: the same dtype,
+    rank and sizes. The subgraph was traced with those (the operands' very sizes, symbols included);
+    handing it others (the operands in another order, say) fails inside a kernel at run time or
+    computes something else. With ``same_sizes`` False only fixed sizes are compared: a loop body's
+    results may carry sizes tracing named anew."""
+    for i, (a, b) in enumerate(zip(outer, inner, strict=False)):
+        ta, tb = _tensor_val(a), _tensor_val(b)
+        if ta is None or tb is None:
+            continue
+        if same_sizes:
+            sizes_differ = not all(_same_size(x, y) for x, y in zip(ta.shape, tb.shape, strict=False))
+        else:
+            sizes_differ = any(type(x) is int and type(y) is int and x != y
+                               for x, y in zip(ta.shape, tb.shape, strict=False))
+        if ta.dtype != tb.dtype or ta.dim() != tb.dim() or sizes_differ:
+            raise InconsistentProgramError(
+                f"{where}: {what} {i} is {ta.dtype} {list(ta.shape)} on one side and {tb.dtype} {list(tb.shape)} "
+                f"on the other; {_FIX}")
+
+
 def _cond(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
     _arity(args, 4, "cond", where)
     pred = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) else args[0]
@@ -522,6 +564,9 @@ def _cond(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, An
     for i, g in zip((1, 2), branches, strict=True):
         _takes(g, len(ops), f"the branch in inputs[{i}]", f"{where}.inputs[{i}]")
     _returns(_outputs(branches[1]), _outputs(branches[0]), "the false branch (inputs[2])", f"{where}.inputs[2]")
+    for i, g in zip((1, 2), branches, strict=True):
+        _fits(ops, _placeholders(g), "operand", f"{where}.inputs[{i}]")
+    _fits(_returned(branches[0]), _returned(branches[1]), "result", f"{where}.inputs[2]", same_sizes=False)
     if not node.is_hop_single_tensor_return:
         _returns(_node_outputs(node), _outputs(branches[0]), "cond's branch", f"{where}.outputs")
 
@@ -545,6 +590,10 @@ def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[s
             f"{where}.inputs[0]: the loop condition must compute a boolean or a 0-dim boolean tensor, it "
             f"returns {out!r}; {_FIX}")
     _returns(_outputs(body), len(carried), "the loop body", f"{where}.inputs[1]")
+    for i, g in ((0, cond), (1, body)):
+        _fits([*carried, *extra], _placeholders(g), "operand", f"{where}.inputs[{i}]")
+    # The body's results are the next iteration's carried values.
+    _fits(list(carried), _returned(body), "carried value", f"{where}.inputs[1]", same_sizes=False)
     if not node.is_hop_single_tensor_return:
         _returns(_node_outputs(node), len(carried), node.target, f"{where}.outputs")
 
@@ -597,6 +646,7 @@ def _subgraph_then_operands(graph_at: int, operands_at: int
         _arity(args, operands_at, node.target, where, at_least=True)
         g = _subgraph(args[graph_at], f"inputs[{graph_at}]", f"{where}.inputs[{graph_at}]", subs)
         _takes(g, len(args) - operands_at, f"the subgraph in inputs[{graph_at}]", f"{where}.inputs[{graph_at}]")
+        _fits(args[operands_at:], _placeholders(g), "operand", f"{where}.inputs[{graph_at}]")
 
     return check
 
@@ -793,16 +843,16 @@ def check_module_call_graph(entries: list[Any], sig: schema.GraphSignature) -> N
                                          and spec.child(1).type is dict):
                 raise InconsistentProgramError(
                     f"{where}.in_spec: the root module's inputs must be a tuple (args, kwargs), got {spec}; {_FIX}")
-            if names and spec is not None:
-                # ep.module() generates forward(self, <names>) and passes the keyword arguments on by
-                # name: one name per positional argument, then the keyword names of the in_spec.
-                n_args, keys = spec.child(0).num_children, list(spec.child(1).context)
-                if len(names) != n_args + len(keys) or set(names[n_args:]) != set(keys):
-                    raise InconsistentProgramError(
-                        f"{where}.forward_arg_names: {names} does not name the {n_args} positional arguments "
-                        f"and then the keyword arguments {keys} of the in_spec; {_FIX}")
         for what, spec, n in (("in_spec", s.in_spec, ins), ("out_spec", s.out_spec, outs)):
             if spec is not None and spec.num_leaves != n:
                 raise InconsistentProgramError(
                     f"{where}.{what}: the pytree spec holds {spec.num_leaves} leaves but the signature has "
                     f"{n}; {_FIX}")
+        if e.fqn == "" and names and s.in_spec is not None:
+            # ep.module() generates forward(self, <names>) and passes the keyword arguments on by
+            # name: one name per positional argument, then the keyword names of the in_spec.
+            n_args, keys = s.in_spec.child(0).num_children, list(s.in_spec.child(1).context)
+            if len(names) != n_args + len(keys) or set(names[n_args:]) != set(keys):
+                raise InconsistentProgramError(
+                    f"{where}.forward_arg_names: {names} does not name the {n_args} positional arguments "
+                    f"and then the keyword arguments {keys} of the in_spec; {_FIX}")
