@@ -15,6 +15,7 @@ from serde.bridge.custom_objects import encode_constants
 from serde.bridge.effects import op_facts
 from serde.bridge.isolation import outside_ambient_modes
 from serde.bridge.program import deserialize_program, serialize_program
+from serde.bridge.propagation import check_propagation
 from serde.bridge.weights import deserialize_weights, saved_devices, serialize_weights
 from serde.core.gcpause import paused_gc
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -166,7 +167,7 @@ MapLocation = str | torch.device | Mapping[str, str] | Callable[[torch.UntypedSt
 
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
          mmap: bool = False, extra_files: dict[str, Any] | None = None,
-         map_location: MapLocation = None) -> ExportedProgram | dict[str, ExportedProgram]:
+         map_location: MapLocation = None, propagate: bool = False) -> ExportedProgram | dict[str, ExportedProgram]:
     """Load an artifact written by :func:`save` (any supported schema version): the program, or the
     dict of programs it was saved from (each with its own tensors; none shares memory with another).
 
@@ -188,6 +189,12 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     move is torch's ``move_to_device_pass``, so weights, constants and the graph's device
     metadata and device arguments agree.
 
+    ``propagate=True`` also runs every operator of the graph again on fake tensors, as tracing did,
+    and refuses a file whose stored results (dtypes, shapes, number of outputs) differ from what the
+    operators compute. The checks every load runs prove that the program's parts fit each other,
+    not that each node stores what its operator computes: use this for files from sources you do
+    not trust. It about doubles the load time (tens of microseconds per operator).
+
     Torch modes active in the calling thread (``FakeTensorMode``, a ``TorchDispatchMode`` or
     ``TorchFunctionMode``, inference mode, a dynamo tracing context) are set aside while loading:
     the program always holds real tensors, and is safe to load from several threads at once.
@@ -207,13 +214,14 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
         if list(artifacts) == [None]:
-            out = from_artifact(artifacts[None], map_location, limits=limits)
+            out = from_artifact(artifacts[None], map_location, limits=limits, propagate=propagate)
         else:
             out, used = {}, set()
             for name, artifact in artifacts.items():
                 # A payload an earlier program already wraps is copied: programs never share memory,
                 # so one program's in-place buffer update is never seen by another.
-                out[name] = from_artifact(artifact, map_location, limits=limits, copy_payloads=frozenset(used))
+                out[name] = from_artifact(artifact, map_location, limits=limits, copy_payloads=frozenset(used),
+                                          propagate=propagate)
                 used.update(payload_name(s.sha256) for s in artifact.weights.storages if s.sha256)
         # The decoded schema objects go while the collector still sleeps: its first collection
         # after the pause scans every object allocated during it, so it then sees only the program.
@@ -232,15 +240,16 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
 
 
 def from_artifact(a: Artifact, map_location: MapLocation = None, *, limits: Limits = DEFAULT_LIMITS,
-                  copy_payloads: frozenset[str] = frozenset()) -> ExportedProgram:
+                  copy_payloads: frozenset[str] = frozenset(), propagate: bool = False) -> ExportedProgram:
     """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode;
-    names and sizes checked against ``limits``; see :func:`load` for devices). Payload members in
-    ``copy_payloads`` are copied instead of wrapped."""
+    names and sizes checked against ``limits``; see :func:`load` for devices and ``propagate``).
+    Payload members in ``copy_payloads`` are copied instead of wrapped."""
     with outside_ambient_modes():
-        return _build(a, map_location, limits, copy_payloads)
+        return _build(a, map_location, limits, copy_payloads, propagate)
 
 
-def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str]) -> ExportedProgram:
+def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str],
+           propagate: bool) -> ExportedProgram:
     check_weight_names(a.weights, limits)
     place, missing = _placement(saved_devices(a.weights))
 
@@ -253,6 +262,8 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
     if a.debug is not None:
         program = attach_debug(program, a.debug)
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
+    if propagate:
+        check_propagation(ep)
     if missing:
         ep = _move(ep, dict.fromkeys(missing, "cpu"))
     if map_location is None:

@@ -89,6 +89,8 @@ def main() -> None:
 
     import native
     import serde
+    from serde.bridge import propagation
+    from serde.bridge.consistency import InconsistentProgramError
     from serde.errors import SerializeError
 
     with open("/proc/self/statm") as f:
@@ -110,6 +112,12 @@ def main() -> None:
                 with open(req["path"], "rb") as f:
                     data = f.read()
                 loaded = serde.load(data)
+                # What a default load lets through, propagate=True may still refuse: its own outcome,
+                # so that run_inconsistent counts what neither refuses.
+                try:
+                    propagation.check_propagation(loaded)
+                except InconsistentProgramError as e:
+                    outcome, detail = "rejected_propagate", _describe(e)
             else:
                 with open(req["path"], "rb") as f:
                     loaded = native.load(f.read())
@@ -117,7 +125,7 @@ def main() -> None:
             if isinstance(e, KeyboardInterrupt):
                 raise
             outcome, detail = _classify_load(e, SerializeError), _describe(e)
-        else:
+        if outcome == "ok":
             out.write('{"phase": "run"}\n')
             out.flush()
             try:

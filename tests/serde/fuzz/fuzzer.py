@@ -21,12 +21,15 @@ Workers (``_worker.py``) run under a time limit and an address-space limit. Outc
 outcome              meaning                                                            verdict
 ===================  =================================================================  =======
 rejected             a SerializeError subclass at load                                  fine
+rejected_propagate   loaded, then refused by ``load(..., propagate=True)``'s re-run     fine
+                     of the operators (stored results unlike what they compute)
 ok                   loaded and ran                                                     fine
 run_guard            loaded; the input guards refuse the seed's example inputs          fine
 run_torch            loaded; a kernel refused its (bindable) arguments, as in eager     fine
 run_refused          loaded; the native runtime refused the inputs or a kernel failed   fine
 oom / run_oom        an allocation hit the worker's memory limit                        reported
-run_inconsistent     loaded, then failed in a way a consistent program cannot           reported
+run_inconsistent     loaded (propagation included), then failed in a way a consistent   reported
+                     program cannot
 foreign              a non-SerializeError exception at load                             bug
 foreign_run          a non-SerializeError exception raised by pt2serde's own code       bug
                      while running (the native runtime)

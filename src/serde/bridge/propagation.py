@@ -1,0 +1,182 @@
+"""Run a loaded program's operators again on its fake values, and compare with what the file stores.
+
+The graph reader gives every node the output metadata the artifact stores (dtype, sizes), and the
+load-time checks prove those fit each other: a call binds to its operator, operands fit subgraphs,
+weights fit placeholders. They do not prove that an operator computes what the file says it does:
+a hostile or damaged file can store ``aten.relu`` where tracing recorded ``aten.sum`` with the sum's
+0-dim result, and the program loads, then fails (or computes other shapes) when called. Running
+each operator on the fake inputs the graph holds, as tracing did, and comparing is the only check
+that covers this; it costs about as much as building the fake values did, so ``serde.load`` does
+it on request (``propagate=True``).
+
+What is compared: the number of results, each tensor's dtype, rank and sizes (symbolic sizes by
+expression, or, when the two expressions differ in form, by their example values), and numbers'
+kinds. Sizes that hold an unbacked symbol (a data-dependent size) are left alone: running the
+operator names a fresh one. Skipped, not refused: calls that fail on fake tensors (outside tracing
+some operators cannot run on them, and that looks the same as an operator refusing its inputs:
+such a file fails with torch's error when called), calls taking custom objects, and subgraphs that
+run under autocast (which picks the dtypes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.export import ExportedProgram
+from torch.export.graph_signature import CustomObjArgument
+from torch.fx.experimental import symbolic_shapes
+
+from .consistency import InconsistentProgramError
+
+__all__ = ["check_propagation"]
+
+_FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
+
+def check_propagation(ep: ExportedProgram) -> int:
+    """Re-run every operator call of ``ep`` (and of its subgraphs) on the stored fake values.
+
+    Returns the number of calls compared.
+
+    Raises:
+        InconsistentProgramError: an operator computes results other than the ones the node stores.
+    """
+    mode = _fake_mode(ep.graph_module)
+    if mode is None:
+        return 0
+    compared = 0
+    with mode:
+        for prefix, gm in _graphs(ep.graph_module):
+            for node in gm.graph.nodes:
+                if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                    compared += _check_node(node, f"{prefix}nodes[{node.name!r}]")
+    return compared
+
+
+# Subgraphs these higher-order ops run under a context that changes what operators compute
+# (autocast picks other dtypes): compared outside it, they would differ for no fault of the file.
+_CONTEXT_HOPS = frozenset({"wrap_with_autocast"})
+
+
+def _fake_mode(gm: torch.fx.GraphModule) -> Any:
+    for node in gm.graph.nodes:
+        v = node.meta.get("val")
+        if isinstance(v, FakeTensor):
+            return v.fake_mode
+    return None
+
+
+def _graphs(root: torch.fx.GraphModule) -> list[tuple[str, torch.fx.GraphModule]]:
+    """Every graph of the program with the field path of its nodes, but those run under a context."""
+    out = []
+    todo = [("", root)]
+    while todo:
+        name, gm = todo.pop()
+        out.append((f"graph.{name}." if name else "graph.", gm))
+        in_context = set()
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator) \
+                    and node.target.name() in _CONTEXT_HOPS:
+                in_context.update(a.target for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+        for sub, m in gm.named_children():
+            if isinstance(m, torch.fx.GraphModule) and sub not in in_context:
+                todo.append((f"{name}.{sub}" if name else sub, m))
+    return out
+
+
+def _stored(a: Any) -> Any:
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+
+def _check_node(node: torch.fx.Node, where: str) -> int:
+    op = node.target
+    args = torch.fx.node.map_arg(node.args, _stored)
+    kwargs = torch.fx.node.map_arg(node.kwargs, _stored)
+    if any(isinstance(v, CustomObjArgument) for v in pytree.tree_leaves((args, kwargs))):
+        return 0  # a custom object's placeholder holds its description, not an object to call with
+    if op._schema.is_mutable:
+        # Run on copies: an in-place operator would change the stored values' metadata.
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
+    try:
+        got = op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 -- see below
+        # Not a verdict: outside tracing, fake tensors cannot run every operator that export traced
+        # (one that reads a constant's data, FFTs and istft on symbolic sizes, data-dependent
+        # outputs), and their failures look like an operator refusing its inputs. A file whose
+        # operator really refuses them fails with torch's own error when called.
+        return 0
+    why = _differs(got, node.meta.get("val"))
+    if why:
+        raise InconsistentProgramError(f"{where}: {op} computes {why}; {_FIX}")
+    return 1
+
+
+def _differs(got: Any, stored: Any) -> str | None:
+    """How the computed result differs from the stored one, or None."""
+    if isinstance(got, (tuple, list)):
+        if not isinstance(stored, (tuple, list)):
+            return f"{len(got)} results, the node stores {_show(stored)}"
+        if len(got) != len(stored):
+            return f"{len(got)} results, the node stores {len(stored)}"
+        for i, (g, s) in enumerate(zip(got, stored, strict=True)):
+            why = _differs(g, s)
+            if why:
+                return f"{why} (result {i})"
+        return None
+    if isinstance(got, torch.Tensor):
+        if stored is None:  # an undefined result (a gradient that is not needed) is stored as None
+            return None
+        if not isinstance(stored, torch.Tensor):
+            return f"a tensor, the node stores {_show(stored)}"
+        if got.dtype != stored.dtype or got.dim() != stored.dim() or not all(
+                _same_size(a, b) for a, b in zip(got.shape, stored.shape, strict=True)):
+            return f"{got.dtype} {list(got.shape)}, the node stores {stored.dtype} {list(stored.shape)}"
+        return None
+    if got is None or stored is None:
+        return None if got is stored else f"{_show(got)}, the node stores {_show(stored)}"
+    if _kind(got) != _kind(stored):
+        return f"{_show(got)}, the node stores {_show(stored)}"
+    return None
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a == b
+    ea = a.node.expr if isinstance(a, torch.SymInt) else a
+    eb = b.node.expr if isinstance(b, torch.SymInt) else b
+    if ea == eb:
+        return True
+    if symbolic_shapes.free_unbacked_symbols(ea) or symbolic_shapes.free_unbacked_symbols(eb):
+        return True  # a data-dependent size: running the operator names a fresh symbol
+    ha, hb = _hint(a), _hint(b)
+    return ha is None or hb is None or ha == hb
+
+
+def _hint(v: Any) -> int | None:
+    if type(v) is int:
+        return v
+    try:
+        return v.node.shape_env.size_hint(v.node.expr, allow_none=True)
+    except Exception:  # noqa: BLE001 -- no example value to compare
+        return None
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(v, (int, torch.SymInt)):
+        return "int"
+    if isinstance(v, (float, torch.SymFloat)):
+        return "float"
+    return type(v).__name__
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"a {v.dtype} {list(v.shape)} tensor"
+    if isinstance(v, (tuple, list)):
+        return f"{len(v)} values"
+    return f"a {_kind(v)}" if v is not None else "nothing"

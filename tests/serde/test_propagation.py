@@ -1,0 +1,99 @@
+"""``serde.load(..., propagate=True)``: every operator runs again on the stored fake values.
+
+Real programs (every zoo and breadth case, exported here) load with it and their stored results
+agree with what the operators compute; files whose nodes store results their operators do not
+compute load by default and are refused with it, naming the node; and running in-place operators
+again leaves the stored values as they were.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import serde
+from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.propagation import check_propagation
+from tests import zoo, zoo_breadth
+from tests.serde.attacks._attack_kit import nodes, rewrite_program
+
+_CASES = [("zoo", c.name) for c in zoo.CASES] + [("breadth", c.name) for c in zoo_breadth.CASES]
+HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
+
+
+def _case(where: str, name: str) -> zoo.Case:
+    return (zoo if where == "zoo" else zoo_breadth).get(name)
+
+
+@pytest.mark.parametrize(("where", "name"), _CASES, ids=[f"{w}-{n}" for w, n in _CASES])
+def test_real_programs_load_with_propagation(where, name):
+    case = _case(where, name)
+    if name.startswith("torchbind") and not HAVE_TORCHBIND:  # as test_breadth_custom_objects
+        pytest.skip("torch's torchbind test library is missing")
+    ep = zoo.export_case(case)
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    loaded = serde.load(io.BytesIO(buf.getvalue()), propagate=True)
+    ops = sum(1 for m in loaded.graph_module.modules() if isinstance(m, torch.fx.GraphModule)
+              for n in m.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+    # The call compares again, and counts what it compared: at most every operator call.
+    assert 0 <= check_propagation(loaded) <= ops
+
+
+def _split_without_dim(p: dict) -> None:
+    nodes(p)["split"]["inputs"].pop()  # split(qkv, 32, -1) becomes split(qkv, 32): along dim 0
+
+
+def _relu_for_sum(p: dict) -> None:
+    nodes(p)["sum_"]["target"] = "torch.ops.aten.relu.default"  # cond's predicate, stored 0-dim
+
+
+def _add_for_lt(p: dict) -> None:
+    loop = nodes(p)["while_loop"]["inputs"][0]["arg"]["as_graph"]["graph"]
+    next(n for n in loop["nodes"] if n["name"] == "lt")["target"] = "torch.ops.aten.add.Tensor"
+
+
+@pytest.mark.parametrize(("case", "edit", "match"), [
+    ("transformer_block", _split_without_dim,
+     r"graph\.nodes\['split'\]: aten\.split\.Tensor computes 1 results, the node stores 3"),
+    ("cond", _relu_for_sum,
+     r"graph\.nodes\['sum_'\]: aten\.relu\.default computes torch\.float32 \[s0, 6\], the node stores torch\.float32 \[\]"),
+    ("while_loop", _add_for_lt,
+     r"graph\.while_loop_graph0\.nodes\['lt'\]: aten\.add\.Tensor computes torch\.int64 \[\], the node stores torch\.bool \[\]"),
+], ids=["split_count", "cond_predicate_shape", "loop_condition_dtype"])
+def test_results_unlike_what_the_operators_compute_are_refused(case, edit, match):
+    data = rewrite_program(case, edit)
+    serde.load(io.BytesIO(data))  # every part fits the others: the default load takes it
+    with pytest.raises(InconsistentProgramError, match=match):
+        serde.load(io.BytesIO(data), propagate=True)
+
+
+class _InPlace(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(()))
+
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1)
+        y.t_()  # changes y's sizes and strides, not only its data
+        self.total.add_(x.sum())
+        return y * 2
+
+
+def test_in_place_operators_run_on_copies():
+    ep = torch.export.export(_InPlace(), (torch.randn(2, 3),))
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    loaded = serde.load(io.BytesIO(buf.getvalue()))
+    before = {n.name: (n.meta["val"].shape, n.meta["val"].stride()) for n in loaded.graph.nodes
+              if isinstance(n.meta.get("val"), torch.Tensor)}
+    mutable = [n for n in loaded.graph.nodes
+               if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]
+    assert {str(n.target) for n in mutable} >= {"aten.add_.Tensor", "aten.t_.default"}
+    assert check_propagation(loaded) > 0
+    after = {n.name: (n.meta["val"].shape, n.meta["val"].stride()) for n in loaded.graph.nodes
+             if isinstance(n.meta.get("val"), torch.Tensor)}
+    assert after == before
