@@ -153,8 +153,21 @@ def _loop_condition_of_two(p: dict) -> None:
     ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"].__setitem__(1, dict(
         _first(p, "_add_batch_dim")["inputs"][0], name="batch_dim")),
      r"inputs\[1\]: torch\._functorch\.predispatch\._add_batch_dim takes an int here, got FakeTensor"),
+    ("associative_scan", lambda p: _first(p, "_remove_batch_dim")["inputs"][3]["arg"].update(as_int=3),
+     r"inputs\[3\]: _remove_batch_dim names dim 3 of a rank-2 tensor"),
+    ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"][1]["arg"].update(as_int=-3),
+     r"inputs\[1\]: _add_batch_dim names dim -3 of a rank-\d tensor"),
+    ("multi_output", lambda p: nodes(p)["topk"].update(target="torch._functorch.predispatch._add_batch_dim")
+     or nodes(p)["topk"]["inputs"][1]["arg"].update(as_int=0),
+     r"nodes\['topk'\]: _add_batch_dim outside any vmap level"),
+    ("while_loop", lambda p: nodes(p)["while_loop"]["inputs"][0]["arg"]["as_graph"]["graph"].update(
+        is_single_tensor_return=False),
+     r"nodes\['while_loop'\]\.inputs\[0\]: the loop condition must return its value bare, not in a tuple"),
+    ("sym_scalars", lambda p: nodes(p)["truediv"]["inputs"][1]["arg"].update(as_float=0.0),
+     r"nodes\['truediv'\]\.inputs\[1\]: _operator\.truediv divides by the constant 0"),
 ], ids=["cond_predicate_of_six", "loop_condition_of_two", "vmap_randomness", "vmap_batch_size", "add_batch_dim_level",
-        "remove_batch_dim_level", "add_batch_dim_tensor_dim"])
+        "remove_batch_dim_level", "add_batch_dim_tensor_dim", "remove_batch_dim_out_of_range",
+        "add_batch_dim_out_of_range", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero"])
 def test_higher_order_and_vmap_arguments_torch_checks_at_run_time_are_checked_at_load(case, change, match):
     # Each loaded before, and failed when run: a RuntimeError inside torch, or a functorch internal assert.
     with pytest.raises(InconsistentProgramError, match=match):

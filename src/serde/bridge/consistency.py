@@ -376,6 +376,7 @@ def symbolic_result_kinds(target: str, operand_kinds: Sequence[str]) -> frozense
     return rule(operand_kinds)
 
 
+_DIVISIONS = frozenset({"_operator.truediv", "_operator.floordiv", "_operator.mod"})
 # Bitwise operators take no floats (1.0 << 2 is a TypeError).
 _INTEGRAL_ONLY = frozenset({"_operator.and_", "_operator.or_", "_operator.lshift", "_operator.rshift"})
 
@@ -432,12 +433,25 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
                     f"{where}.inputs[{j}]: {node.target} computes on scalars, got {type(v).__name__}; {_FIX}")
             operand_kinds.append(kind)
         _check_symbolic_result(node, operand_kinds, where)
+        if node.target in _DIVISIONS and len(args) == 2 and not isinstance(args[1], torch.fx.Node) \
+                and args[1] == 0:
+            # Tracing could not have recorded it (sympy refuses to divide by zero); it raises on every call.
+            raise InconsistentProgramError(f"{where}.inputs[1]: {node.target} divides by the constant 0; {_FIX}")
     kinds = _PREDISPATCH_ARGS.get(node.target)
     if kinds is not None:
-        for j, (v, (what, ok)) in enumerate(zip(_values(list(args)), kinds, strict=False)):
+        values = _values(list(args))
+        for j, (v, (what, ok)) in enumerate(zip(values, kinds, strict=False)):
             if not ok(v):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: {node.target} takes {what} here, got {v!r:.80}; {_FIX}")
+        # The dim a batch dimension is taken from, or put back at (one more than the tensor has).
+        at, extra = _BATCH_DIM_AT.get(node.target, (None, 0))
+        if at is not None and len(values) > at and isinstance(values[at], int):
+            rank = values[0].dim() + extra
+            if not -rank <= values[at] < rank:
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{at}]: {node.target.rsplit('.', 1)[1]} names dim {values[at]} of a "
+                    f"rank-{rank} tensor; {_FIX}")
 
 
 def _is_int(v: Any) -> bool:
@@ -581,7 +595,11 @@ def _while_loop(args: Sequence[Any], node: schema.Node, where: str, subs: dict[s
         _takes(g, len(carried) + len(extra), f"the subgraph in inputs[{i}]", f"{where}.inputs[{i}]")
     _returns(_outputs(cond), 1, "the loop condition", f"{where}.inputs[0]")
     out = cond.output_node().args[0]
-    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    if isinstance(out, (tuple, list)):
+        # while_loop tests the value cond_fn returns: a one-element tuple is neither bool nor tensor.
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: the loop condition must return its value bare, not in a tuple (its "
+            f"graph's is_single_tensor_return); {_FIX}")
     val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
     if not (isinstance(val, (torch.SymBool, bool))
             or (isinstance(val, torch.Tensor) and val.dtype == torch.bool and val.dim() == 0)):
@@ -687,15 +705,18 @@ _HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], Non
 }
 
 
+_BATCH_DIM_AT = {"torch._functorch.predispatch._add_batch_dim": (1, 0),
+                 "torch._functorch.predispatch._remove_batch_dim": (3, 1)}
 _VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
 _VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
 # Which input of a batch-dim call is its vmap level.
 _LEVEL_AT = {"torch._functorch.predispatch._add_batch_dim": 2, "torch._functorch.predispatch._remove_batch_dim": 1}
 
 
-def check_vmap_nesting(g: schema.Graph, where: str) -> None:
+def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> None:
     """vmap levels open and close in pairs within a graph, as tracing through torch.func leaves them;
-    an unbalanced graph would leave the interpreter inside a vmap level after it returns."""
+    an unbalanced graph would leave the interpreter inside a vmap level after it returns. In the
+    program's own graph, batch dims are added and removed only inside a level it opened."""
     depth = 0
     for sn in g.nodes:
         depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
@@ -703,6 +724,9 @@ def check_vmap_nesting(g: schema.Graph, where: str) -> None:
             raise InconsistentProgramError(
                 f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {_FIX}")
         at = _LEVEL_AT.get(sn.target)
+        if at is not None and top_level and depth == 0:
+            raise InconsistentProgramError(
+                f"{where}.nodes[{sn.name!r}]: {sn.target.rsplit('.', 1)[1]} outside any vmap level; {_FIX}")
         if at is not None and at < len(sn.inputs):
             # Levels count from 1; functorch meets any other with a C++ internal assert, not an
             # error. (A subgraph may use levels its caller opened, so no upper bound here.)

@@ -500,7 +500,7 @@ class GraphReader:
             self._placeholder(i, inp, constant_input_names or {})
         for i, sn in enumerate(g.nodes):
             self._node(sn, f"{self.where}.nodes[{i}]", refs)
-        check_vmap_nesting(g, self.where)
+        check_vmap_nesting(g, self.where, top_level=self.where == "graph")
         outs = [self.args.read(o, f"{self.where}.outputs[{i}]") for i, o in enumerate(g.outputs)]
         if g.is_single_tensor_return:
             if len(outs) != 1:
