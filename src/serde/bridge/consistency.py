@@ -541,7 +541,8 @@ def _tensor_val(v: Any) -> torch.Tensor | None:
 def _same_size(x: Any, y: Any) -> bool:
     if type(x) is int or type(y) is int:
         return x == y if type(x) is type(y) else False
-    return x.node.expr == y.node.expr
+    # The reader shares one SymInt per stored expression, so one node: the usual case, and cheap.
+    return x.node is y.node or x.node.expr == y.node.expr
 
 
 def _fits(outer: Sequence[Any], inner: Sequence[Any], what: str, where: str, same_sizes: bool = True) -> None:
@@ -554,14 +555,14 @@ def _fits(outer: Sequence[Any], inner: Sequence[Any], what: str, where: str, sam
         ta, tb = _tensor_val(a), _tensor_val(b)
         if ta is None or tb is None:
             continue
+        sa, sb = ta.shape, tb.shape  # each read builds the size tuple anew
         if same_sizes:
-            sizes_differ = not all(_same_size(x, y) for x, y in zip(ta.shape, tb.shape, strict=False))
+            sizes_differ = not all(_same_size(x, y) for x, y in zip(sa, sb, strict=False))
         else:
-            sizes_differ = any(type(x) is int and type(y) is int and x != y
-                               for x, y in zip(ta.shape, tb.shape, strict=False))
-        if ta.dtype != tb.dtype or ta.dim() != tb.dim() or sizes_differ:
+            sizes_differ = any(type(x) is int and type(y) is int and x != y for x, y in zip(sa, sb, strict=False))
+        if ta.dtype != tb.dtype or len(sa) != len(sb) or sizes_differ:
             raise InconsistentProgramError(
-                f"{where}: {what} {i} is {ta.dtype} {list(ta.shape)} on one side and {tb.dtype} {list(tb.shape)} "
+                f"{where}: {what} {i} is {ta.dtype} {list(sa)} on one side and {tb.dtype} {list(sb)} "
                 f"on the other; {_FIX}")
 
 

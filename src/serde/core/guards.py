@@ -640,6 +640,9 @@ def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str =
     input without a stored example value (unbacked sizes) are skipped.
     """
     values = _example_values(g, gm)
+    key = (wire.encode(g), tuple((type(v), v) for v in values.values()))  # 1, 1.0 and True differ here
+    if key in _HOLDING:
+        return None
     names = _source_names(g, where)
     for i, e in enumerate(g.checks):
         ev = _Evaluator(values)
@@ -653,7 +656,14 @@ def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str =
         if ok is not True:
             return f"{where}.checks[{i}] ({_Printer(names, where).expr(e, 0)}) is {ok!r} at the example " \
                    f"values ({_shown(values, names, ev.used)}), where torch.export found it true"
+    _HOLDING.remember(key)
     return None
+
+
+# Guard sets that held at a set of example values, shared by every load in the process: the verdict
+# depends on the stored checks and those values alone (the key holds both, exactly), and a
+# program's guards recur with each load of it. A set that fails is never remembered.
+_HOLDING = Memo(1 << 10)
 
 
 def _shown(values: Mapping[str, Any], names: Mapping[str, str], used: set[str]) -> str:
