@@ -165,9 +165,12 @@ def _loop_condition_of_two(p: dict) -> None:
      r"nodes\['while_loop'\]\.inputs\[0\]: the loop condition must return its value bare, not in a tuple"),
     ("sym_scalars", lambda p: nodes(p)["truediv"]["inputs"][1]["arg"].update(as_float=0.0),
      r"nodes\['truediv'\]\.inputs\[1\]: _operator\.truediv divides by the constant 0"),
+    ("sym_scalars", lambda p: nodes(p)["pow_"]["inputs"][1]["arg"].update(as_int=2 ** 63 - 1),
+     r"nodes\['pow_'\]\.inputs\[1\]: _operator\.pow raises a size to 9223372036854775807, beyond the exponent cap of 64"),
 ], ids=["cond_predicate_of_six", "loop_condition_of_two", "vmap_randomness", "vmap_batch_size", "add_batch_dim_level",
         "remove_batch_dim_level", "add_batch_dim_tensor_dim", "remove_batch_dim_out_of_range",
-        "add_batch_dim_out_of_range", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero"])
+        "add_batch_dim_out_of_range", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero",
+        "huge_exponent"])
 def test_higher_order_and_vmap_arguments_torch_checks_at_run_time_are_checked_at_load(case, change, match):
     # Each loaded before, and failed when run: a RuntimeError inside torch, or a functorch internal assert.
     with pytest.raises(InconsistentProgramError, match=match):

@@ -9,7 +9,8 @@ message naming the field, never later at run time inside torch:
   one output per return of that schema, a tensor where it returns a tensor and no tensor where it
   returns a number;
 * symbolic helpers (``operator.add``, ``math.floor``, ...) get the arguments they take, and store the
-  kind of number (int, float, bool) they compute from them;
+  kind of number (int, float, bool) they compute from them; none divides by the constant 0 or raises
+  a size to a constant power beyond the exponent cap;
 * every ``getitem`` index exists in the value it indexes;
 * higher-order ops get as many operands as their subgraphs take, each the tensor (dtype, rank,
   sizes) the subgraph was traced with, and return what they return (a loop body what it carries);
@@ -34,6 +35,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from serde.core import schema
+from serde.core.limits import DEFAULT_LIMITS
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError
 
@@ -437,6 +439,13 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
                 and args[1] == 0:
             # Tracing could not have recorded it (sympy refuses to divide by zero); it raises on every call.
             raise InconsistentProgramError(f"{where}.inputs[1]: {node.target} divides by the constant 0; {_FIX}")
+        if node.target == "_operator.pow" and len(args) == 2 and isinstance(args[0], torch.fx.Node) \
+                and not isinstance(args[1], torch.fx.Node) and abs(args[1]) > DEFAULT_LIMITS.max_exponent:
+            # The size expression it stands for would be refused (the same cap), and a call computes
+            # size ** exponent exactly: with 2**63 that never ends.
+            raise InconsistentProgramError(
+                f"{where}.inputs[1]: {node.target} raises a size to {args[1]!r}, beyond the exponent cap of "
+                f"{DEFAULT_LIMITS.max_exponent}; {_FIX}")
     kinds = _PREDISPATCH_ARGS.get(node.target)
     if kinds is not None:
         values = _values(list(args))

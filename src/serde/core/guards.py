@@ -25,6 +25,7 @@ from serde.errors import MalformedArtifactError, UnsafeArtifactError, Unsupporte
 
 from . import schema, wire
 from .exprs import expr_symbols
+from .limits import DEFAULT_LIMITS
 from .memo import Memo
 from .symbolic import MAX_EXPR_DEPTH
 
@@ -486,7 +487,7 @@ def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
     return e
 
 
-_MAX_EXPONENT = 64
+_MAX_EXPONENT = DEFAULT_LIMITS.max_exponent  # as for stored size expressions
 
 
 def _small_literal(e: schema.Expr) -> bool:
