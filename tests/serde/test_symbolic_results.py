@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from serde.bridge.consistency import symbolic_result_kinds
+from serde.bridge.consistency import number_kind, symbolic_result_kinds
 from serde.bridge.operators import SYMBOLIC_TARGETS
 
 _ARITY = {"_operator.neg": (1,), "_operator.pos": (1,), "_operator.abs": (1,), "math.floor": (1,),
@@ -23,13 +23,7 @@ _TARGETS = sorted(t for t in SYMBOLIC_TARGETS if t != "_operator.getitem")
 
 
 def _kind(v) -> str:
-    if isinstance(v, (bool, torch.SymBool)):
-        return "bool"
-    if isinstance(v, (int, torch.SymInt)):
-        return "int"
-    if isinstance(v, (float, torch.SymFloat)):
-        return "float"
-    pytest.fail(f"not a number: {v!r}")
+    return number_kind(v) or pytest.fail(f"not a number: {v!r}")
 
 
 def _plain(kind: str, i: int):

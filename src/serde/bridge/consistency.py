@@ -41,7 +41,8 @@ from serde.errors import MalformedArtifactError
 
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
-__all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting", "symbolic_result_kinds",
+__all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting", "number_kind",
+           "symbolic_result_kinds",
            "check_signature", "check_weights_fit_graph", "check_module_call_graph"]
 
 
@@ -328,6 +329,11 @@ def _check_getitem(args: Sequence[Any], kwargs: dict[str, Any], where: str) -> N
 
 _NUMBER_KIND: dict[type, str] = {int: "int", torch.SymInt: "int", float: "float", torch.SymFloat: "float",
                                   bool: "bool", torch.SymBool: "bool"}
+def number_kind(v: Any) -> str | None:
+    """"int", "float" or "bool" for a Python or symbolic number (bools are not ints here), else None."""
+    return _NUMBER_KIND.get(type(v))
+
+
 _STORED_KIND = {"as_int": "int", "as_sym_int": "int", "as_float": "float", "as_sym_float": "float",
                 "as_bool": "bool", "as_sym_bool": "bool"}
 
@@ -429,7 +435,7 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
         operand_kinds = []
         for j, a in enumerate(args[0] if node.target == "torch.sym_sum" and args else args):
             v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-            kind = _NUMBER_KIND.get(type(v))
+            kind = number_kind(v)
             if kind is None:
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: {node.target} computes on scalars, got {type(v).__name__}; {_FIX}")

@@ -30,7 +30,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
-from .consistency import InconsistentProgramError
+from .consistency import InconsistentProgramError, number_kind
 
 __all__ = ["check_propagation"]
 
@@ -165,13 +165,7 @@ def _hint(v: Any) -> int | None:
 
 
 def _kind(v: Any) -> str:
-    if isinstance(v, (bool, torch.SymBool)):
-        return "bool"
-    if isinstance(v, (int, torch.SymInt)):
-        return "int"
-    if isinstance(v, (float, torch.SymFloat)):
-        return "float"
-    return type(v).__name__
+    return number_kind(v) or type(v).__name__
 
 
 def _show(v: Any) -> str:
