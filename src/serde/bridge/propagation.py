@@ -6,8 +6,8 @@ weights fit placeholders. They do not prove that an operator computes what the f
 a hostile or damaged file can store ``aten.relu`` where tracing recorded ``aten.sum`` with the sum's
 0-dim result, and the program loads, then fails (or computes other shapes) when called. Running
 each operator on the fake inputs the graph holds, as tracing did, and comparing is the only check
-that covers this; it costs about as much as building the fake values did, so ``serde.load`` does
-it on request (``propagate=True``).
+that covers this; it costs more than the rest of a load (with symbolic sizes, each meta kernel's
+size arithmetic is sympy work), so ``serde.load`` does it on request (``propagate=True``).
 
 What is compared: the number of results, each tensor's dtype, rank and sizes (symbolic sizes by
 expression, or, when the two expressions differ in form, by their example values), and numbers'
