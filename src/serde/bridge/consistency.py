@@ -329,6 +329,8 @@ def _check_getitem(args: Sequence[Any], kwargs: dict[str, Any], where: str) -> N
 
 _NUMBER_KIND: dict[type, str] = {int: "int", torch.SymInt: "int", float: "float", torch.SymFloat: "float",
                                   bool: "bool", torch.SymBool: "bool"}
+
+
 def number_kind(v: Any) -> str | None:
     """"int", "float" or "bool" for a Python or symbolic number (bools are not ints here), else None."""
     return _NUMBER_KIND.get(type(v))
@@ -396,7 +398,7 @@ def _check_symbolic_result(node: schema.Node, kinds: Sequence[str], where: str) 
     outs = node.outputs
     stored = _STORED_KIND.get(outs[0].kind) if len(outs) == 1 else None
     if stored not in allowed:
-        what = " or ".join(sorted(allowed)) or "nothing (its two choices differ in kind)"
+        what = " or ".join(sorted(allowed)) or "nothing (Python refuses operands of these kinds)"
         got = f"{len(outs)} outputs" if len(outs) != 1 else outs[0].kind
         raise InconsistentProgramError(
             f"{where}.outputs: {node.target} of ({', '.join(kinds)}) computes {what}, the node stores {got}; {_FIX}")
