@@ -15,6 +15,7 @@ import torch
 
 import serde
 from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.operators import SYMBOLIC_TARGETS
 from serde.bridge.propagation import check_propagation
 from tests import zoo, zoo_breadth
 from tests.serde.attacks._attack_kit import nodes, rewrite_program
@@ -36,10 +37,12 @@ def test_real_programs_load_with_propagation(where, name):
     buf = io.BytesIO()
     serde.save(ep, buf)
     loaded = serde.load(io.BytesIO(buf.getvalue()), propagate=True)
-    ops = sum(1 for m in loaded.graph_module.modules() if isinstance(m, torch.fx.GraphModule)
-              for n in m.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
-    # The call compares again, and counts what it compared: at most every operator call.
-    assert 0 <= check_propagation(loaded) <= ops
+    helpers = set(SYMBOLIC_TARGETS.values())
+    calls = sum(1 for m in loaded.graph_module.modules() if isinstance(m, torch.fx.GraphModule)
+                for n in m.graph.nodes if n.op == "call_function"
+                and (isinstance(n.target, torch._ops.OpOverload) or n.target in helpers))
+    # The call compares again, and counts what it compared: at most every operator and helper call.
+    assert 0 <= check_propagation(loaded) <= calls
 
 
 def _split_without_dim(p: dict) -> None:
@@ -55,6 +58,10 @@ def _add_for_lt(p: dict) -> None:
     next(n for n in loop["nodes"] if n["name"] == "lt")["target"] = "torch.ops.aten.add.Tensor"
 
 
+def _cube_for_square(p: dict) -> None:
+    nodes(p)["pow_"]["inputs"][1]["arg"] = {"as_int": 3}  # the node still stores s0**2
+
+
 @pytest.mark.parametrize(("case", "edit", "match"), [
     ("transformer_block", _split_without_dim,
      r"graph\.nodes\['split'\]: aten\.split\.Tensor computes 1 results, the node stores 3"),
@@ -62,7 +69,10 @@ def _add_for_lt(p: dict) -> None:
      r"graph\.nodes\['sum_'\]: aten\.relu\.default computes torch\.float32 \[s0, 6\], the node stores torch\.float32 \[\]"),
     ("while_loop", _add_for_lt,
      r"graph\.while_loop_graph0\.nodes\['lt'\]: aten\.add\.Tensor computes torch\.int64 \[\], the node stores torch\.bool \[\]"),
-], ids=["split_count", "cond_predicate_shape", "loop_condition_dtype"])
+    ("sym_scalars", _cube_for_square,
+     r"graph\.nodes\['pow_'\]: pow_ computes the int s0\*\*3 \(example value 125\), the node stores the int "
+     r"s0\*\*2 \(example value 25\)"),
+], ids=["split_count", "cond_predicate_shape", "loop_condition_dtype", "symbolic_power"])
 def test_results_unlike_what_the_operators_compute_are_refused(case, edit, match):
     data = rewrite_program(case, edit)
     serde.load(io.BytesIO(data))  # every part fits the others: the default load takes it

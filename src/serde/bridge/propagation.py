@@ -11,7 +11,8 @@ size arithmetic is sympy work), so ``serde.load`` does it on request (``propagat
 
 What is compared: the number of results, each tensor's dtype, rank and sizes (symbolic sizes by
 expression, or, when the two expressions differ in form, by their example values), and numbers'
-kinds. Sizes that hold an unbacked symbol (a data-dependent size) are left alone: running the
+kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
+expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are left alone: running the
 operator names a fresh one. Skipped, not refused: calls that fail on fake tensors (outside tracing
 some operators cannot run on them, and that looks the same as an operator refusing its inputs:
 such a file fails with torch's error when called), calls taking custom objects, and subgraphs that
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -31,6 +33,7 @@ from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
 from .consistency import InconsistentProgramError, number_kind
+from .operators import SYMBOLIC_TARGETS
 
 __all__ = ["check_propagation"]
 
@@ -51,9 +54,18 @@ def check_propagation(ep: ExportedProgram) -> int:
     with mode:
         for prefix, gm in _graphs(ep.graph_module):
             for node in gm.graph.nodes:
-                if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                if node.op != "call_function":
+                    continue
+                if isinstance(node.target, torch._ops.OpOverload):
                     compared += _check_node(node, f"{prefix}nodes[{node.name!r}]")
+                elif node.target in _SYMBOLIC_FNS:
+                    compared += _check_symbolic(node, f"{prefix}nodes[{node.name!r}]")
     return compared
+
+
+# The symbolic helpers (operator.add on sizes, torch.sym_max, ...), getitem aside: each computes a
+# number from the stored ones, which must be the number the node stores.
+_SYMBOLIC_FNS = frozenset(fn for name, fn in SYMBOLIC_TARGETS.items() if name != "_operator.getitem")
 
 
 # Subgraphs these higher-order ops run under a context that changes what operators compute
@@ -112,6 +124,46 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     if why:
         raise InconsistentProgramError(f"{where}: {op} computes {why}; {_FIX}")
     return 1
+
+
+def _check_symbolic(node: torch.fx.Node, where: str) -> int:
+    args = torch.fx.node.map_arg(node.args, _stored)
+    kwargs = torch.fx.node.map_arg(node.kwargs, _stored)
+    try:
+        got = node.target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 -- as for operators: a failure here is not a verdict
+        return 0
+    stored = node.meta.get("val")
+    if not _same_number(got, stored):
+        raise InconsistentProgramError(
+            f"{where}: {node.name} computes {_number_text(got)}, the node stores {_number_text(stored)}; {_FIX}")
+    return 1
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    """Whether two numbers are the same, as far as the stored example values can tell."""
+    if number_kind(a) != number_kind(b):
+        return False
+    ea = a.node.expr if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) else a
+    eb = b.node.expr if isinstance(b, (torch.SymInt, torch.SymFloat, torch.SymBool)) else b
+    if ea == eb or (isinstance(ea, float) and isinstance(eb, float) and ea != ea and eb != eb):
+        return True
+    if any(isinstance(e, sympy.Basic) and symbolic_shapes.free_unbacked_symbols(e) for e in (ea, eb)):
+        return True  # a data-dependent value: nothing stored to compare with
+    ha, hb = _number_hint(a), _number_hint(b)
+    return ha is None or hb is None or ha == hb
+
+
+def _number_hint(v: Any) -> Any:
+    if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return v
+    return v.node.hint if v.node.has_hint() else None
+
+
+def _number_text(v: Any) -> str:
+    hint = _number_hint(v)
+    shown = f"{v.node.expr} (example value {hint})" if hint is not v and hint is not None else str(v)
+    return f"the {number_kind(v) or type(v).__name__} {shown}"
 
 
 def _differs(got: Any, stored: Any) -> str | None:
