@@ -43,7 +43,10 @@ def _f(v: torch.Tensor) -> torch.Tensor:
 
 
 def _cond(m: Any, a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
-    a, b = _f(a), _f(b)
+    # torch.cond merges its branches' output strides, and fails (an AssertionError, or "the sorted
+    # order of strides ... doesn't match") on a transposed value with a size-1 dim, whose strides
+    # tie: a contiguous copy keeps every drawn program exportable.
+    a, b = _f(a).clone(memory_format=torch.contiguous_format), _f(b)
     return torch.cond(a.sum() > b.sum(), lambda a, b: a * 2 + b.mean(), lambda a, b: a - b.amax(), (a, b))
 
 
