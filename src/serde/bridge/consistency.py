@@ -510,13 +510,21 @@ def _operands(a: Any, what: str, where: str) -> tuple:
     return tuple(a)
 
 
+def _placeholders(g: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [n for n in g.nodes if n.op == "placeholder"]
+
+
+def _returned(g: torch.fx.Graph) -> list[Any]:
+    out = g.output_node().args[0]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def _inputs(g: torch.fx.Graph) -> int:
-    return sum(1 for n in g.nodes if n.op == "placeholder")
+    return len(_placeholders(g))
 
 
 def _outputs(g: torch.fx.Graph) -> int:
-    out = g.output_node().args[0]
-    return len(out) if isinstance(out, (tuple, list)) else 1
+    return len(_returned(g))
 
 
 def _arity(args: Sequence[Any], n: int, name: str, where: str, at_least: bool = False) -> None:
@@ -539,15 +547,6 @@ def _returns(n_out: int, n: int, what: str, where: str) -> None:
 
 def _node_outputs(node: schema.Node) -> int:
     return len(node.outputs)
-
-
-def _placeholders(g: torch.fx.Graph) -> list[torch.fx.Node]:
-    return [n for n in g.nodes if n.op == "placeholder"]
-
-
-def _returned(g: torch.fx.Graph) -> list[Any]:
-    out = g.output_node().args[0]
-    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _tensor_val(v: Any) -> torch.Tensor | None:
