@@ -12,8 +12,8 @@ size arithmetic is sympy work), so ``serde.load`` does it on request (``propagat
 What is compared: the number of results, each tensor's dtype, rank and sizes (symbolic sizes by
 expression, or, when the two expressions differ in form, by their example values), and numbers'
 kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
-expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are left alone: running the
-operator names a fresh one. Skipped, not refused: calls that fail on fake tensors (outside tracing
+expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
+left alone: running the operator names a fresh one. Skipped, not refused: calls that fail on fake tensors (outside tracing
 some operators cannot run on them, and that looks the same as an operator refusing its inputs:
 such a file fails with torch's error when called), calls taking custom objects, and subgraphs that
 run under autocast (which picks the dtypes).
@@ -38,6 +38,7 @@ from .operators import SYMBOLIC_TARGETS
 __all__ = ["check_propagation"]
 
 _FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
+
 
 def check_propagation(ep: ExportedProgram) -> int:
     """Re-run every operator call of ``ep`` (and of its subgraphs) on the stored fake values.
@@ -157,7 +158,14 @@ def _same_number(a: Any, b: Any) -> bool:
 def _number_hint(v: Any) -> Any:
     if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return v
-    return v.node.hint if v.node.has_hint() else None
+    if v.node.has_hint():
+        return v.node.hint
+    if isinstance(v, torch.SymInt):  # a size a meta kernel computed: its value at the example sizes
+        try:
+            return v.node.shape_env.size_hint(v.node.expr, allow_none=True)
+        except Exception:  # noqa: BLE001 -- no example value to compare
+            return None
+    return None
 
 
 def _number_text(v: Any) -> str:
@@ -184,7 +192,7 @@ def _differs(got: Any, stored: Any) -> str | None:
         if not isinstance(stored, torch.Tensor):
             return f"a tensor, the node stores {_show(stored)}"
         if got.dtype != stored.dtype or got.dim() != stored.dim() or not all(
-                _same_size(a, b) for a, b in zip(got.shape, stored.shape, strict=True)):
+                _same_number(a, b) for a, b in zip(got.shape, stored.shape, strict=True)):
             return f"{got.dtype} {list(got.shape)}, the node stores {stored.dtype} {list(stored.shape)}"
         return None
     if got is None or stored is None:
@@ -192,28 +200,6 @@ def _differs(got: Any, stored: Any) -> str | None:
     if _kind(got) != _kind(stored):
         return f"{_show(got)}, the node stores {_show(stored)}"
     return None
-
-
-def _same_size(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a == b
-    ea = a.node.expr if isinstance(a, torch.SymInt) else a
-    eb = b.node.expr if isinstance(b, torch.SymInt) else b
-    if ea == eb:
-        return True
-    if symbolic_shapes.free_unbacked_symbols(ea) or symbolic_shapes.free_unbacked_symbols(eb):
-        return True  # a data-dependent size: running the operator names a fresh symbol
-    ha, hb = _hint(a), _hint(b)
-    return ha is None or hb is None or ha == hb
-
-
-def _hint(v: Any) -> int | None:
-    if type(v) is int:
-        return v
-    try:
-        return v.node.shape_env.size_hint(v.node.expr, allow_none=True)
-    except Exception:  # noqa: BLE001 -- no example value to compare
-        return None
 
 
 def _kind(v: Any) -> str:
