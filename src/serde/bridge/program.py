@@ -17,6 +17,7 @@ from serde.core.guards import (
     failing_guard,
     guards_from_code,
     guards_to_code,
+    input_arguments,
     input_leaves,
     source_key,
     source_problem,
@@ -271,13 +272,14 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
     if g is None:
         return []
     codes = guards_to_code(g, where="guards")  # validates keys before anything else reads them
-    leaves = input_leaves(gm)
+    arguments = input_arguments(gm)
+    leaves = input_leaves(gm, arguments)
     for i, s in enumerate(g.sources):
         path, prop, dim = source_key(s)
         why = source_problem(path, prop, dim, leaves)
         if why:
             raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
-    why = failing_guard(g, gm)
+    why = failing_guard(g, gm, arguments=arguments)
     if why:
         raise InconsistentProgramError(f"{why}; the artifact is damaged or was edited after saving")
     return codes

@@ -224,10 +224,12 @@ def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
     return {path: arg for path, arg in zip(paths, user, strict=True) if path is not None}
 
 
-def input_leaves(gm: schema.GraphModule) -> dict[tuple, int | None]:
-    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...)."""
+def input_leaves(gm: schema.GraphModule, arguments: Mapping[tuple, schema.Argument] | None = None
+                 ) -> dict[tuple, int | None]:
+    """Nameable user inputs by guard path -> tensor rank, or None for a number (int, float, ...).
+    ``arguments`` is :func:`input_arguments` of ``gm`` when the caller has it already."""
     out: dict[tuple, int | None] = {}
-    for path, arg in input_arguments(gm).items():
+    for path, arg in (input_arguments(gm) if arguments is None else arguments).items():
         meta = gm.graph.tensor_values.get(arg.as_tensor.name) if arg.kind == "as_tensor" else None
         out[path] = len(meta.sizes) if meta is not None else None
     return out
@@ -631,16 +633,18 @@ def _arity(v: Any) -> int | str:
 # ---------------------------------------------------------------- the guards at the example values
 
 
-def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str = "guards") -> str | None:
+def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str = "guards",
+                  arguments: Mapping[tuple, schema.Argument] | None = None) -> str | None:
     """Why a stored check does not hold at the program's own example values, or None when all do.
 
     torch.export records a guard while tracing the example inputs, so each holds for them; the
     sizes and values the graph stores carry those example values as hints. A check that is false
     there, or that fails to evaluate (a division by zero, a number too large to compute), would make
     the loaded program reject, or raise on, the very inputs it was exported with. Checks naming an
-    input without a stored example value (unbacked sizes) are skipped.
+    input without a stored example value (unbacked sizes) are skipped. ``arguments`` is
+    :func:`input_arguments` of ``gm`` when the caller has it already.
     """
-    values = _example_values(g, gm)
+    values = _example_values(g, gm, input_arguments(gm) if arguments is None else arguments)
     key = (wire.encode(g), tuple((type(v), v) for v in values.values()))  # 1, 1.0 and True differ here
     if key in _HOLDING:
         return None
@@ -678,9 +682,9 @@ class _NoHint(Exception):
 _MISSING = object()
 
 
-def _example_values(g: schema.InputGuards, gm: schema.GraphModule) -> dict[str, Any]:
+def _example_values(g: schema.InputGuards, gm: schema.GraphModule,
+                    args: Mapping[tuple, schema.Argument]) -> dict[str, Any]:
     """Symbol -> the example value of its source, or _MISSING where the file stores none."""
-    args = input_arguments(gm)
     graph = gm.graph
     out: dict[str, Any] = {}
     for s in g.sources:
