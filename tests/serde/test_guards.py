@@ -266,3 +266,53 @@ def test_program_comparer_catches_a_lost_guard(tmp_path: Path) -> None:
     loaded._guards_code = loaded._guards_code[:1]
     with pytest.raises(ProgramMismatch, match="guards"):
         assert_programs_equal(ep, loaded, run=False)
+
+
+def _fresh_guard_memos(monkeypatch) -> None:
+    from serde.core import guards as guards_module
+
+    for name in ("_PARSED", "_FROM_CODE", "_NUMBERED"):
+        monkeypatch.setattr(guards_module, name, Memo(getattr(guards_module, name).cap))
+
+
+def test_remembered_parses_give_what_a_fresh_parse_gives(monkeypatch) -> None:
+    # Saving remembers each guard text's parse and each numbered set by the texts and the keys
+    # their sources resolve to: a second save of the same texts, with the same or another
+    # resolution of its sources, equals a parse in a process that never saw them.
+    codes = ["L['b'].size()[0] >= 2", "L['a'].size()[0] * 2 == L['b'].size()[0]", "L['args'][0] > 3",
+             "L['args_0'] < 9"]
+
+    def merged(k):  # as serialize_guards stores *args items: L['args'][0] is L['args_0']
+        path = (f"{k[0][0]}_{k[0][1]}", *k[0][2:]) if len(k[0]) >= 2 else k[0]
+        return path, k[1], k[2]
+
+    def renamed(k):
+        return (("c",), *k[1:]) if k[0] == ("a",) else k
+
+    resolutions = [None, merged, renamed, merged]
+    warm = [guards_from_code(codes, resolve=r) for r in resolutions]
+    assert warm[1] is warm[3]  # the remembered set itself, still known to canonicalization
+    assert canonical_guards(warm[1]) is warm[1]
+    _fresh_guard_memos(monkeypatch)
+    for r, got in zip(resolutions, warm, strict=True):
+        cold = guards_from_code(codes, resolve=r)
+        _fresh_guard_memos(monkeypatch)
+        assert msgspec.json.encode(got) == msgspec.json.encode(cold)
+    merged_sources = [s.path for s in warm[1].sources]
+    assert len(merged_sources) == 3 and len(warm[0].sources) == 4  # one source for args_0, not two
+
+
+def test_a_refused_guard_is_refused_on_every_save() -> None:
+    codes = ["L['x'].size()[0] >= 2", "L['x'].size()[0] ** L['n'] > 3"]
+    for _ in range(2):
+        with pytest.raises(UnsupportedConstructError, match=r"guards\[1\]: .*exponent"):
+            guards_from_code(codes)
+
+    def nowhere(k):
+        raise UnsupportedConstructError(f"guards: a guard reads {k[0]}, which is no input")
+
+    for _ in range(2):  # parsed before, but the resolution refuses it each time
+        with pytest.raises(UnsupportedConstructError, match="which is no input"):
+            guards_from_code(codes[:1], resolve=nowhere)
+    with pytest.raises(UnsupportedConstructError, match=r"guards\[1\]: .*must be text"):
+        guards_from_code(["L['x'] > 1", 7])

@@ -17,7 +17,6 @@ import ast
 import json
 import math
 import re
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -100,9 +99,30 @@ def guards_from_code(codes: list[str], *, where: str = "guards",
     """
     if len(codes) > MAX_GUARDS:
         raise UnsupportedConstructError(f"{where}: {len(codes)} guards, more than the {MAX_GUARDS} we store")
-    parser = _Parser(where, resolve)
-    trees = [parser.guard(c, f"{where}[{i}]") for i, c in enumerate(codes)]
-    return _number(parser.sources, trees) if trees else None
+    if not codes:
+        return None
+    for i, c in enumerate(codes):
+        if type(c) is not str:  # refused by the parser, which names the guard
+            _Parser(where).guard(c, f"{where}[{i}]")
+    texts = (where, tuple(codes))
+    parsed = _PARSED.get(texts)
+    if parsed is None:
+        parser = _Parser(where)
+        trees = [parser.guard(c, f"{where}[{i}]") for i, c in enumerate(codes)]
+        parsed = _PARSED.remember(texts, (tuple(parser.sources), tuple(trees)))
+    raw, trees = parsed
+    stored = raw if resolve is None else tuple(resolve(k) for k in raw)
+    key = (texts, stored)
+    out = _FROM_CODE.get(key)
+    if out is None:
+        # Raw source i is symbol g<i>; sources that resolve to one key share its first symbol.
+        sources: dict[SourceKey, str] = {}
+        rename = {f"g{i}": sources.setdefault(k, f"g{len(sources)}") for i, k in enumerate(stored)}
+        if any(old != new for old, new in rename.items()):
+            trees = tuple(_rename(t, rename.__getitem__, 0) for t in trees)
+        out = _FROM_CODE.remember(key, _number(sources, list(trees)))
+    _NUMBERED.remember(id(out), out)
+    return out
 
 
 def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]:
@@ -289,9 +309,8 @@ class _Parser:
     """Allow-list walk over ``ast.parse(..., mode="eval")``; sources get symbols in order of first
     appearance, which :func:`_number` puts in sorted-source order."""
 
-    def __init__(self, where: str, resolve: Callable[[SourceKey], SourceKey] | None = None) -> None:
+    def __init__(self, where: str) -> None:
         self.where = where
-        self.resolve = resolve
         self.sources: dict[SourceKey, str] = {}
 
     def guard(self, text: Any, where: str) -> schema.Expr:
@@ -323,8 +342,6 @@ class _Parser:
         d = depth + 1
         src = self._source(n)
         if src is not None:
-            if self.resolve is not None:
-                src = self.resolve(src)
             # In order of first appearance; _number renames them into sorted-source order, which
             # is the identity whenever the two orders agree (one source, or sources met sorted).
             return E(symbol=self.sources.setdefault(src, f"g{len(self.sources)}"))
@@ -444,10 +461,7 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
     if used != set(rename.values()):  # unreachable: every source came from a check
         raise AssertionError("guard sources and checks disagree")
     out = schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
-    with _NUMBERED_LOCK:
-        if len(_NUMBERED) >= _NUMBERED_CAP:
-            del _NUMBERED[next(iter(_NUMBERED))]
-        _NUMBERED[id(out)] = out
+    _NUMBERED.remember(id(out), out)
     return out
 
 
@@ -455,9 +469,14 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
 # reused by another object while it is listed, so `is` on the entry proves it is that very object.
 # A save parses torch's guard text into them and then canonicalizes the program: this saves the
 # second parse. Anything else (a decoded file, an edited copy) takes the full path.
-_NUMBERED: dict[int, schema.InputGuards] = {}
-_NUMBERED_CAP = 64
-_NUMBERED_LOCK = threading.Lock()
+_NUMBERED = Memo(64)
+
+# Saving parses torch's guard text; a program's guards recur with each save of it (checkpoints).
+# By the exact texts: each text's tree, sources in order of first appearance (source i is g<i>).
+_PARSED = Memo(1 << 10)
+# By those texts and the keys their sources resolve to: the numbered InputGuards. Only results are
+# remembered, so a refused guard is parsed (and refused) again on every save.
+_FROM_CODE = Memo(1 << 10)
 
 
 def _is_numbered(g: schema.InputGuards) -> bool:
