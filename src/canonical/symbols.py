@@ -19,12 +19,35 @@ from collections.abc import Iterable
 
 from serde.core import schema, symbolic, wire
 from serde.core.exprs import expr_from_text, expr_text
+from serde.core.memo import Memo
 from serde.core.walk import rename_sym_value, sym_value_exprs
 
 __all__ = ["SymbolRenamer"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PREFIX = re.compile(r"^(.*?)(\d*)$")
+
+
+# Pure functions of an expression's content, shared by every canonicalization in the process: a
+# program's expressions recur with each save of it. Each result is remembered only once computed,
+# so text that fails to print or parse fails every time.
+_TEXTS = Memo(1 << 12)      # encoded tree -> canonical text
+_SYMBOLS = Memo(1 << 12)    # text -> its free symbols, in order of first mention
+_RENAMED = Memo(1 << 12)    # (text, the new name of each of its symbols) -> renamed text
+_READ = Memo(1 << 12)       # renamed text -> (its tree, the tree's encoding)
+
+
+def _ordered_symbols(text: str, where: str) -> tuple[str, ...]:
+    names = _SYMBOLS.get(text)
+    if names is None:
+        free = symbolic.free_symbol_names(text, where=where)
+        ordered: list[str] = []
+        for m in _IDENT.finditer(text):
+            s = m.group(0)
+            if s in free and s not in ordered:
+                ordered.append(s)
+        names = _SYMBOLS.remember(text, tuple(ordered))
+    return names
 
 
 def _split(name: str) -> tuple[str, int]:
@@ -37,15 +60,14 @@ class SymbolRenamer:
     """Collects symbols in traversal order, then renames expressions consistently.
 
     Expressions are trees (``schema.Expr``); symbol order and renaming go through their canonical
-    text, and every distinct tree is converted once (cached by its encoding).
+    text, and every distinct tree is converted once (cached by its encoding, and the conversions
+    themselves in the process memos above).
     """
 
     def __init__(self) -> None:
         self.mapping: dict[str, str] = {}
         self._next: dict[str, int] = {}
-        self._ordered: dict[str, list[str]] = {}
         self._renamed: dict[str, str] = {}
-        self._texts: dict[bytes, str] = {}
         self._trees: dict[bytes, tuple[schema.Expr, bool]] = {}
         self.seen_any = False  # no expression at all: metas are static and stay as they are
         # TensorMeta objects already seen / renamed, by identity (writers share one object among
@@ -56,23 +78,15 @@ class SymbolRenamer:
     # -- collecting
 
     def see_text(self, text: str, where: str) -> None:
-        names = self._ordered.get(text)
-        if names is None:
-            free = symbolic.free_symbol_names(text, where=where)
-            names = []
-            for m in _IDENT.finditer(text):
-                s = m.group(0)
-                if s in free and s not in names:
-                    names.append(s)
-            self._ordered[text] = names
-        for s in names:
+        for s in _ordered_symbols(text, where):
             if s not in self.mapping:
                 self._assign(s)
 
-    def _text(self, key: bytes, e: schema.Expr, where: str) -> str:
-        text = self._texts.get(key)
+    @staticmethod
+    def _text(key: bytes, e: schema.Expr, where: str) -> str:
+        text = _TEXTS.get(key)
         if text is None:
-            text = self._texts[key] = expr_text(e, where=where)
+            text = _TEXTS.remember(key, expr_text(e, where=where))
         return text
 
     def see_value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool, where: str) -> None:
@@ -102,7 +116,7 @@ class SymbolRenamer:
         """Symbols named only by ``names`` (range constraint texts): by prefix, number, name."""
         rest: list[str] = []
         for text in names:
-            for s in symbolic.free_symbol_names(text, where=where):
+            for s in _ordered_symbols(text, where):
                 if s not in self.mapping and s not in rest:
                     rest.append(s)
         for s in sorted(rest, key=lambda s: (*_split(s), s)):
@@ -119,16 +133,25 @@ class SymbolRenamer:
     def text(self, text: str, where: str = "expression") -> str:
         out = self._renamed.get(text)
         if out is None:
-            out = self._renamed[text] = symbolic.rename_symbols(text, self.mapping, where=where)
+            mapping = self.mapping
+            key = (text, tuple(mapping.get(s, s) for s in _ordered_symbols(text, where)))
+            out = _RENAMED.get(key)
+            if out is None:
+                out = _RENAMED.remember(key, symbolic.rename_symbols(text, mapping, where=where))
+            self._renamed[text] = out
         return out
 
     def _expr(self, e: schema.SymExpr) -> schema.SymExpr:
         key = wire.encode(e.expr)
         hit = self._trees.get(key)
         if hit is None:
-            new = expr_from_text(self.text(self._text(key, e.expr, "expression")))
+            text = self.text(self._text(key, e.expr, "expression"))
+            read = _READ.get(text)
+            if read is None:
+                new = expr_from_text(text)
+                read = _READ.remember(text, (new, wire.encode(new)))
             # Re-reading the text also normalizes trees built another way (e.g. by an upgrader).
-            hit = self._trees[key] = (new, wire.encode(new) == key)
+            hit = self._trees[key] = (read[0], read[1] == key)
         return e if hit[1] else schema.SymExpr(expr=hit[0], hint=e.hint)
 
     def value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool) -> schema.SymInt | schema.SymFloat | schema.SymBool:
