@@ -45,7 +45,7 @@ from .signature import (
     serialize_module_call_graph,
     serialize_signature,
 )
-from .values import SymbolicContext, converted_once, serialize_range_constraints
+from .values import SymbolicContext, serialize_range_constraints
 from .weights import alias_key
 
 __all__ = ["serialize_program", "deserialize_program"]
@@ -56,11 +56,6 @@ _VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingI
 
 def serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
     """Serialize the graph, signature, module call graph and range constraints of ``ep``."""
-    with converted_once():
-        return _serialize_program(ep)
-
-
-def _serialize_program(ep: ExportedProgram) -> schema.ExportedProgram:
     gm = ep.graph_module
     custom = gm.meta.get("custom")
     dialects = []

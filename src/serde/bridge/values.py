@@ -7,9 +7,6 @@ creating each symbol once, with the assumptions torch gives that kind of symbol.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -27,7 +24,7 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 
 __all__ = [
-    "converted_once", "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
+    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
     "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
 ]
 
@@ -38,36 +35,26 @@ def _expr_of(v: Any) -> sympy.Basic:
     return v.node.expr
 
 
-# The expressions converted so far while serializing one program (inside ``converted_once``): its
-# tensor metas repeat a few expressions many times over (a 4-block transformer's 259 symbolic sizes
-# and strides are 5 distinct expressions). Keyed by the sympy expression, whose equality is
-# structural; a failed conversion raises and is not remembered, so its message names its own place.
-_CONVERTED: contextvars.ContextVar[dict[sympy.Basic, schema.Expr] | None] = contextvars.ContextVar(
-    "pt2serde_converted_expressions", default=None)
+# Every expression converted to a tree in this process, keyed by the sympy expression (equality is
+# structural and tells numbers of other types apart: 2 != 2.0). A program's metas repeat a few
+# expressions many times over (a 4-block transformer's 259 symbolic sizes and strides are 5
+# distinct expressions), and a program saved again repeats all of them. A failed conversion raises
+# and is not remembered, so its message names its own place.
+_CONVERTED = Memo(1 << 12)
 
 
-@contextlib.contextmanager
-def converted_once() -> Iterator[None]:
-    """Within the block, each distinct expression is converted to its tree once."""
-    token = _CONVERTED.set({})
-    try:
-        yield
-    finally:
-        _CONVERTED.reset(token)
+def _tree(expr: sympy.Basic, where: str) -> schema.Expr:
+    tree = _CONVERTED.get(expr)
+    if tree is None:
+        tree = _CONVERTED.remember(expr, expr_from_sympy(expr, where=where))
+    return tree
 
 
 def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: Any) -> schema.SymExpr:
     """The expression of a symbolic scalar, with its example value when it has one."""
     hint = v.node.hint
-    memo = _CONVERTED.get()
-    if memo is None:
-        tree = expr_from_sympy(expr, where=where)
-    else:
-        tree = memo.get(expr)
-        if tree is None:
-            tree = memo[expr] = expr_from_sympy(expr, where=where)
     return schema.SymExpr(
-        expr=tree,
+        expr=_tree(expr, where),
         hint=None if hint is None else schema.SymExprHint(**{hint_member: convert(hint)}),
     )
 
@@ -145,7 +132,7 @@ def _bound(v: Any, is_lower: bool) -> int | None:
 def serialize_range_constraints(rc: dict[sympy.Basic, ValueRanges]) -> list[schema.RangeConstraint]:
     out = [
         schema.RangeConstraint(
-            expr=expr_from_sympy(k, where="range_constraints"),
+            expr=_tree(k, "range_constraints"),
             min_val=_bound(v.lower, True), max_val=_bound(v.upper, False),
         )
         for k, v in rc.items()
