@@ -25,7 +25,6 @@ import operator
 from typing import Any
 
 from serde.core import schema
-from serde.core.exprs import expr_from_text, ranges_by_text
 from serde.core.gcpause import paused_gc
 from serde.core.guards import canonical_guards
 from serde.core.opfacts import OPAQUE, FactsFn, OpFacts
@@ -97,7 +96,8 @@ def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug
 
     syms = SymbolRenamer()
     plan.see_symbols(syms)
-    ranges_in = ranges_by_text(program.range_constraints)
+    ranges_in = {syms.expr_text(rc.expr, f"range_constraints[{i}]"): rc
+                 for i, rc in enumerate(program.range_constraints)}
     syms.see_remaining(ranges_in, "range_constraints")
 
     debug: dict[str, NodeDebug] | None = {} if keep_debug else None
@@ -123,7 +123,7 @@ def _canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug
         graph_module=schema.GraphModule(graph=graph, custom=gm.custom, signature=signature, module_call_graph=mcg),
         opset_version=dict(sorted(program.opset_version.items())),
         range_constraints=[
-            schema.RangeConstraint(min_val=v.min_val, max_val=v.max_val, expr=expr_from_text(k))
+            schema.RangeConstraint(min_val=v.min_val, max_val=v.max_val, expr=syms.tree(k))
             for k, v in sorted(ranges.items())
         ],
         schema_version=program.schema_version,

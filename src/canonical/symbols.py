@@ -50,6 +50,14 @@ def _ordered_symbols(text: str, where: str) -> tuple[str, ...]:
     return names
 
 
+def _read(text: str) -> tuple[schema.Expr, bytes]:
+    read = _READ.get(text)
+    if read is None:
+        new = expr_from_text(text)
+        read = _READ.remember(text, (new, wire.encode(new)))
+    return read
+
+
 def _split(name: str) -> tuple[str, int]:
     m = _PREFIX.match(name)
     assert m is not None
@@ -88,6 +96,15 @@ class SymbolRenamer:
         if text is None:
             text = _TEXTS.remember(key, expr_text(e, where=where))
         return text
+
+    def expr_text(self, e: schema.Expr, where: str) -> str:
+        """Canonical text of ``e`` (not renamed)."""
+        return self._text(wire.encode(e), e, where)
+
+    @staticmethod
+    def tree(text: str) -> schema.Expr:
+        """The tree of canonical (renamed) text."""
+        return _read(text)[0]
 
     def see_value(self, v: schema.SymInt | schema.SymFloat | schema.SymBool, where: str) -> None:
         if v.as_expr is None:
@@ -145,11 +162,7 @@ class SymbolRenamer:
         key = wire.encode(e.expr)
         hit = self._trees.get(key)
         if hit is None:
-            text = self.text(self._text(key, e.expr, "expression"))
-            read = _READ.get(text)
-            if read is None:
-                new = expr_from_text(text)
-                read = _READ.remember(text, (new, wire.encode(new)))
+            read = _read(self.text(self._text(key, e.expr, "expression")))
             # Re-reading the text also normalizes trees built another way (e.g. by an upgrader).
             hit = self._trees[key] = (read[0], read[1] == key)
         return e if hit[1] else schema.SymExpr(expr=hit[0], hint=e.hint)
