@@ -27,3 +27,25 @@ def test_overwriting_a_key_of_a_full_memo_also_clears_it() -> None:
     m.remember("b", 2)
     m.remember("a", 3)
     assert dict(m) == {"a": 3}
+
+
+def test_forget_all_empties_every_memo_and_a_save_then_writes_the_same_bytes(tmp_path) -> None:
+    # The memos only ever skip work: a save that does all of it again, as the first save of a
+    # program in a process does, writes the very bytes a save served from the memos writes.
+    import serde
+    from serde.core import guards
+    from serde.core.memo import forget_all
+    from tests import zoo
+
+    ep = zoo.export_case(zoo.get("dynamic_arith"))  # guards and symbolic sizes: most memos take part
+    serde.save(ep, tmp_path / "warm0.pt2")
+    serde.save(ep, tmp_path / "warm1.pt2")
+    assert len(guards._PARSED) > 0  # the second save was served from them
+    mine = Memo(4)
+    mine.remember("x", 1)
+    forget_all()
+    assert len(mine) == 0 and len(guards._PARSED) == 0 and len(guards._FROM_CODE) == 0
+    serde.save(ep, tmp_path / "cold.pt2")
+    warm = (tmp_path / "warm1.pt2").read_bytes()
+    assert warm == (tmp_path / "warm0.pt2").read_bytes() == (tmp_path / "cold.pt2").read_bytes()
+    assert serde.load(tmp_path / "cold.pt2") is not None
