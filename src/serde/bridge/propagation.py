@@ -13,10 +13,10 @@ What is compared: the number of results, each tensor's dtype, rank and sizes (sy
 expression, or, when the two expressions differ in form, by their example values), and numbers'
 kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
 expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
-left alone: running the operator names a fresh one. Skipped, not refused: calls that fail on fake tensors (outside tracing
-some operators cannot run on them, and that looks the same as an operator refusing its inputs:
-such a file fails with torch's error when called), calls taking custom objects, and subgraphs that
-run under autocast (which picks the dtypes).
+left alone: running the operator names a fresh one. Skipped, not refused: calls that fail on fake
+tensors (outside tracing some operators cannot run on them, and that looks the same as an
+operator refusing its inputs: such a file fails with torch's error when called), calls taking
+custom objects, and subgraphs that run under autocast (which picks the dtypes).
 """
 
 from __future__ import annotations

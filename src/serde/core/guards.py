@@ -102,7 +102,7 @@ def guards_from_code(codes: list[str], *, where: str = "guards",
     if not codes:
         return None
     for i, c in enumerate(codes):
-        if type(c) is not str:  # refused by the parser, which names the guard
+        if type(c) is not str:  # cannot key the memo below: the parser refuses it, naming the guard
             _Parser(where).guard(c, f"{where}[{i}]")
     texts = (where, tuple(codes))
     parsed = _PARSED.get(texts)
