@@ -237,6 +237,56 @@ def test_file_objects_and_bytes(tmp_path: Path) -> None:
         write_archive(io.StringIO(), members, schema_version=(1, 0), torch_version=TORCH)
 
 
+def test_a_path_reads_what_its_bytes_read(tmp_path: Path) -> None:
+    data = _to_bytes(_members(seed=3))
+    path = tmp_path / "a.pt2s"
+    path.write_bytes(data)
+    from_path, from_bytes = read_archive(path), read_archive(data)
+    assert from_path.names == from_bytes.names
+    for name in from_bytes.names:
+        assert bytes(from_path.member(name)) == bytes(from_bytes.member(name)), name
+    path.write_bytes(b"")
+    with pytest.raises(NotAnArchiveError):
+        read_archive(path)
+
+
+@pytest.mark.parametrize("told", [-1, +1], ids=["grew", "shrank"])
+def test_a_file_whose_size_changes_while_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          told: int) -> None:
+    """The size fstat reports and the bytes one read returns must agree (a writer racing the load)."""
+    import os
+
+    data = _to_bytes(_members(seed=3))
+    path = tmp_path / "a.pt2s"
+    path.write_bytes(data)
+    real_fstat = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        fields = list(st)
+        fields[6] = st.st_size + told  # st_size: what the file had when fstat asked
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(archive.os, "fstat", fstat)
+    with pytest.raises(ArtifactIOError, match="changed size while being read"):
+        read_archive(path)
+
+
+def test_a_fifo_is_read_to_its_end(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    data = _to_bytes(_members(seed=3))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    try:
+        assert read_archive(fifo).names == read_archive(data).names
+    finally:
+        writer.join()
+
+
 def test_members_are_zero_copy_aligned_views_of_one_buffer(tmp_path: Path) -> None:
     import ctypes
 

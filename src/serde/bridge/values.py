@@ -233,11 +233,15 @@ class SymbolicContext:
         self._exprs: dict[tuple, sympy.Basic] = {}  # by the expression's tuple tree
         self._devices: dict[tuple, torch.device] = {}
         self._symints: dict[tuple, int | torch.SymInt] = {}
-        self._serialized_ranges = range_constraints
+        # Each range's expression as a tree and as text, made once: the text keys the range, the
+        # tree its sympy form in range_constraints().
+        self._range_exprs: list[tuple[tuple, str]] = []
         self._ranges: dict[str, ValueRanges] = {}
         max_unbacked = {"u": -1, "zuf": -1}
         for rc in range_constraints:
-            key = expr_text(rc.expr, where="range_constraints")
+            tree = expr_to_tree(rc.expr, where="range_constraints")
+            key = symbolic.tree_to_str(tree, where="range_constraints")
+            self._range_exprs.append((tree, key))
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
             hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
             if lo > hi or key in self._ranges:
@@ -393,6 +397,6 @@ class SymbolicContext:
 
     def range_constraints(self, where: str = "range_constraints") -> dict[sympy.Basic, ValueRanges]:
         out: dict[sympy.Basic, ValueRanges] = {}
-        for i, rc in enumerate(self._serialized_ranges):
-            out[self.expr(rc.expr, f"{where}[{i}]")] = self._ranges[expr_text(rc.expr)]
+        for i, (tree, key) in enumerate(self._range_exprs):
+            out[self._expr_of_tree(tree, f"{where}[{i}]")] = self._ranges[key]
         return out
