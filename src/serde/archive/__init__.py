@@ -608,7 +608,6 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes | bytearray | m
         os.close(dfd)
 
 
-
 _USE_O_TMPFILE = hasattr(os, "O_TMPFILE")  # tests switch it off to exercise the fallback
 
 
