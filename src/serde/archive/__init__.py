@@ -905,14 +905,20 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
     try:
         if isinstance(src, (str, os.PathLike)):
             path = os.fspath(src)
-            if not use_mmap:
-                small = _read_small_file(path, limits, where)
-                if small is not None:
-                    return small, False, {}, {}
-            # Unbuffered: the reads go straight into the aligned buffer, so a BufferedReader would
-            # only add an object and a copy path per load.
-            with open(path, "rb", buffering=0) as f:
-                return _map_or_read(f, limits, where, use_mmap)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+                if (not use_mmap and stat.S_ISREG(st.st_mode) and st.st_size < _BIG_READ_BYTES
+                        and hasattr(os, "readv")):
+                    return _read_small_file(fd, st.st_size, limits, where), False, {}, {}
+                # Unbuffered: the reads go straight into the aligned buffer, so a BufferedReader
+                # would only add an object and a copy path per load.
+                with open(fd, "rb", buffering=0, closefd=False) as f:
+                    return _map_or_read(f, limits, where, use_mmap)
+            finally:
+                os.close(fd)
         return _map_or_read(src, limits, where, use_mmap)  # type: ignore[arg-type]
     except ArtifactIOError:
         raise
@@ -920,9 +926,9 @@ def _read_all(src: object, limits: Limits, use_mmap: bool = False) -> tuple[memo
         raise os_error(e, f"cannot read {where}: {e.strerror or e}; check the path and permissions") from None
 
 
-def _read_small_file(path: str, limits: Limits, where: str) -> memoryview | None:
-    """A regular file under ``_BIG_READ_BYTES`` read with four system calls (open, fstat, one read,
-    close), or None for anything else, which the file-object path reads (and names the error of).
+def _read_small_file(fd: int, size: int, limits: Limits, where: str) -> memoryview:
+    """The ``size`` bytes of the regular file open at ``fd`` (under ``_BIG_READ_BYTES``), read with
+    one system call: with the open, fstat and close around it, four in all.
 
     A Python file object costs three more (a second fstat, a seek to learn the position, a read
     at the end to see that nothing follows). In a virtual machine each system call costs a few
@@ -930,26 +936,20 @@ def _read_small_file(path: str, limits: Limits, where: str) -> memoryview | None
     loading a small program. The buffer is one byte longer than the file, so a read that fills
     it shows the file grew while being read, without a read more.
     """
-    if not hasattr(os, "readv"):
-        return None
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        size = st.st_size
-        if not stat.S_ISREG(st.st_mode) or size >= _BIG_READ_BYTES:
-            return None
-        _check_file_size(size, limits, where)
-        buf = _aligned_buffer(size + 1)
-        got = 0
-        while n := os.readv(fd, (buf[got:],)):
-            got += n
-            if got >= size:  # a read short of the buffer's end was at the end of the file
-                break
-        if got != size:
-            raise ArtifactIOError(f"{where} changed size while being read; retry once nothing is writing to it")
-        return buf[:size]
-    finally:
-        os.close(fd)
+    _check_file_size(size, limits, where)
+    buf = _aligned_buffer(size + 1)
+    got = 0
+    while n := os.readv(fd, (buf[got:],)):
+        got += n
+        if got >= size:  # a read short of the buffer's end was at the end of the file
+            break
+    if got != size:
+        raise _changed_size(where)
+    return buf[:size]
+
+
+def _changed_size(where: str) -> ArtifactIOError:
+    return ArtifactIOError(f"{where} changed size while being read; retry once nothing is writing to it")
 
 
 def _map_or_read(f: BinaryIO, limits: Limits, where: str, use_mmap: bool) -> tuple[memoryview, bool, _Early, _Held]:
@@ -1015,7 +1015,7 @@ def _read_file(f: BinaryIO, limits: Limits, where: str) -> tuple[memoryview, _Ea
                 break
             got += n
     if got != size or f.read(1):
-        raise ArtifactIOError(f"{where} changed size while being read; retry once nothing is writing to it")
+        raise _changed_size(where)
     return buf, early, held
 
 
