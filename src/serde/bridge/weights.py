@@ -30,6 +30,7 @@ Importing this module does not import torch (``validate_weights`` is pure, for `
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 import sys
@@ -40,6 +41,15 @@ from serde.archive import SHA256_RE, digest_all, payload_name, sha256_hex
 from serde.core import schema, wire
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+from .subclasses import (
+    check_class_name,
+    deserialize_context,
+    is_traceable_subclass,
+    lookup_subclass,
+    serialize_context,
+    subclass_name,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -65,6 +75,48 @@ _INT64_MAX = (1 << 63) - 1
 MAX_SUBCLASS_DEPTH = 16
 _ATTR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
+
+
+# The torch side of this module, bound once per process by _bind_torch(): importing the module
+# must not import torch (validate_weights serves ``pt2serde check`` without it), and an import
+# statement in a function runs on every call, about a microsecond each; the per-tensor functions
+# here held seven, some 4% of saving a small program.
+_torch: Any = None
+_pytree: Any = None
+_FakeTensor: Any = None
+_FakeTensorMode: Any = None
+_is_fake: Any = None
+_SCALAR_TO_DTYPE: Any = None
+_serialize_dtype: Any = None
+_serialize_device: Any = None
+_deserialize_device: Any = None
+_serialize_treespec: Any = None
+_deserialize_treespec: Any = None
+_outside_ambient_modes: Any = None
+
+
+def _bind_torch() -> None:
+    """Import the torch side (see above); the entry points that need it call this first."""
+    global _torch, _pytree, _FakeTensor, _FakeTensorMode, _is_fake, _SCALAR_TO_DTYPE, _serialize_dtype
+    global _serialize_device, _deserialize_device, _serialize_treespec, _deserialize_treespec
+    global _outside_ambient_modes
+    if _torch is not None:
+        return
+    import torch
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
+
+    from .enums import SCALAR_TO_DTYPE, serialize_dtype
+    from .isolation import outside_ambient_modes
+    from .treespec import deserialize_treespec, serialize_treespec
+    from .values import deserialize_device, serialize_device
+
+    _pytree, _FakeTensor, _FakeTensorMode, _is_fake = pytree, FakeTensor, FakeTensorMode, is_fake
+    _SCALAR_TO_DTYPE, _serialize_dtype = SCALAR_TO_DTYPE, serialize_dtype
+    _serialize_device, _deserialize_device = serialize_device, deserialize_device
+    _serialize_treespec, _deserialize_treespec = serialize_treespec, deserialize_treespec
+    _outside_ambient_modes = outside_ambient_modes
+    _torch = torch  # last: it marks the binding complete
 
 
 class InvalidTensorViewError(MalformedArtifactError):
@@ -115,6 +167,7 @@ def serialize_weights(
             or an example-input leaf of an unsupported type (the message names it).
     """
     _check_byteorder()
+    _bind_torch()
     table = _StorageTable()
     sd = {name: table.add(state_dict[name], f"state_dict[{name!r}]") for name in _sorted_names(state_dict, "state_dict")}
     consts = {name: table.add(constants[name], f"constants[{name!r}]") for name in _sorted_names(constants, "constants")}
@@ -145,11 +198,10 @@ def deserialize_weights(
         UnknownTensorSubclassError: a tensor subclass whose class is not registered
             (``serde.register_tensor_subclass``).
     """
-    from .isolation import outside_ambient_modes
-
     _check_byteorder()
+    _bind_torch()
     validate_weights(w, lambda name: len(member(name)))
-    with outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
+    with _outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
         return _deserialize_weights(w, member, place or {})
 
 
@@ -211,9 +263,7 @@ def saved_devices(w: schema.Weights) -> set[str]:
 
 
 def _moved(storage: Any, device: Any) -> Any:
-    import torch
-
-    return torch.empty(0, dtype=torch.uint8).set_(storage).to(device).untyped_storage()
+    return _torch.empty(0, dtype=_torch.uint8).set_(storage).to(device).untyped_storage()
 
 
 def alias_key(t: torch.Tensor) -> tuple:
@@ -222,8 +272,6 @@ def alias_key(t: torch.Tensor) -> tuple:
     A subclass is keyed by identity: loading already returns one object for identical stored
     subclasses, as it returns views of one storage for plain tensors.
     """
-    from .subclasses import is_traceable_subclass
-
     if is_traceable_subclass(t):
         return ("subclass", id(t))
     return (t.untyped_storage()._cdata, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
@@ -257,14 +305,10 @@ class _StorageTable:
         return storages, payloads
 
     def add(self, t: Any, where: str, depth: int = 0) -> schema.StoredTensor:
-        from .enums import serialize_dtype
-        from .subclasses import is_traceable_subclass
-        from .values import serialize_device
-
         if is_traceable_subclass(t):
             return self._add_subclass(t, where, depth)
         t = _plain_tensor(t, where)
-        dtype = serialize_dtype(t.dtype, where)
+        dtype = _serialize_dtype(t.dtype, where)
         st = t.untyped_storage()
         key = st._cdata  # the StorageImpl: equal for every tensor sharing this storage
         index = self._index.get(key)
@@ -272,9 +316,9 @@ class _StorageTable:
             index = self._index[key] = len(self._views)
             if _has_data(t):
                 self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
-                self._devices.append(None if t.device.type == "cpu" else serialize_device(t.device))
+                self._devices.append(None if t.device.type == "cpu" else _serialize_device(t.device))
             else:
-                self._views.append((int(st.nbytes()), serialize_device(t.device)))
+                self._views.append((int(st.nbytes()), _serialize_device(t.device)))
                 self._devices.append(None)
             self._keep.append(st)
         return schema.StoredTensor(
@@ -283,9 +327,6 @@ class _StorageTable:
         )
 
     def _add_subclass(self, t: Any, where: str, depth: int) -> schema.StoredTensor:
-        from .enums import serialize_dtype
-        from .subclasses import serialize_context, subclass_name
-
         cls = type(t)
         if depth >= MAX_SUBCLASS_DEPTH:
             raise UnsupportedConstructError(f"{where}: tensor subclasses nest deeper than {MAX_SUBCLASS_DEPTH} levels")
@@ -299,7 +340,7 @@ class _StorageTable:
         context = serialize_context(ctx, f"{where}: the flatten context of {cls.__qualname__}")
         sizes, strides = _static_ints(t.shape, where), _static_ints(t.stride(), where)
         return schema.StoredTensor(
-            dtype=serialize_dtype(t.dtype, where), sizes=sizes, strides=strides,
+            dtype=_serialize_dtype(t.dtype, where), sizes=sizes, strides=strides,
             storage_offset=_static_ints([t.storage_offset()], where)[0], storage=-1,
             requires_grad=bool(t.requires_grad),
             subclass=schema.TensorSubclass(class_name=subclass_name(cls), inner=inner, context=context),
@@ -307,15 +348,12 @@ class _StorageTable:
 
 
 def _plain_tensor(t: Any, where: str) -> torch.Tensor:
-    import torch
-
+    torch = _torch
     if not isinstance(t, torch.Tensor):
         raise UnsupportedConstructError(
             f"{where}: a {type(t).__module__}.{type(t).__qualname__} is not a tensor; only tensors can be "
             "stored as weights (custom objects are not supported)")
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    if type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor):
+    if type(t) not in (torch.Tensor, torch.nn.Parameter, _FakeTensor):
         raise UnsupportedConstructError(
             f"{where}: tensor subclass {type(t).__qualname__} cannot be stored: it does not implement "
             "__tensor_flatten__ / __tensor_unflatten__; convert it to a plain torch.Tensor before exporting")
@@ -334,9 +372,7 @@ def _plain_tensor(t: Any, where: str) -> torch.Tensor:
 
 
 def _has_data(t: Any) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
-    return not (t.device.type == "meta" or is_fake(t))
+    return not (t.device.type == "meta" or _is_fake(t))
 
 
 def _static_ints(values: Any, where: str) -> list[int]:
@@ -362,10 +398,7 @@ def _storage_bytes(st: Any) -> memoryview | bytes:
 
 
 def _serialize_example_inputs(example_inputs: Any, table: _StorageTable) -> schema.ExampleInputs:
-    import torch.utils._pytree as pytree
-
-    from .treespec import serialize_treespec
-
+    pytree = _pytree
     if not (isinstance(example_inputs, tuple) and len(example_inputs) == 2
             and isinstance(example_inputs[0], tuple) and isinstance(example_inputs[1], dict)):
         raise UnsupportedConstructError(
@@ -376,13 +409,11 @@ def _serialize_example_inputs(example_inputs: Any, table: _StorageTable) -> sche
         where = f"example_inputs{pytree.keystr(path)}"
         kind = _leaf_kind(value, where)
         leaves.append(schema.ExampleLeaf(**{kind: _SERIALIZE_LEAF[kind](value, table, where)}))
-    return schema.ExampleInputs(spec=serialize_treespec(spec, "example_inputs.spec"), leaves=leaves)
+    return schema.ExampleInputs(spec=_serialize_treespec(spec, "example_inputs.spec"), leaves=leaves)
 
 
 def _leaf_kind(value: Any, where: str) -> str:
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _torch.Tensor):
         return "as_tensor"
     kind = _LEAF_KINDS.get(type(value))
     if kind is None:
@@ -418,8 +449,6 @@ def _check_tensor(t: schema.StoredTensor, storages: list[schema.Storage], where:
     if t.subclass is None:
         _check_view(t, storages, where)
         return
-    from .subclasses import check_class_name
-
     if depth >= MAX_SUBCLASS_DEPTH:
         raise InvalidTensorViewError(f"{where}: tensor subclasses nest deeper than {MAX_SUBCLASS_DEPTH} levels; {_FIX}")
     if t.storage != -1:
@@ -491,13 +520,10 @@ class _TensorBuilder:
         self._subclasses: dict[bytes, Any] = {}
 
     def tensor(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
-        import torch
-
-        from .enums import SCALAR_TO_DTYPE
-
+        torch = _torch
         if t.subclass is not None:
             return self._subclass(t, where)
-        dtype, device = SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
+        dtype, device = _SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
         placed = self._placed.get(t.storage)
         if placed is not None:
             out = torch.empty(0, dtype=dtype, device=placed).set_(
@@ -514,36 +540,24 @@ class _TensorBuilder:
             return out.requires_grad_(t.requires_grad)
 
     def _mode_for(self, device: Any) -> Any:
-        import contextlib
-
         return contextlib.nullcontext() if device.type == "meta" else self._fake_mode
 
     def _abstract_storage(self, s: schema.Storage, where: str) -> Any:
-        import torch
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        from .values import deserialize_device
-
+        torch = _torch
         try:
-            device = deserialize_device(s.device)
+            device = _deserialize_device(s.device)
         except MalformedArtifactError as e:
             raise MalformedArtifactError(f"{where}: {e}; {_FIX}") from None
         self._devices.append(device)
         if device.type == "meta":
             return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
         if self._fake_mode is None:
-            self._fake_mode = FakeTensorMode()
+            self._fake_mode = _FakeTensorMode()
         with self._fake_mode:
             return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
 
     def _subclass(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
-        import msgspec
-        import torch
-
-        from .enums import SCALAR_TO_DTYPE
-        from .subclasses import deserialize_context, lookup_subclass
-
-        key = msgspec.json.encode(t)
+        key = wire.encode(t)
         done = self._subclasses.get(key)
         if done is not None:  # the same stored subclass again (a tied weight): the same object
             return done
@@ -552,12 +566,12 @@ class _TensorBuilder:
         inner = {name: self.tensor(it, f"{where}.subclass.inner[{name!r}]") for name, it in sc.inner.items()}
         ctx = deserialize_context(sc.context, f"{where}.subclass.context")
         try:
-            out = cls.__tensor_unflatten__(inner, ctx, torch.Size(t.sizes), tuple(t.strides))
+            out = cls.__tensor_unflatten__(inner, ctx, _torch.Size(t.sizes), tuple(t.strides))
         except Exception as e:  # the registered class's own code rejected the stored data
             raise MalformedArtifactError(
                 f"{where}: {sc.class_name}.__tensor_unflatten__ failed on the stored inner tensors and context "
                 f"({type(e).__name__}: {e}); {_FIX}") from None
-        if not (isinstance(out, cls) and out.dtype == SCALAR_TO_DTYPE[t.dtype] and list(out.shape) == t.sizes
+        if not (isinstance(out, cls) and out.dtype == _SCALAR_TO_DTYPE[t.dtype] and list(out.shape) == t.sizes
                 and list(out.stride()) == t.strides):
             raise MalformedArtifactError(
                 f"{where}: {sc.class_name}.__tensor_unflatten__ gave a {type(out).__qualname__} "
@@ -571,8 +585,7 @@ class _TensorBuilder:
 
 def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
                    abstract: Callable[[schema.Storage, str], Any], devices: list[Any]) -> list[Any]:
-    import torch
-
+    torch = _torch
     out = []
     used: set[str] = set()
     for i, s in enumerate(w.storages):
@@ -594,24 +607,20 @@ def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
 
 
 def _copy_storage(view: memoryview) -> Any:
-    import torch
-
-    dst = torch.empty(len(view), dtype=torch.uint8)
+    dst = _torch.empty(len(view), dtype=_torch.uint8)
     memoryview((ctypes.c_char * len(view)).from_address(dst.data_ptr())).cast("B")[:] = view
     return dst.untyped_storage()
 
 
 def _deserialize_example_inputs(ex: schema.ExampleInputs, tensor: Callable[[schema.StoredTensor, str], Any]
                                 ) -> tuple[tuple, dict]:
-    import torch.utils._pytree as pytree
-
     spec = _example_spec(ex.spec)
     leaves = [_DESERIALIZE_LEAF[k](getattr(leaf, k), tensor, f"weights.example_inputs.leaves[{i}]")
               for i, leaf in enumerate(ex.leaves) for k in (leaf.kind,)]
     if spec.num_leaves != len(leaves):
         raise MalformedArtifactError(f"weights.example_inputs: the spec has {spec.num_leaves} leaves but "
                                      f"{len(leaves)} are stored; {_FIX}")
-    out = pytree.tree_unflatten(leaves, spec)
+    out = _pytree.tree_unflatten(leaves, spec)
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], tuple) and isinstance(out[1], dict)):
         raise MalformedArtifactError(f"weights.example_inputs: the spec does not describe (args, kwargs); {_FIX}")
     return out
@@ -623,12 +632,10 @@ def _example_spec(s: schema.TreeSpec) -> Any:
     leaves: building those depends on nothing but the stored content (no registered pytree
     type, which a process may register or drop), and the spec only unflattens this load's leaves
     (no program keeps it). Other specs are built on every load."""
-    from .treespec import deserialize_treespec
-
     key = wire.encode(s)
     spec = _EXAMPLE_SPECS.get(key)
     if spec is None:
-        spec = deserialize_treespec(s, "weights.example_inputs.spec")
+        spec = _deserialize_treespec(s, "weights.example_inputs.spec")
         if _builtin_only(spec):
             _EXAMPLE_SPECS.remember(key, spec)
     return spec
