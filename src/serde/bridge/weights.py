@@ -307,14 +307,14 @@ class _StorageTable:
     def add(self, t: Any, where: str, depth: int = 0) -> schema.StoredTensor:
         if is_traceable_subclass(t):
             return self._add_subclass(t, where, depth)
-        t = _plain_tensor(t, where)
+        t, has_data = _plain_tensor(t, where)
         dtype = _serialize_dtype(t.dtype, where)
         st = t.untyped_storage()
         key = st._cdata  # the StorageImpl: equal for every tensor sharing this storage
         index = self._index.get(key)
         if index is None:
             index = self._index[key] = len(self._views)
-            if _has_data(t):
+            if has_data:
                 self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
                 self._devices.append(None if t.device.type == "cpu" else _serialize_device(t.device))
             else:
@@ -347,7 +347,9 @@ class _StorageTable:
         )
 
 
-def _plain_tensor(t: Any, where: str) -> torch.Tensor:
+def _plain_tensor(t: Any, where: str) -> tuple[torch.Tensor, bool]:
+    """``t`` as the plain tensor to store (lazy conj/neg bits resolved), and whether it has data
+    (torch's is_fake, asked once: it costs more than the rest of these checks together)."""
     torch = _torch
     if not isinstance(t, torch.Tensor):
         raise UnsupportedConstructError(
@@ -363,12 +365,13 @@ def _plain_tensor(t: Any, where: str) -> torch.Tensor:
         raise UnsupportedConstructError(
             f"{where}: {kind} tensors cannot be stored; only dense (strided) tensors with a plain dtype "
             "are supported (convert with .to_dense() / .dequantize() before exporting)")
-    if not _has_data(t):
+    has_data = _has_data(t)
+    if not has_data:
         _static_ints([*t.shape, *t.stride(), t.storage_offset()], where)
     if t.is_conj() or t.is_neg():
         # A lazy conj/neg bit is not part of the storage bytes; store the resolved values instead.
         t = t.resolve_conj().resolve_neg()
-    return t
+    return t, has_data
 
 
 def _has_data(t: Any) -> bool:
@@ -403,13 +406,21 @@ def _serialize_example_inputs(example_inputs: Any, table: _StorageTable) -> sche
             and isinstance(example_inputs[0], tuple) and isinstance(example_inputs[1], dict)):
         raise UnsupportedConstructError(
             f"example_inputs: expected (args: tuple, kwargs: dict), got {type(example_inputs).__name__}")
-    flat, spec = pytree.tree_flatten_with_path(example_inputs)
-    leaves = []
-    for path, value in flat:
-        where = f"example_inputs{pytree.keystr(path)}"
-        kind = _leaf_kind(value, where)
-        leaves.append(schema.ExampleLeaf(**{kind: _SERIALIZE_LEAF[kind](value, table, where)}))
+    # Leaves are flattened without their key paths (half the cost); a leaf that cannot be stored
+    # is found again with its path, so that the error names it.
+    flat, spec = pytree.tree_flatten(example_inputs)
+    try:
+        leaves = [_example_leaf(value, table, "example_inputs") for value in flat]
+    except UnsupportedConstructError:
+        for path, value in pytree.tree_flatten_with_path(example_inputs)[0]:
+            _example_leaf(value, _StorageTable(), f"example_inputs{pytree.keystr(path)}")
+        raise
     return schema.ExampleInputs(spec=_serialize_treespec(spec, "example_inputs.spec"), leaves=leaves)
+
+
+def _example_leaf(value: Any, table: _StorageTable, where: str) -> schema.ExampleLeaf:
+    kind = _leaf_kind(value, where)
+    return schema.ExampleLeaf(**{kind: _SERIALIZE_LEAF[kind](value, table, where)})
 
 
 def _leaf_kind(value: Any, where: str) -> str:
