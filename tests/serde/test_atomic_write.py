@@ -317,6 +317,39 @@ def test_short_writes_of_a_real_program(tmp_path: Path) -> None:
     assert len(raw.data) > 10_000  # many short writes were needed
 
 
+class _Recording(io.RawIOBase):
+    """A raw stream that takes every write whole and records its size."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        view = memoryview(b).cast("B")
+        self.sizes.append(len(view))
+        self.data += view
+        return len(view)
+
+
+def test_a_stream_gets_a_write_per_run_of_small_chunks(tmp_path: Path) -> None:
+    """Headers and small members go to a file object together; a big member is written alone,
+    and a long run of small ones is cut into writes of about _JOIN_BYTES."""
+    datas = [b"\x01" * (archive._ALONE_BYTES + 5), *(bytes([i]) * 40_000 for i in range(40))]  # 1.6 MB of small ones
+    members = {**_members(), **{payload_name(hashlib.sha256(d).hexdigest()): d for d in datas}}
+    raw = _Recording()
+    write_archive(raw, members, schema_version=(1, 0), torch_version=TORCH)
+    target = tmp_path / "a.pt2s"
+    write_archive(target, members, schema_version=(1, 0), torch_version=TORCH)
+    assert bytes(raw.data) == target.read_bytes()
+    assert raw.sizes.count(archive._ALONE_BYTES + 5) == 1  # the big member, alone
+    assert len(raw.sizes) <= 8  # not two writes per member (about 90)
+    assert max(raw.sizes) < archive._JOIN_BYTES + 50_000  # runs are cut near the cap
+    read_archive(bytes(raw.data))
+
+
 def test_a_stream_that_would_block_is_an_error() -> None:
     with pytest.raises(ArtifactIOError, match=r"write\(\) returned None, which a non-blocking stream does"):
         write_archive(_WouldBlock(1000), _members(), schema_version=(1, 0), torch_version=TORCH)

@@ -303,8 +303,10 @@ def write_archive(
         write_atomic(dest, chunks)
         return
     try:
-        for c in chunks:
-            _write_stream(dest, c)
+        # A run of small chunks goes in one write call (a file object may make a system call of
+        # each, and a BytesIO costs a call and a check per write either way).
+        for run in _runs(chunks, _JOIN_BYTES):
+            _write_stream(dest, run[0] if len(run) == 1 else b"".join(run))
         dest.flush()
     except (OSError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactIOError(f"cannot write the archive to {dest!r}: {e}; pass a path or a file "
@@ -708,16 +710,30 @@ def _write_all(fd: int, chunks: Iterable[bytes | bytearray | memoryview]) -> Non
     of the file had 2 MB of the file resident (the folio holding them and the last payload's
     tail) instead of 86 kB.
     """
+    for run in _runs(chunks):
+        _writev(fd, run)
+
+
+def _runs(chunks: Iterable[bytes | bytearray | memoryview], cap: int | None = None) -> Iterator[list[memoryview]]:
+    """The non-empty chunks as lists to write together: each big chunk (``_ALONE_BYTES`` or more)
+    alone, and each run of small ones between them, up to ``cap`` bytes a run when given."""
     run: list[memoryview] = []
+    size = 0
     for c in chunks:
         view = memoryview(c).cast("B")
         if len(view) >= _ALONE_BYTES:
-            _writev(fd, run)
-            run = []
-            _writev(fd, [view])
+            if run:
+                yield run
+                run, size = [], 0
+            yield [view]
         elif view:
             run.append(view)
-    _writev(fd, run)
+            size += len(view)
+            if cap is not None and size >= cap:
+                yield run
+                run, size = [], 0
+    if run:
+        yield run
 
 
 def _writev(fd: int, views: list[memoryview]) -> None:
@@ -746,8 +762,10 @@ def _writev(fd: int, views: list[memoryview]) -> None:
             views[i] = views[i][done:]
 
 
-# Chunks at least this big are written alone (see _write_all).
+# Chunks at least this big are written alone (see _write_all); a run of smaller ones written to a
+# file object is joined into one bytes object of at most about this size.
 _ALONE_BYTES = 64 << 10
+_JOIN_BYTES = 1 << 20
 
 
 # Chunks per writev (POSIX guarantees at least 16; Linux and macOS take 1024), and about the
