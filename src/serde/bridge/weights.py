@@ -82,17 +82,8 @@ _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
 # statement in a function runs on every call, about a microsecond each; the per-tensor functions
 # here held seven, some 4% of saving a small program.
 _torch: Any = None
-_pytree: Any = None
-_FakeTensor: Any = None
-_FakeTensorMode: Any = None
-_is_fake: Any = None
-_SCALAR_TO_DTYPE: Any = None
-_serialize_dtype: Any = None
-_serialize_device: Any = None
-_deserialize_device: Any = None
-_serialize_treespec: Any = None
-_deserialize_treespec: Any = None
-_outside_ambient_modes: Any = None
+(_pytree, _FakeTensor, _FakeTensorMode, _is_fake, _SCALAR_TO_DTYPE, _serialize_dtype, _serialize_device,
+ _deserialize_device, _serialize_treespec, _deserialize_treespec, _outside_ambient_modes) = (None,) * 11
 
 
 def _bind_torch() -> None:
