@@ -60,12 +60,30 @@ def _json(dec: msgspec.json.Decoder, data: bytes | str, where: str) -> Any:
     except msgspec.ValidationError:
         raise
     except msgspec.DecodeError as e:
+        # msgspec 0.23 reports bad UTF-8 as a DecodeError without its place (0.22 raised
+        # UnicodeDecodeError): find the byte, so every release words it the same way.
+        at = _bad_utf8_at(data) if "UTF-8" in str(e) else None
+        if at is not None:
+            raise MalformedArtifactError(_BAD_UTF8.format(where=where, at=at)) from None
         raise MalformedArtifactError(f"{where}: invalid JSON: {e}") from None
     except UnicodeDecodeError as e:
-        raise MalformedArtifactError(f"{where}: invalid UTF-8 at byte {e.start} of a string; the file is "
-                                     "damaged (pt2serde writes UTF-8 only)") from None
+        raise MalformedArtifactError(_BAD_UTF8.format(where=where, at=e.start)) from None
     except RecursionError:
         raise MalformedArtifactError(_TOO_DEEP.format(where=where)) from None
+
+
+_BAD_UTF8 = "{where}: invalid UTF-8 at byte {at} of a string; the file is damaged (pt2serde writes UTF-8 only)"
+
+
+def _bad_utf8_at(data: bytes | str) -> int | None:
+    """The offset of the first byte of ``data`` that is not UTF-8, or None when all of it is."""
+    if isinstance(data, str):
+        return None
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return None
 
 
 def convert(obj: Any, type_: type[T]) -> T:
