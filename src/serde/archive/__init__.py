@@ -716,7 +716,8 @@ def _write_all(fd: int, chunks: Iterable[bytes | bytearray | memoryview]) -> Non
 
 def _runs(chunks: Iterable[bytes | bytearray | memoryview], cap: int | None = None) -> Iterator[list[memoryview]]:
     """The non-empty chunks as lists to write together: each big chunk (``_ALONE_BYTES`` or more)
-    alone, and each run of small ones between them, up to ``cap`` bytes a run when given."""
+    alone, and each run of small ones between them, cut when given a ``cap`` as soon as it holds
+    that many bytes (so a run exceeds it by less than one small chunk)."""
     run: list[memoryview] = []
     size = 0
     for c in chunks:
