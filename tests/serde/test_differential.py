@@ -274,6 +274,10 @@ _GENERATED = 500 if _PROFILE_EXAMPLES >= 200 else 5
                       steps=(("buf_view_mul_", (), 0), ("bernoulli", (0,), 0), ("transposed", (2,), 0),
                              ("cond", (2, 4), 0)),
                       outputs=(5,), seed=0))
+# Its 0-d value into an op reading its first and last sizes (found by a hunt: the op failed).
+@example(StatefulSpec(batch=3, features=2, dynamic=False, derived="same",
+                      steps=(("buf_view_mul_", (), 0), ("bernoulli", (0,), 0), ("size_arith", (2,), 0)),
+                      outputs=(4,), seed=0))
 def test_generated_programs_behave_like_exported(spec):
     ep, runs = export_stateful(spec)
     res = differential(ep, runs, name=repr(spec), max_variants=8)

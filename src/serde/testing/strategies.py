@@ -50,6 +50,13 @@ def _cond(m: Any, a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
     return torch.cond(a.sum() > b.sum(), lambda a, b: a * 2 + b.mean(), lambda a, b: a - b.amax(), (a, b))
 
 
+def _size_arith(v: torch.Tensor) -> torch.Tensor:
+    # Arithmetic on the first and last sizes (symbolic when dynamic). A 0-d value has neither, and
+    # counts as one on both: every op here takes values of any rank a generator may hand it.
+    first, last = (v.shape[0], v.shape[-1]) if v.dim() else (1, 1)
+    return v * (first // 2 + 1) + last % 3
+
+
 OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     # unary
     "relu": (1, lambda m, v, k: torch.relu(v)),
@@ -72,7 +79,7 @@ OPS: dict[str, tuple[int, Callable[..., torch.Tensor]]] = {
     "max_dim": (1, lambda m, v, k: (lambda r: r.values + r.indices.to(r.values.dtype) * 0.1)(
         _f(v).max(dim=-1, keepdim=True))),
     "aminmax": (1, lambda m, v, k: (lambda r: r.min * 2 - r.max)(torch.aminmax(v, dim=-1, keepdim=True))),
-    "size_arith": (1, lambda m, v, k: v * (v.shape[0] // 2 + 1) + v.shape[-1] % 3),
+    "size_arith": (1, lambda m, v, k: _size_arith(v)),
     "new_full": (1, lambda m, v, k: v.new_full((*v.shape[:-1], 1), 0.5 + k) + v),
     "to_double": (1, lambda m, v, k: v.to(torch.float64)),
     "linear": (1, lambda m, v, k: torch.nn.functional.linear((v + m.zero_row).to(m.weight.dtype), m.weight,
