@@ -33,6 +33,7 @@ from .values import (
     serialize_sym_float,
     serialize_sym_int,
     serialize_tensor_meta,
+    tensor_meta_of,
 )
 
 __all__ = ["GraphWriter", "GraphReader", "lazy_graph_module", "LAZY_CODEGEN"]
@@ -214,16 +215,18 @@ class GraphWriter:
               else contextlib.nullcontext()):
             # (the size and the strides as their tuples, not spread: hashing and comparing them is the same)
             try:
-                key: tuple | None = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape,
-                                     t.stride())
+                props = (t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape, t.stride())
             except RuntimeError:  # a layout without strides (sparse CSR...): serialize_tensor_meta refuses it
-                key = None
+                return serialize_tensor_meta(t, where + part)
+        key: tuple | None = props
         try:
             meta = self._metas.get(key)
-        except TypeError:  # a symbolic size, stride or offset (SymInts are not hashable): not shared
-            key = meta = None
+        except TypeError:  # a symbolic size, stride or offset: SymInts are not hashable
+            key = _symbolic_meta_key(props)
+            meta = self._metas.get(key) if key is not None else None
         if meta is None:
-            meta = serialize_tensor_meta(t, where + part)
+            meta = (tensor_meta_of(*props, where + part) if props[1] == torch.strided
+                    else serialize_tensor_meta(t, where + part))  # (which refuses the layout)
             if key is not None:
                 self._metas[key] = meta
         return meta
@@ -404,6 +407,25 @@ class GraphWriter:
             name = f"{base}_{k}"
         self._names.add(name)
         return name
+
+
+def _symbolic_meta_key(key: tuple) -> tuple | None:
+    """``key`` with each SymInt replaced by what its serialized form is made of (its type, its
+    expression and its example value), so that values of equal symbolic metas share one meta as
+    concrete ones do: the canonicalizer and the checks then take each distinct meta once. None when
+    a part is neither an int nor a SymInt with a hashable expression and hint (then nothing is shared)."""
+    dtype, layout, device, requires_grad, offset, shape, stride = key
+    try:
+        out = (dtype, layout, device, requires_grad, _dim_key(offset), tuple(map(_dim_key, shape)),
+               tuple(map(_dim_key, stride)))
+        hash(out)
+    except (TypeError, AttributeError):
+        return None
+    return out
+
+
+def _dim_key(s: Any) -> Any:
+    return s if type(s) is int else (type(s), s.node.expr, s.node.hint)
 
 
 def _produces_multi(n: Any) -> bool:

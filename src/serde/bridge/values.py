@@ -24,7 +24,7 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 
 __all__ = [
-    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta",
+    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta", "tensor_meta_of",
     "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
 ]
 
@@ -59,14 +59,31 @@ def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: 
     )
 
 
+# Ints and symbolic ints serialized in this process: by the int, or by the expression and the
+# example value, which are all the serialized form is made of. Tensor metas repeat a few sizes (the
+# batch, the sequence, their products, small strides) in every value's sizes and strides, and a
+# program saved again repeats them all; SymInt structs are immutable, so one object serves them all.
+_SYM_INTS = Memo(1 << 12)
+
+
 def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.SymInt:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return schema.SymInt(as_int=v)
+    if type(v) is int:
+        out = _SYM_INTS.get(v)
+        return out if out is not None else _SYM_INTS.remember(v, schema.SymInt(as_int=v))
     if isinstance(v, torch.SymInt):
         expr = _expr_of(v)
         if isinstance(expr, sympy.Integer):
             return schema.SymInt(as_int=int(expr))
-        return schema.SymInt(as_expr=_sym_expr(v, expr, where, "as_int", int))
+        key = (expr, v.node.hint)
+        try:
+            out = _SYM_INTS.get(key)
+        except TypeError:  # an unhashable example value: converted each time
+            return schema.SymInt(as_expr=_sym_expr(v, expr, where, "as_int", int))
+        if out is None:
+            out = _SYM_INTS.remember(key, schema.SymInt(as_expr=_sym_expr(v, expr, where, "as_int", int)))
+        return out
+    if isinstance(v, int) and not isinstance(v, bool):  # an int subclass (an IntEnum...): as its value
+        return schema.SymInt(as_int=int(v))
     raise UnsupportedConstructError(f"{where}: expected an int or SymInt, got {type(v).__name__}")
 
 
@@ -108,14 +125,22 @@ def serialize_tensor_meta(t: torch.Tensor, where: str = "tensor") -> schema.Tens
         raise UnsupportedConstructError(
             f"{where}: tensors with layout {t.layout} are not supported; only strided tensors are"
         )
+    return tensor_meta_of(t.dtype, t.layout, t.device, t.requires_grad, t.storage_offset(), t.shape, t.stride(),
+                          where)
+
+
+def tensor_meta_of(dtype: torch.dtype, layout: torch.layout, device: torch.device, requires_grad: bool,
+                   storage_offset: Any, sizes: Any, strides: Any, where: str = "tensor") -> schema.TensorMeta:
+    """The meta of a tensor with these properties, read already (a tensor's getters cost more than
+    this, and a writer that keys its metas by them has them at hand)."""
     return schema.TensorMeta(
-        dtype=serialize_dtype(t.dtype, where),
-        sizes=[serialize_sym_int(s, where) for s in t.shape],
-        requires_grad=t.requires_grad,
-        device=serialize_device(t.device),
-        strides=[serialize_sym_int(s, where) for s in t.stride()],
-        storage_offset=serialize_sym_int(t.storage_offset(), where),
-        layout=serialize_layout(t.layout, where),
+        dtype=serialize_dtype(dtype, where),
+        sizes=[serialize_sym_int(s, where) for s in sizes],
+        requires_grad=requires_grad,
+        device=serialize_device(device),
+        strides=[serialize_sym_int(s, where) for s in strides],
+        storage_offset=serialize_sym_int(storage_offset, where),
+        layout=serialize_layout(layout, where),
     )
 
 
