@@ -33,6 +33,7 @@ from .values import (
     serialize_sym_float,
     serialize_sym_int,
     serialize_tensor_meta,
+    sym_int_key,
     tensor_meta_of,
 )
 
@@ -410,22 +411,18 @@ class GraphWriter:
 
 
 def _symbolic_meta_key(key: tuple) -> tuple | None:
-    """``key`` with each SymInt replaced by what its serialized form is made of (its type, its
-    expression and its example value), so that values of equal symbolic metas share one meta as
-    concrete ones do: the canonicalizer and the checks then take each distinct meta once. None when
-    a part is neither an int nor a SymInt with a hashable expression and hint (then nothing is shared)."""
+    """``key`` with each size, stride and offset replaced by its ``sym_int_key`` (all its serialized
+    form is made of), so that values of equal symbolic metas share one meta as concrete ones do:
+    the canonicalizer and the checks then take each distinct meta once. None when a part is neither
+    an int nor a SymInt with a hashable expression and hint (then nothing is shared)."""
     dtype, layout, device, requires_grad, offset, shape, stride = key
     try:
-        out = (dtype, layout, device, requires_grad, _dim_key(offset), tuple(map(_dim_key, shape)),
-               tuple(map(_dim_key, stride)))
+        out = (dtype, layout, device, requires_grad, sym_int_key(offset), tuple(map(sym_int_key, shape)),
+               tuple(map(sym_int_key, stride)))
         hash(out)
     except (TypeError, AttributeError):
         return None
     return out
-
-
-def _dim_key(s: Any) -> Any:
-    return s if type(s) is int else (type(s), s.node.expr, s.node.hint)
 
 
 def _produces_multi(n: Any) -> bool:

@@ -24,8 +24,8 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
 
 __all__ = [
-    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "serialize_tensor_meta", "tensor_meta_of",
-    "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
+    "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "sym_int_key", "serialize_tensor_meta",
+    "tensor_meta_of", "serialize_device", "deserialize_device", "serialize_range_constraints", "SymbolicContext",
 ]
 
 # ---------------------------------------------------------------- writing
@@ -66,15 +66,22 @@ def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: 
 _SYM_INTS = Memo(1 << 12)
 
 
+def sym_int_key(v: int | torch.SymInt) -> Any:
+    """All that :func:`serialize_sym_int` makes of ``v``: the int itself, or a SymInt's expression
+    and example value. Values with equal keys serialize equally (the memo below, and the graph
+    writer's sharing of equal symbolic metas, rely on it)."""
+    return v if type(v) is int else (_expr_of(v), v.node.hint)
+
+
 def serialize_sym_int(v: int | torch.SymInt, where: str = "value") -> schema.SymInt:
     if type(v) is int:
         out = _SYM_INTS.get(v)
         return out if out is not None else _SYM_INTS.remember(v, schema.SymInt(as_int=v))
     if isinstance(v, torch.SymInt):
-        expr = _expr_of(v)
+        key = sym_int_key(v)
+        expr = key[0]
         if isinstance(expr, sympy.Integer):
             return schema.SymInt(as_int=int(expr))
-        key = (expr, v.node.hint)
         try:
             out = _SYM_INTS.get(key)
         except TypeError:  # an unhashable example value: converted each time
