@@ -80,7 +80,7 @@ class PyMethod {
     std::vector<uint8_t> bytes(sv.begin(), sv.end());
     pt2n::Options o;
     o.arena = arena;
-    o.max_loop_iterations = max_loop ? *max_loop : -1;
+    o.max_loop_instructions = max_loop ? *max_loop : -1;
     o.verify_hashes = verify;
     o.limits.max_arena_bytes = max_arena_bytes;
     m_ = guarded([&] {
@@ -164,7 +164,7 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
   });
   py::class_<PyMethod>(mod, "Method")
       .def(py::init<py::bytes, const std::string&, bool, std::optional<int64_t>, bool, uint64_t>(), py::arg("data"),
-           py::arg("what"), py::arg("arena"), py::arg("max_loop_iterations"), py::arg("verify"),
+           py::arg("what"), py::arg("arena"), py::arg("max_loop_instructions"), py::arg("verify"),
            py::arg("max_arena_bytes"))
       .def("run_flat", &PyMethod::run_flat)
       .def("run_profiled", &PyMethod::run_profiled)

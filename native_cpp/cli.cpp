@@ -2,7 +2,7 @@
 //
 //   pt2serde-run check PROGRAM...       verify (container, header, indices, blobs, expressions, plan
 //                                       bounds) and resolve every operator; exit 0 when accepted
-//   pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]
+//   pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-instructions N]
 //                                       run on inputs made from the program's input table (tensors
 //                                       of the declared dtype with every symbol at its minimum or 2)
 //
@@ -97,7 +97,7 @@ void print_value(const std::string& key, const c10::IValue& v) {
 
 int usage() {
   std::cerr << "usage: pt2serde-run check PROGRAM...\n"
-               "       pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-iterations N]\n";
+               "       pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-instructions N]\n";
   return 2;
 }
 
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     if (a == "--arena") o.arena = true;
     else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--max-loop-iterations" && i + 1 < argc) o.max_loop_iterations = std::atoll(argv[++i]);
+    else if (a == "--max-loop-instructions" && i + 1 < argc) o.max_loop_instructions = std::atoll(argv[++i]);
     else if (a.rfind("--", 0) == 0) return usage();
     else paths.push_back(a);
   }

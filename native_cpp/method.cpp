@@ -705,7 +705,7 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   // As no_grad, and cheaper: kernels dispatch straight past the autograd layer (nothing here
   // records a graph); view and version tracking (ADInplaceOrView) still run.
   at::AutoDispatchBelowAutograd below_autograd;
-  int64_t budget = opts_.max_loop_iterations;
+  int64_t budget = opts_.max_loop_instructions;
   size_t pc = 0, n = code_.size();
   auto& stack = stack_;
   try {
@@ -769,12 +769,18 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
           bool always = c.kind == VK::Bool && !c.i;
           bool go = always || !truthy(read(values, s.a));
           if (!go) { ++pc; break; }
-          if (size_t(s.b) <= pc) {  // a backward jump closes a loop iteration: count it
-            if (budget == 0)
-              fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + ": a loop ran more than " +
-                                           std::to_string(opts_.max_loop_iterations) + " iterations; its condition may never "
-                                           "become false. Pass max_loop_iterations=N (None: no limit) if the program really loops that often");
-            if (budget > 0) --budget;
+          if (size_t(s.b) <= pc) {
+            // A backward jump closes one iteration of the loop [target, pc] and is charged that
+            // loop's length: the budget bounds the instructions run in loops, whatever a body holds.
+            const int64_t cost = int64_t(pc) - s.b + 1;
+            if (budget >= 0) {
+              if (budget < cost)
+                fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + ": loops ran more than " +
+                                             std::to_string(opts_.max_loop_instructions) + " instructions in this run; a loop's "
+                                             "condition may never become false. Pass max_loop_instructions=N (None: no limit) if "
+                                             "the program really runs that long");
+              budget -= cost;
+            }
           }
           pc = size_t(s.b);
           break;

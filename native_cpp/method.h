@@ -16,7 +16,7 @@ namespace pt2n {
 
 struct Options {
   bool arena = false;
-  int64_t max_loop_iterations = 10'000'000;  // < 0: no limit
+  int64_t max_loop_instructions = 10'000'000;  // < 0: no limit
   bool verify_hashes = true;
   Limits limits;
 };

@@ -146,5 +146,6 @@ std::pair<std::vector<int64_t>, int64_t> pack(const std::vector<PackItem>& items
 // Boxed lists nest at most this deep, so every walk over them is bounded (a C++ limit: the
 // emitter nests two or three levels).
 constexpr size_t kMaxListDepth = 64;
+constexpr size_t kMaxLoopDepth = 64;  // native.program.MAX_LOOP_DEPTH
 
 }  // namespace pt2n

@@ -1,7 +1,9 @@
 // Structural validation (src/native/verify.py): after this every index the runtime follows is
 // in range, every weight view lies inside its blob and every expression is well formed.
 #include <algorithm>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "program.h"
 
@@ -47,6 +49,196 @@ bool ident(const std::string& s, size_t b, size_t e, bool allow_empty, bool digi
 bool op_name(const std::string& s) {
   size_t k = s.find("::");
   return k != std::string::npos && ident(s, 0, k, false, false) && ident(s, k + 2, s.size(), false, false);
+}
+// Jumps must form the structured loops and branches the emitter writes (verify.py's
+// control_flow, same rules and order): a loop is an unconditional backward jump to a head no other
+// loop uses; loops nest or are disjoint; a forward jump never enters a loop's body from outside nor
+// leaves its innermost loop past the loop's end; every loop has a conditional jump to its end.
+size_t control_flow(const V& v) {
+  const Program& p = v.p;
+  const size_t n = p.instructions.size();
+  auto unconditional = [&](const Instruction& ins) {
+    const Value& c = p.values[size_t(ins.a)];
+    return c.kind == VK::Bool && !c.i;
+  };
+  auto at = [](size_t pc) { return "instructions[" + std::to_string(pc) + "]"; };
+  auto span = [](int64_t h, int64_t e) {
+    std::string s = "[";  // built by appends: GCC 12 misreads `"[" + std::to_string(h)` (-Wrestrict)
+    s += std::to_string(h);
+    s += ", ";
+    s += std::to_string(e);
+    s += "]";
+    return s;
+  };
+  std::map<int64_t, int64_t> heads;  // head -> the backward jump closing that loop
+  for (size_t pc = 0; pc < n; ++pc) {
+    const Instruction& ins = p.instructions[pc];
+    if (ins.kind != IK::JumpFalse || size_t(ins.b) > pc) continue;
+    if (!unconditional(ins))
+      v.bad(at(pc), "a backward jump (to instruction " + std::to_string(ins.b) +
+                        ") must be unconditional: a loop is left through a forward jump");
+    auto [it, fresh] = heads.emplace(ins.b, int64_t(pc));
+    if (!fresh)
+      v.bad(at(pc), "a second loop jumps back to instruction " + std::to_string(ins.b) + " (" + at(size_t(it->second)) +
+                        " closes one there)");
+  }
+  if (heads.empty()) return 0;
+  size_t depth = 0;
+  std::map<int64_t, int64_t> parent;
+  std::vector<int64_t> stack;
+  for (auto [h, end] : heads) {
+    while (!stack.empty() && heads[stack.back()] < h) stack.pop_back();
+    if (!stack.empty() && heads[stack.back()] < end)
+      v.bad(at(size_t(end)), "the loop " + span(h, end) + " overlaps the loop " + span(stack.back(), heads[stack.back()]) +
+                                 " without nesting in it");
+    if (!stack.empty()) parent[h] = stack.back();
+    stack.push_back(h);
+    if (stack.size() > kMaxLoopDepth) v.bad(at(size_t(end)), "loops are nested more than " + std::to_string(kMaxLoopDepth) + " deep");
+    depth = std::max(depth, stack.size());
+  }
+  std::vector<int64_t> inner(n, -1);  // the head of the innermost loop holding each instruction
+  stack.clear();
+  auto next = heads.begin();
+  for (size_t pc = 0; pc < n; ++pc) {
+    while (!stack.empty() && heads[stack.back()] < int64_t(pc)) stack.pop_back();
+    if (next != heads.end() && next->first == int64_t(pc)) stack.push_back((next++)->first);
+    if (!stack.empty()) inner[pc] = stack.back();
+  }
+  std::set<int64_t> exits;
+  for (size_t pc = 0; pc < n; ++pc) {
+    const Instruction& ins = p.instructions[pc];
+    if (ins.kind != IK::JumpFalse || size_t(ins.b) <= pc) continue;
+    const int64_t x = ins.b, h = inner[pc];
+    if (h != -1 && x > heads[h] + 1)
+      v.bad(at(pc), "the jump to instruction " + std::to_string(x) + " leaves the loop " + span(h, heads[h]) + " past its end");
+    int64_t g = size_t(x) < n ? inner[size_t(x)] : -1;
+    if (g == x) {  // landing on a loop's head enters it from its start
+      auto pa = parent.find(g);
+      g = pa == parent.end() ? -1 : pa->second;
+    }
+    if (g != -1 && !(g <= int64_t(pc) && int64_t(pc) <= heads[g]))
+      v.bad(at(pc), "the jump to instruction " + std::to_string(x) + " enters the body of the loop " + span(g, heads[g]) +
+                        " from outside it");
+    if (h != -1 && x == heads[h] + 1 && !unconditional(ins)) exits.insert(h);
+  }
+  for (auto [h, end] : heads)
+    if (!exits.count(h))
+      v.bad(at(size_t(end)), "the loop " + span(h, end) + " has no conditional jump to its end (instruction " +
+                                 std::to_string(end + 1) + "): it could never stop");
+  return depth;
+}
+
+// Every read is of a value written on every path to it and not freed since (verify.py's
+// definite_assignment, same rules and order): the runtime would otherwise hand an empty IValue to a
+// kernel. Constants, weights and inputs are written before the first instruction; a kernel's list
+// result writes its items, and reading a list reads its items. Jump targets meet the states of
+// every edge into them; loops take as many passes as they are deep.
+struct Assignment {
+  const V& v;
+  std::vector<uint8_t> defined;
+  std::string error_where, error_msg;
+
+  // `where` is built only for the error: reads are checked once per argument of every instruction.
+  template <class Where>
+  void read(int64_t x, const Where& where, int64_t top) {
+    if (!error_where.empty()) return;
+    const Value& val = v.p.values[size_t(x)];
+    if (val.kind == VK::List) {
+      for (int64_t item : val.ints) {
+        read(item, where, top);
+        if (!error_where.empty()) return;
+      }
+      return;
+    }
+    if (!defined[size_t(x)]) {
+      error_where = where();
+      error_msg = "value " + std::to_string(x) + (x != top ? " (an item of value " + std::to_string(top) + ")" : "") +
+                  " may be read before it is written or after it is freed";
+    }
+  }
+  void write(int64_t x) {
+    const Value& val = v.p.values[size_t(x)];
+    if (val.kind == VK::List) {
+      for (int64_t item : val.ints) write(item);
+    } else {
+      defined[size_t(x)] = 1;
+    }
+  }
+};
+
+void meet(std::vector<uint8_t>& into, const std::vector<uint8_t>& other) {
+  for (size_t i = 0; i < into.size(); ++i) into[i] &= other[i];
+}
+
+void definite_assignment(const V& v, size_t loop_depth) {
+  const Program& p = v.p;
+  const size_t n = p.instructions.size();
+  std::vector<uint8_t> entry(v.nv, 0);
+  for (size_t i = 0; i < v.nv; ++i) {
+    const Value& val = p.values[i];
+    bool unset = val.kind == VK::List || val.kind == VK::SymInt || val.kind == VK::SymFloat || val.kind == VK::SymBool ||
+                 (val.kind == VK::Tensor && val.data < 0);
+    entry[i] = !unset;
+  }
+  for (const Input& inp : p.inputs) entry[size_t(inp.value)] = 1;
+  const std::vector<uint8_t> everything(v.nv, 1);
+  auto unconditional = [&](const Instruction& ins) {
+    const Value& c = p.values[size_t(ins.a)];
+    return c.kind == VK::Bool && !c.i;
+  };
+  std::map<int64_t, std::vector<uint8_t>> back_in;
+  for (size_t pc = 0; pc < n; ++pc) {
+    const Instruction& ins = p.instructions[pc];
+    if (ins.kind == IK::JumpFalse && size_t(ins.b) <= pc) back_in[ins.b] = everything;
+  }
+  for (size_t pass = 0; pass < loop_depth + 2; ++pass) {
+    Assignment a{v, entry, "", ""};
+    std::map<int64_t, std::vector<uint8_t>> forward, back_out;
+    for (size_t pc = 0; pc < n; ++pc) {
+      auto f = forward.find(int64_t(pc));
+      if (f != forward.end()) {
+        meet(a.defined, f->second);
+        forward.erase(f);
+      }
+      auto b = back_in.find(int64_t(pc));
+      if (b != back_in.end()) meet(a.defined, b->second);
+      const Instruction& ins = p.instructions[pc];
+      auto at = [pc](const std::string& field) { return "instructions[" + std::to_string(pc) + "]" + field; };
+      switch (ins.kind) {
+        case IK::Kernel:
+          for (size_t j = 0; j < ins.k.args.size(); ++j)
+            a.read(ins.k.args[j], [&] { return at(".args[" + std::to_string(j) + "]"); }, ins.k.args[j]);
+          for (int64_t o : ins.k.outs)
+            if (o != -1) a.write(o);
+          break;
+        case IK::Move:
+          a.read(ins.a, [&] { return at(".src"); }, ins.a);
+          a.defined[size_t(ins.b)] = 1;
+          break;
+        case IK::Free: a.defined[size_t(ins.a)] = 0; break;
+        case IK::Alloc: a.defined[size_t(ins.a)] = 1; break;
+        case IK::JumpFalse: {
+          const bool always = unconditional(ins);
+          if (!always) a.read(ins.a, [&] { return at(".cond"); }, ins.a);
+          auto& edges = size_t(ins.b) > pc ? forward : back_out;
+          auto [it, fresh] = edges.emplace(ins.b, a.defined);
+          if (!fresh) meet(it->second, a.defined);
+          if (always) a.defined = everything;  // nothing falls through: what follows is reached by jumps only
+          break;
+        }
+      }
+    }
+    auto f = forward.find(int64_t(n));
+    if (f != forward.end()) meet(a.defined, f->second);
+    for (size_t i = 0; i < p.outputs.size(); ++i)
+      a.read(p.outputs[i], [&] { return "outputs[" + std::to_string(i) + "]"; }, p.outputs[i]);
+    if (back_out == back_in) {
+      if (!a.error_where.empty()) v.bad(a.error_where, a.error_msg);
+      return;
+    }
+    back_in = std::move(back_out);
+  }
+  v.bad("instructions", "the loops' definite assignment did not settle");
 }
 }  // namespace
 
@@ -164,6 +356,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
         break;
     }
   }
+  const size_t loop_depth = control_flow(v);
   // signature
   if (p.guards.size() != p.guard_texts.size())
     v.bad("guards", std::to_string(p.guards.size()) + " guards but " + std::to_string(p.guard_texts.size()) + " guard texts");
@@ -180,6 +373,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
     if (t.kind != VK::Tensor || t.data < 0) v.bad(where, "state must be a tensor backed by a constant");
     if (s.kind != "parameter" && s.kind != "buffer" && s.kind != "constant") v.bad(where, "unknown kind '" + s.kind + "'");
   }
+  definite_assignment(v, loop_depth);
   // debug handles: one per instruction, each -1 or an index into debug_handles
   if (p.instruction_handles.size() != p.instructions.size())
     v.bad("instruction_handles", std::to_string(p.instruction_handles.size()) + " handles for " +

@@ -71,7 +71,7 @@ def unavailable_reason() -> str | None:
 
 
 def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, arena: bool = False, check: bool = False,
-         max_loop_iterations: int | None = P.DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
+         max_loop_instructions: int | None = P.DEFAULT_MAX_LOOP_INSTRUCTIONS, verify: bool = True,
          limits: Limits = DEFAULT_LIMITS) -> CppMethod:
     """A :class:`CppMethod` for a program object or file; the C++ loader verifies it.
 
@@ -94,7 +94,7 @@ def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, arena: 
         data, what = bytes(src), "native program"
     else:
         data, what = src.read(), "native program"
-    return CppMethod(data, what=what, arena=arena, max_loop_iterations=max_loop_iterations, verify=verify,
+    return CppMethod(data, what=what, arena=arena, max_loop_instructions=max_loop_instructions, verify=verify,
                      limits=limits)
 
 
@@ -102,16 +102,16 @@ class CppMethod:
     """An executable native program run by the C++ runtime (same interface as ``Method``)."""
 
     def __init__(self, data: bytes, *, what: str = "native program", arena: bool = False,
-                 max_loop_iterations: int | None = P.DEFAULT_MAX_LOOP_ITERATIONS, verify: bool = True,
+                 max_loop_instructions: int | None = P.DEFAULT_MAX_LOOP_INSTRUCTIONS, verify: bool = True,
                  limits: Limits = DEFAULT_LIMITS) -> None:
         from .errors import NativeRuntimeError
 
         ext = _extension()
         if ext is None:
             raise NativeRuntimeError(_reason)
-        self.max_loop_iterations = max_loop_iterations
+        self.max_loop_instructions = max_loop_instructions
         self.use_arena = arena
-        self._m = ext.Method(data, what, arena, max_loop_iterations, verify, limits.max_arena_bytes)
+        self._m = ext.Method(data, what, arena, max_loop_instructions, verify, limits.max_arena_bytes)
         self._data, self._what, self._program = data, what, None
         self._in_spec = self._out_spec = None
         in_spec, out_spec = self._m.in_spec, self._m.out_spec

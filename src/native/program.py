@@ -72,7 +72,7 @@ from serde.archive import write_atomic
 from . import container
 
 __all__ = [
-    "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION", "DEFAULT_MAX_LOOP_ITERATIONS",
+    "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION", "DEFAULT_MAX_LOOP_INSTRUCTIONS",
     "Sym", "Dim", "NoneValue", "Int", "Float", "Bool", "String", "IntList", "FloatList", "BoolList",
     "StringList", "Complex", "ScalarType", "Layout", "MemoryFormat", "Device", "Tensor", "List",
     "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
@@ -81,9 +81,16 @@ __all__ = [
     "NativeProgram", "encode", "write_program",
 ]
 
-# Backward jumps (while_loop) a run may take before it is stopped, unless the caller sets another
-# limit; both engines apply it, so a hostile or runaway program cannot hang either.
-DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
+# Instructions a run may execute inside loops before it is stopped, unless the caller sets another
+# limit (each iteration is charged its loop's length); both engines apply it, so a hostile or
+# runaway program cannot hang either.
+DEFAULT_MAX_LOOP_INSTRUCTIONS = 10_000_000
+
+# Loops nested deeper than this are refused: the emitter nests one loop per higher-order op, and
+# the loader's analysis of what each instruction may read takes a pass per level.
+MAX_LOOP_DEPTH = 64
+# Boxed lists nested deeper than this are refused: reading a list reads its items, recursively.
+MAX_LIST_DEPTH = 64
 
 MAGIC = b"PT2SNATV"
 FORMAT_VERSION = 3

@@ -17,9 +17,11 @@ Options:
   functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``).
 - ``out_min_bytes`` (default ``OUT_MIN_BYTES``): planned tensors smaller than this in a run are
   allocated by their functional kernel instead (0: every planned tensor is written out=).
-- ``max_loop_iterations`` (default 10,000,000; None: no limit): a run whose loops jump back more
-  often than this fails with NativeRuntimeError instead of hanging on a loop whose condition never
-  becomes false (the program is untrusted input).
+- ``max_loop_instructions`` (default 10,000,000; None: no limit): a run whose loops execute more
+  instructions than this fails with NativeRuntimeError instead of hanging on a loop whose condition
+  never becomes false (the program is untrusted input). Each iteration is charged its loop's length
+  (from the head to the backward jump, branches not taken included), so the bound holds whatever a
+  loop's body holds; straight-line code runs once and is bounded by the file.
 - ``check=True`` (tests): freed values are poisoned and any later read fails; every kernel's
   outputs are checked against their declared dtype and sizes; values left alive at the end are
   reported; functional kernels may not return arena memory; ``executed`` collects the
@@ -48,9 +50,9 @@ from .kernels import actual_aliases, resolve_overload
 from .prim import NAMESPACE, PRIM_OPS
 from .verify import read_program
 
-__all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_ITERATIONS"]
+__all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_INSTRUCTIONS"]
 
-DEFAULT_MAX_LOOP_ITERATIONS = P.DEFAULT_MAX_LOOP_ITERATIONS
+DEFAULT_MAX_LOOP_INSTRUCTIONS = P.DEFAULT_MAX_LOOP_INSTRUCTIONS
 # Below this many bytes a planned tensor is allocated by its functional kernel rather than written
 # out= into its slot (unless the op's functional form may alias: then out= is required). Calling
 # the out= variant from Python costs a few microseconds of argument checks, more than a small
@@ -93,12 +95,12 @@ class Method:
     """An executable native program with its weights and state (see the module docstring)."""
 
     def __init__(self, native: P.NativeProgram, *, arena: bool = False, check: bool = False,
-                 max_loop_iterations: int | None = DEFAULT_MAX_LOOP_ITERATIONS,
+                 max_loop_instructions: int | None = DEFAULT_MAX_LOOP_INSTRUCTIONS,
                  out_min_bytes: int = OUT_MIN_BYTES) -> None:
         self.program = p = native.program
         self.check = check
-        self.max_loop_iterations = max_loop_iterations
-        self._loop_budget = [0]  # backward jumps left in the current run
+        self.max_loop_instructions = max_loop_instructions
+        self._loop_budget = [0]  # loop instructions left in the current run (negative: no limit)
         self.use_arena = arena
         self._segment = _aligned_copy(native.segment)
         self._ops = [_resolve(op, i) for i, op in enumerate(p.operators)]
@@ -209,7 +211,7 @@ class Method:
             self._replan()
         code = self._code
         pc, n = 0, len(code)
-        limit = self.max_loop_iterations
+        limit = self.max_loop_instructions
         self._loop_budget[0] = -1 if limit is None else limit
         try:
             with torch.no_grad():
@@ -876,17 +878,20 @@ def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
         if always:
             return lambda values, pc: target
         return lambda values, pc: pc + 1 if get(values) else target
-    budget = m._loop_budget  # a backward jump closes a loop iteration: count it
+    # A backward jump closes one iteration of the loop [target, pc]: it is charged that loop's
+    # length, so the budget bounds the instructions a run executes in loops, not just the jumps
+    # (a loop whose body restarts the whole program costs what it runs).
+    budget, cost = m._loop_budget, pc - target + 1
 
     def jump_back(values: list, pc: int) -> int:
         if not always and get(values):
             return pc + 1
-        if budget[0] == 0:
+        if 0 <= budget[0] < cost:
             raise NativeRuntimeError(
-                f"{m.where(pc)}: a loop ran more than {m.max_loop_iterations} iterations; its condition "
-                "may never become false. Pass Method(..., max_loop_iterations=N) (None: no limit) if the "
-                "program really loops that often")
-        budget[0] -= 1
+                f"{m.where(pc)}: loops ran more than {m.max_loop_instructions} instructions in this run; "
+                "a loop's condition may never become false. Pass Method(..., max_loop_instructions=N) "
+                "(None: no limit) if the program really runs that long")
+        budget[0] -= cost
         return target
     return jump_back
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from typing import BinaryIO
 
 import msgspec
@@ -85,7 +86,9 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
     v.values_table()
     v.operators()
     v.instructions()
+    v.control_flow()
     v.signature()
+    v.definite_assignment()
     v.handles()
     v.memory_plan()
 
@@ -94,6 +97,9 @@ class _Validator:
     def __init__(self, p: P.Program, segment: memoryview, what: str, limits: Limits) -> None:
         self.p, self.segment, self.what, self.limits = p, segment, what, limits
         self.nv = len(p.values)
+        self.loop_depth = 0
+        self.heads: dict[int, int] = {}  # a loop's head -> the backward jump closing it (control_flow)
+        self.list_depth: dict[int, int] = {}  # a boxed list's nesting depth (1: items are not lists)
 
     def fail(self, where: str, msg: str) -> None:
         raise NativeFormatError(f"{self.what}: {where}: {msg}; the file is damaged or was not written by pt2serde")
@@ -142,6 +148,11 @@ class _Validator:
             # Items come first, so boxed lists cannot form cycles.
             if not 0 <= item < i:
                 self.fail(f"{where}.items[{j}]", f"value {item} must precede the list itself")
+        # Reading a list reads its items, recursively: bound the depth of every walk over them.
+        depth = 1 + max((self.list_depth.get(item, 0) for item in val.items), default=0)
+        if depth > P.MAX_LIST_DEPTH:
+            self.fail(where, f"lists nest more than {P.MAX_LIST_DEPTH} deep")
+        self.list_depth[i] = depth
 
     def enum(self, val: P.Value, allowed: frozenset[int], what: str, where: str) -> None:
         if val.v not in allowed:
@@ -199,6 +210,116 @@ class _Validator:
         self.value(ins.cond, f"{where}.cond")
         if not 0 <= ins.target <= len(self.p.instructions):
             self.fail(where, f"jump target {ins.target} is outside the {len(self.p.instructions)} instructions")
+
+    def control_flow(self) -> None:
+        """Jumps must form the structured loops and branches the emitter writes.
+
+        A loop is a backward jump, always unconditional, to a head no other loop uses; loops nest
+        or are disjoint; a forward jump never enters a loop's body from outside nor leaves its
+        innermost loop past the loop's end; and every loop has a conditional jump to its end.
+        The memory plan's liveness and the runtimes' loop budget rest on this shape, and a file
+        whose jumps were edited into some other shape is refused here, before anything runs.
+        """
+        p = self.p
+        jumps = [(pc, ins) for pc, ins in enumerate(p.instructions) if type(ins) is P.JumpFalseCall]
+        heads = self.heads  # head -> the backward jump closing that loop
+        for pc, ins in jumps:
+            if ins.target > pc:
+                continue
+            if not self.unconditional(ins):
+                self.fail(f"instructions[{pc}]", f"a backward jump (to instruction {ins.target}) must be "
+                                                 "unconditional: a loop is left through a forward jump")
+            if ins.target in heads:
+                self.fail(f"instructions[{pc}]", f"a second loop jumps back to instruction {ins.target} "
+                                                 f"(instructions[{heads[ins.target]}] closes one there)")
+            heads[ins.target] = pc
+        if not heads:
+            return  # forward jumps alone cannot enter, leave or repeat anything
+        ends = [heads[h] for h in sorted(heads)]
+        parent: dict[int, int] = {}  # a loop's head -> the head of the loop just around it
+        stack: list[int] = []
+        for h, end in zip(sorted(heads), ends, strict=True):
+            while stack and heads[stack[-1]] < h:
+                stack.pop()
+            if stack and heads[stack[-1]] < end:
+                self.fail(f"instructions[{end}]", f"the loop [{h}, {end}] overlaps the loop [{stack[-1]}, "
+                                                  f"{heads[stack[-1]]}] without nesting in it")
+            if stack:
+                parent[h] = stack[-1]
+            stack.append(h)
+            if len(stack) > P.MAX_LOOP_DEPTH:
+                self.fail(f"instructions[{end}]", f"loops are nested more than {P.MAX_LOOP_DEPTH} deep")
+            self.loop_depth = max(self.loop_depth, len(stack))
+        inner = self.innermost_loops(heads)
+        exits: set[int] = set()
+        for pc, ins in jumps:
+            x = ins.target
+            if x <= pc:
+                continue
+            h = inner[pc]
+            if h != -1 and x > heads[h] + 1:
+                self.fail(f"instructions[{pc}]", f"the jump to instruction {x} leaves the loop [{h}, {heads[h]}] "
+                                                 "past its end")
+            g = inner[x] if x < len(inner) else -1
+            if g == x:
+                g = parent.get(g, -1)  # landing on a loop's head enters it from its start
+            if g != -1 and not g <= pc <= heads[g]:
+                self.fail(f"instructions[{pc}]", f"the jump to instruction {x} enters the body of the loop "
+                                                 f"[{g}, {heads[g]}] from outside it")
+            if h != -1 and x == heads[h] + 1 and not self.unconditional(ins):
+                exits.add(h)
+        for h in sorted(heads):
+            if h not in exits:
+                self.fail(f"instructions[{heads[h]}]", f"the loop [{h}, {heads[h]}] has no conditional jump to "
+                                                       f"its end (instruction {heads[h] + 1}): it could never stop")
+
+    def definite_assignment(self) -> None:
+        """Every read is of a value written on every path to it and not freed since.
+
+        The runtimes hold an unwritten or freed value as None and would hand it to a kernel; a file
+        whose edits reorder writes and reads is refused here instead. Constants, weights and the
+        inputs are written before the first instruction; a kernel's list result writes its items,
+        and reading a list reads its items. Jump targets meet the states of every edge into them;
+        loops take as many passes as they are deep (at most ``MAX_LOOP_DEPTH`` + 2).
+        """
+        p = self.p
+        defined = bytearray(self.nv)
+        for i, val in enumerate(p.values):
+            unset = isinstance(val, (P.List, P.SymInt, P.SymFloat, P.SymBool)) or (
+                isinstance(val, P.Tensor) and val.data < 0)
+            defined[i] = not unset
+        for inp in p.inputs:
+            defined[inp.value] = 1
+        back_in = dict.fromkeys(self.heads, b"\x01" * self.nv)
+        for _ in range(self.loop_depth + 2):
+            flow = _Assignment(self, bytes(defined), back_in)
+            flow.run()
+            if flow.back_out == back_in:
+                if flow.error:
+                    self.fail(*flow.error)
+                return
+            back_in = flow.back_out
+        self.fail("instructions", "the loops' definite assignment did not settle")
+
+    def unconditional(self, ins: P.JumpFalseCall) -> bool:
+        c = self.p.values[ins.cond]
+        return isinstance(c, P.Bool) and not c.v
+
+    def innermost_loops(self, heads: dict[int, int]) -> list[int]:
+        """For each instruction, the head of the innermost loop holding it (-1: none)."""
+        inner = [-1] * len(self.p.instructions)
+        stack: list[int] = []
+        order = sorted(heads)
+        k = 0
+        for pc in range(len(inner)):
+            while stack and heads[stack[-1]] < pc:
+                stack.pop()
+            while k < len(order) and order[k] == pc:
+                stack.append(order[k])
+                k += 1
+            if stack:
+                inner[pc] = stack[-1]
+        return inner
 
     def alloc(self, ins: P.AllocCall, where: str) -> None:
         self.value(ins.value, f"{where}.value")
@@ -258,6 +379,99 @@ class _Validator:
                 self.fail("memory_plan", str(e))
 
 
+class _Assignment:
+    """One pass of the definite-assignment analysis: which values are written at each instruction."""
+
+    def __init__(self, v: _Validator, entry: bytes, back_in: dict[int, bytes]) -> None:
+        self.v, self.values, self.lists = v, v.p.values, v.list_depth.keys()
+        self.defined = bytearray(entry)
+        self.everything = b"\x01" * len(entry)
+        self.back_in = back_in
+        self.forward: dict[int, bytes] = {}  # jump target -> the meet of the states jumping there
+        self.back_out: dict[int, bytes] = {}
+        self.error: tuple[str, str] | None = None  # the first read of an unwritten value
+
+    def run(self) -> None:
+        instructions = self.v.p.instructions
+        for pc, ins in enumerate(instructions):
+            if pc in self.forward or pc in self.back_in:
+                self.merge(pc)
+            _ASSIGNMENT_STEPS[type(ins)](self, ins, pc)
+        self.merge(len(instructions))
+        for i, o in enumerate(self.v.p.outputs):
+            self.read(o, lambda i=i: f"outputs[{i}]")
+
+    def merge(self, pc: int) -> None:
+        for edges in (self.forward, self.back_in):
+            if pc in edges:
+                self.defined[:] = _meet(bytes(self.defined), edges[pc])
+        self.forward.pop(pc, None)
+
+    def read(self, v: int, where: Callable[[], str]) -> None:
+        if self.error is not None:
+            return
+        if not isinstance(self.values[v], P.List):
+            if not self.defined[v]:
+                self.error = (where(), f"value {v} may be read before it is written or after it is freed")
+            return
+        for leaf in self.leaves(v):
+            if not self.defined[leaf]:
+                self.error = (where(), f"value {leaf} (an item of value {v}) may be read before it is written or "
+                                       "after it is freed")
+                return
+
+    def leaves(self, v: int) -> list[int]:
+        """The values a read of ``v`` reads: a boxed list's items (themselves maybe lists), else ``v``."""
+        val = self.values[v]
+        if not isinstance(val, P.List):
+            return [v]
+        return [leaf for item in val.items for leaf in self.leaves(item)]
+
+    def write(self, v: int) -> None:
+        val = self.values[v]
+        if isinstance(val, P.List):
+            for item in val.items:
+                self.write(item)
+        else:
+            self.defined[v] = 1
+
+    def kernel(self, ins: P.KernelCall, pc: int) -> None:
+        defined, lists = self.defined, self.lists
+        if self.error is None:
+            for j, a in enumerate(ins.args):
+                if a in lists or not defined[a]:  # the common case, a written plain value, costs one test
+                    self.read(a, lambda j=j: f"instructions[{pc}].args[{j}]")
+        for o in ins.outs:
+            if o in lists:
+                self.write(o)
+            elif o != -1:
+                defined[o] = 1
+
+    def move(self, ins: P.MoveCall, pc: int) -> None:
+        self.read(ins.src, lambda: f"instructions[{pc}].src")
+        self.defined[ins.dst] = 1
+
+    def jump(self, ins: P.JumpFalseCall, pc: int) -> None:
+        always = self.v.unconditional(ins)
+        if not always:
+            self.read(ins.cond, lambda: f"instructions[{pc}].cond")
+        edges = self.forward if ins.target > pc else self.back_out
+        state = bytes(self.defined)
+        edges[ins.target] = _meet(edges[ins.target], state) if ins.target in edges else state
+        if always:
+            self.defined[:] = self.everything  # nothing falls through: what follows is reached by jumps only
+
+    def free(self, ins: P.FreeCall, pc: int) -> None:
+        self.defined[ins.value] = 0
+
+    def alloc(self, ins: P.AllocCall, pc: int) -> None:
+        self.defined[ins.value] = 1
+
+
+def _meet(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") & int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
 def _no_check(v: _Validator, val: P.Value, i: int, where: str) -> None:
     return None
 
@@ -281,4 +495,9 @@ _INSTRUCTION_CHECKS = {
     P.AllocCall: _Validator.alloc,
 }
 assert set(_VALUE_CHECKS) == set(P.VALUE_TYPES), "value checks are incomplete"
+_ASSIGNMENT_STEPS = {
+    P.KernelCall: _Assignment.kernel, P.MoveCall: _Assignment.move, P.JumpFalseCall: _Assignment.jump,
+    P.FreeCall: _Assignment.free, P.AllocCall: _Assignment.alloc,
+}
 assert set(_INSTRUCTION_CHECKS) == set(P.INSTRUCTION_TYPES), "instruction checks are incomplete"
+assert set(_ASSIGNMENT_STEPS) == set(P.INSTRUCTION_TYPES), "definite-assignment steps are incomplete"

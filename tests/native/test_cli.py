@@ -85,8 +85,8 @@ def test_run_stops_an_endless_loop_with_an_error(tmp_path, capsys):
     serde.save(torch.export.export(Endless(), (torch.tensor(0), torch.zeros(2))), art)
     assert main(["emit", str(art), str(prog)]) == 0
     write_inputs(inp, (torch.tensor(0), torch.zeros(2)))
-    assert main(["run", str(prog), "--inputs", str(inp), "--max-loop-iterations", "50"]) == 2
-    assert "a loop ran more than 50 iterations" in capsys.readouterr().err
+    assert main(["run", str(prog), "--inputs", str(inp), "--max-loop-instructions", "50"]) == 2
+    assert "loops ran more than 50 instructions" in capsys.readouterr().err
 
 
 def test_run_profile_prints_nodes_and_modules_slowest_first(tmp_path, capsys):

@@ -275,20 +275,24 @@ class _Endless(torch.nn.Module):
 
 def test_a_loop_that_never_ends_fails_instead_of_hanging():
     ep = torch.export.export(_Endless(), (torch.tensor(0), torch.zeros(2)))
-    method = Method(emit_ep(ep), max_loop_iterations=1000)
-    with pytest.raises(NativeRuntimeError, match="a loop ran more than 1000 iterations"):
+    method = Method(emit_ep(ep), max_loop_instructions=1000)
+    with pytest.raises(NativeRuntimeError, match="loops ran more than 1000 instructions in this run"):
         method.run(torch.tensor(0), torch.zeros(2))
 
 
-def test_loop_limit_counts_iterations_and_resets_per_run():
+def test_loop_budget_charges_each_iteration_its_loop_length_and_resets_per_run():
     ep = exported("while_loop")  # i < 5: five iterations from i = 0, two from i = 3
-    method = Method(emitted("while_loop"), max_loop_iterations=5)
+    native = emitted("while_loop")
+    (length,) = [pc - ins.target + 1 for pc, ins in enumerate(native.program.instructions)
+                 if isinstance(ins, P.JumpFalseCall) and ins.target <= pc]
+    assert length > 1
+    method = Method(native, max_loop_instructions=5 * length)
     x = torch.ones(3)
     for _ in range(2):  # the budget is per run
         torch.testing.assert_close(method.run(torch.tensor(0), x), ep.module()(torch.tensor(0), x))
-    with pytest.raises(NativeRuntimeError, match="more than 4 iterations"):
-        Method(emitted("while_loop"), max_loop_iterations=4).run(torch.tensor(0), x)
-    assert Method(emitted("while_loop"), max_loop_iterations=None).run(torch.tensor(3), x)[0] == 5
+    with pytest.raises(NativeRuntimeError, match=f"more than {5 * length - 1} instructions"):
+        Method(native, max_loop_instructions=5 * length - 1).run(torch.tensor(0), x)
+    assert Method(native, max_loop_instructions=None).run(torch.tensor(3), x)[0] == 5
 
 
 def test_batch_norm_statistics_get_their_own_memory_in_training_mode():

@@ -19,9 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the reference runtime (python) or the C++ runtime built by `make native` (cpp)")
     p.add_argument("--profile", action="store_true",
                    help="also print the time per node and per module (submodules included), slowest first")
-    p.add_argument("--max-loop-iterations", type=int, default=None, metavar="N",
-                   help="fail when loops iterate more than N times in one run, instead of hanging "
-                        "(default: native.runtime.DEFAULT_MAX_LOOP_ITERATIONS, ten million; 0: no limit)")
+    p.add_argument("--max-loop-instructions", type=int, default=None, metavar="N",
+                   help="fail when loops execute more than N instructions in one run (each iteration "
+                        "counts its loop's length), instead of hanging (default: native.runtime.DEFAULT_MAX_LOOP_INSTRUCTIONS, ten million; 0: no limit)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +29,11 @@ def run(args: argparse.Namespace) -> int:
     import torch.utils._pytree as pytree
 
     from native.io import read_inputs, write_outputs
-    from native.runtime import DEFAULT_MAX_LOOP_ITERATIONS, load
+    from native.runtime import DEFAULT_MAX_LOOP_INSTRUCTIONS, load
 
-    limit = args.max_loop_iterations
-    limit = DEFAULT_MAX_LOOP_ITERATIONS if limit is None else (limit if limit > 0 else None)
-    method = load(args.program, engine=args.engine, arena=args.arena, max_loop_iterations=limit)
+    limit = args.max_loop_instructions
+    limit = DEFAULT_MAX_LOOP_INSTRUCTIONS if limit is None else (limit if limit > 0 else None)
+    method = load(args.program, engine=args.engine, arena=args.arena, max_loop_instructions=limit)
     inputs, kwargs = read_inputs(args.inputs)
     timings = None
     if args.profile:
