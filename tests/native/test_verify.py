@@ -55,11 +55,21 @@ def _jumps(p: P.Program) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     return back, forward
 
 
+def _with(native: P.NativeProgram, **changes) -> bytes:
+    """The file of ``native`` with some program fields replaced."""
+    return P.NativeProgram(msgspec.structs.replace(native.program, **changes), native.segment).encode()
+
+
 def _retarget(native: P.NativeProgram, pc: int, target: int) -> bytes:
-    p = native.program
-    ins = list(p.instructions)
+    ins = list(native.program.instructions)
     ins[pc] = P.JumpFalseCall(ins[pc].cond, target)
-    return P.NativeProgram(msgspec.structs.replace(p, instructions=ins), native.segment).encode()
+    return _with(native, instructions=ins)
+
+
+def _assert_both_refuse(data: bytes, message: str) -> None:
+    for load in (decode, cpp_engine.load):
+        with pytest.raises(NativeFormatError, match=message):
+            load(data)
 
 
 def _edit(native: P.NativeProgram, kind: str) -> tuple[bytes, str]:
@@ -103,11 +113,7 @@ def test_the_program_has_the_shape_the_edits_assume(flow):
 @pytest.mark.parametrize("kind", ["conditional backward jump", "loop without an exit", "two loops on one head",
                                   "overlapping loops", "leaving a loop past its end", "entering a loop's body"])
 def test_jumps_out_of_the_emitters_shape_are_refused_by_both_loaders(flow, kind):
-    data, message = _edit(flow, kind)
-    with pytest.raises(NativeFormatError, match=message):
-        decode(data)
-    with pytest.raises(NativeFormatError, match=message):
-        cpp_engine.load(data)
+    _assert_both_refuse(*_edit(flow, kind))
 
 
 def test_a_loop_that_restarts_the_program_is_stopped_by_the_instructions_it_ran(flow):
@@ -173,8 +179,7 @@ def test_both_loaders_judge_random_edits_alike_and_what_they_accept_runs_alike(f
     refused: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     for _ in range(n):
-        data = P.NativeProgram(msgspec.structs.replace(flow.program, instructions=_random_edit(flow.program, rng)),
-                               flow.segment).encode()
+        data = _with(flow, instructions=_random_edit(flow.program, rng))
         verdict = _verdict(decode, data)
         assert _verdict(cpp_engine.load, data) == verdict
         if verdict != "accepted":
@@ -206,11 +211,8 @@ def test_a_read_of_a_value_written_on_one_branch_only_is_refused(flow):
     ins[move] = P.MoveCall(ins[move].src, ins[move].src)
     reader = next(pc for pc in range(move + 1, len(ins)) if isinstance(ins[pc], P.KernelCall) and out in ins[pc].args
                   and pc > next(t for pc2, t in _jumps(p)[1] if pc2 == branch))
-    data = P.NativeProgram(msgspec.structs.replace(p, instructions=ins), flow.segment).encode()
-    message = rf"instructions\[{reader}\]\.args\[\d\]: value {out} may be read before it is written or after it is freed"
-    for load in (decode, cpp_engine.load):
-        with pytest.raises(NativeFormatError, match=message):
-            load(data)
+    _assert_both_refuse(_with(flow, instructions=ins), rf"instructions\[{reader}\]\.args\[\d\]: value {out} may be read "
+                                                       "before it is written or after it is freed")
 
 
 def test_a_value_freed_inside_a_loop_and_read_on_its_next_iteration_is_refused(flow):
@@ -223,22 +225,15 @@ def test_a_value_freed_inside_a_loop_and_read_on_its_next_iteration_is_refused(f
     n = test.args[1]
     ins = list(p.instructions)
     ins[scan_end - 1] = P.FreeCall(n)
-    data = P.NativeProgram(msgspec.structs.replace(p, instructions=ins), flow.segment).encode()
-    message = rf"instructions\[{scan_head}\]\.args\[1\]: value {n} may be read before it is written or after it is freed"
-    for load in (decode, cpp_engine.load):
-        with pytest.raises(NativeFormatError, match=message):
-            load(data)
+    _assert_both_refuse(_with(flow, instructions=ins), rf"instructions\[{scan_head}\]\.args\[1\]: value {n} may be "
+                                                       "read before it is written or after it is freed")
 
 
 def test_an_output_freed_before_the_end_is_refused(flow):
     p = flow.program
-    ins = [*p.instructions[:-1], P.FreeCall(p.outputs[1])] if not isinstance(p.instructions[-1], P.JumpFalseCall) \
-        else None
-    assert ins is not None
-    data = P.NativeProgram(msgspec.structs.replace(p, instructions=ins), flow.segment).encode()
-    for load in (decode, cpp_engine.load):
-        with pytest.raises(NativeFormatError, match=rf"outputs\[1\]: value {p.outputs[1]} may be read before"):
-            load(data)
+    assert not isinstance(p.instructions[-1], P.JumpFalseCall)
+    ins = [*p.instructions[:-1], P.FreeCall(p.outputs[1])]
+    _assert_both_refuse(_with(flow, instructions=ins), rf"outputs\[1\]: value {p.outputs[1]} may be read before")
 
 
 @pytest.mark.parametrize("depth", [P.MAX_LIST_DEPTH, P.MAX_LIST_DEPTH + 1, 5_000])
@@ -253,12 +248,10 @@ def test_boxed_lists_nest_at_most_max_list_depth_in_both_loaders(depth):
     k = next(pc for pc, i in enumerate(p.instructions) if isinstance(i, P.KernelCall))
     ins = list(p.instructions)
     ins[k] = msgspec.structs.replace(ins[k], args=[len(values) - 1, *ins[k].args[1:]])
-    data = P.NativeProgram(msgspec.structs.replace(p, values=values, instructions=ins), native.segment).encode()
+    data = _with(native, values=values, instructions=ins)
     if depth <= P.MAX_LIST_DEPTH:
         for load in (decode, cpp_engine.load):
             load(data)  # a list where a tensor belongs: the kernel, not the loader, refuses it
         return
-    message = rf"values\[{len(p.values) + P.MAX_LIST_DEPTH}\]: lists nest more than {P.MAX_LIST_DEPTH} deep"
-    for load in (decode, cpp_engine.load):
-        with pytest.raises(NativeFormatError, match=message):
-            load(data)
+    _assert_both_refuse(data, rf"values\[{len(p.values) + P.MAX_LIST_DEPTH}\]: lists nest more than "
+                              rf"{P.MAX_LIST_DEPTH} deep")
