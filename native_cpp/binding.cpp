@@ -75,7 +75,7 @@ auto guarded(F f) {
 class PyMethod {
  public:
   PyMethod(py::bytes data, const std::string& what, bool arena, std::optional<int64_t> max_loop, bool verify,
-           uint64_t max_arena_bytes) {
+           uint64_t max_arena_bytes, uint64_t max_flow_cells) {
     std::string_view sv = data;
     std::vector<uint8_t> bytes(sv.begin(), sv.end());
     pt2n::Options o;
@@ -83,6 +83,7 @@ class PyMethod {
     o.max_loop_instructions = max_loop ? *max_loop : -1;
     o.verify_hashes = verify;
     o.limits.max_arena_bytes = max_arena_bytes;
+    o.limits.max_flow_cells = max_flow_cells;
     m_ = guarded([&] {
       return std::make_unique<pt2n::Method>(pt2n::load_bytes(std::move(bytes), what, verify, o.limits), o);
     });
@@ -157,15 +158,16 @@ PYBIND11_MODULE(_pt2n_cpp, mod) {
       if (p) std::rethrow_exception(p);
     } catch (const PyError& e) {
       static const char* names[] = {"NativeFormatError", "NativeVersionError", "ArenaTooLargeError",
-                                    "InputMismatchError", "NativeRuntimeError", "ArenaAliasError"};
+                                    "InputMismatchError", "NativeRuntimeError", "ArenaAliasError",
+                                    "FlowTooLargeError"};
       py::object cls = py::module_::import("native.errors").attr(names[int(e.kind)]);
       PyErr_SetString(cls.ptr(), e.what());
     }
   });
   py::class_<PyMethod>(mod, "Method")
-      .def(py::init<py::bytes, const std::string&, bool, std::optional<int64_t>, bool, uint64_t>(), py::arg("data"),
-           py::arg("what"), py::arg("arena"), py::arg("max_loop_instructions"), py::arg("verify"),
-           py::arg("max_arena_bytes"))
+      .def(py::init<py::bytes, const std::string&, bool, std::optional<int64_t>, bool, uint64_t, uint64_t>(),
+           py::arg("data"), py::arg("what"), py::arg("arena"), py::arg("max_loop_instructions"), py::arg("verify"),
+           py::arg("max_arena_bytes"), py::arg("max_flow_cells"))
       .def("run_flat", &PyMethod::run_flat)
       .def("run_profiled", &PyMethod::run_profiled)
       .def("state_dict", &PyMethod::state_dict)

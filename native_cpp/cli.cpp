@@ -28,6 +28,7 @@ const char* kind_name(pt2n::ErrorKind k) {
     case pt2n::ErrorKind::InputMismatch: return "InputMismatchError";
     case pt2n::ErrorKind::Runtime: return "NativeRuntimeError";
     case pt2n::ErrorKind::ArenaAlias: return "ArenaAliasError";
+    case pt2n::ErrorKind::FlowTooLarge: return "FlowTooLargeError";
   }
   return "Error";
 }

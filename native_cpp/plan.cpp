@@ -3,6 +3,7 @@
 // sizes, and no two slots live at the same time sharing bytes. Interval arithmetic saturates at
 // +-2**100, treated as unbounded: an expression that large bounds nothing a slot could hold.
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -259,6 +260,13 @@ void verify_plan(const Program& p, const std::string& what) {
     if (p.symbols[k].input >= 0 && p.symbols[k].min && p.symbols[k].max) ranges[k] = Iv{*p.symbols[k].min, *p.symbols[k].max};
 
   struct Item { int64_t s, e; I lo, hi; int64_t v; };
+  // The loops no other loop holds, sorted (memory.py's outermost_loops; overlapping ones merge).
+  std::vector<std::pair<int64_t, int64_t>> outer;
+  std::sort(loops.begin(), loops.end());
+  for (auto [la, lb] : loops) {
+    if (!outer.empty() && int64_t(la) <= outer.back().second) outer.back().second = std::max(outer.back().second, int64_t(lb));
+    else outer.emplace_back(int64_t(la), int64_t(lb));
+  }
   std::vector<Item> items;
   for (const Allocation& a : p.memory_plan.allocations) {
     std::string slot = "allocation for value " + std::to_string(a.value);
@@ -269,9 +277,16 @@ void verify_plan(const Program& p, const std::string& what) {
     if (plannable) {
       lo = int64_t(pr->second);
       hi = end.count(r) ? end[r] : -1;
-      for (auto [la, lb] : loops) {
-        if (la <= pr->second && pr->second <= lb) { plannable = false; break; }
-        if (lo <= int64_t(lb) && int64_t(la) <= hi) { lo = std::min(lo, int64_t(la)); hi = std::max(hi, int64_t(lb)); }
+      // Loops nest or are disjoint (validate_program), so only the outermost ones matter, and they
+      // are sorted and disjoint: bisections instead of a walk over every loop per allocation.
+      const int64_t pos = int64_t(pr->second);
+      auto after = std::upper_bound(outer.begin(), outer.end(), pos, [](int64_t x, const auto& l) { return x < l.first; });
+      if (after != outer.begin() && pos <= std::prev(after)->second) plannable = false;
+      auto first = std::lower_bound(outer.begin(), outer.end(), lo, [](const auto& l, int64_t x) { return l.second < x; });
+      auto last = std::upper_bound(outer.begin(), outer.end(), hi, [](int64_t x, const auto& l) { return x < l.first; });
+      if (plannable && first < last) {  // touched inside loops: live across all of them
+        lo = std::min(lo, first->first);
+        hi = std::max(hi, std::prev(last)->second);
       }
     }
     if (!plannable)

@@ -20,9 +20,10 @@ constexpr uint32_t kMaxFormatVersion = 3;
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kDefaultMaxArenaBytes = uint64_t(1) << 36;  // serde.core.limits.Limits.max_arena_bytes
 constexpr uint64_t kMaxHeaderBytes = uint64_t(1) << 31;
+constexpr uint64_t kDefaultMaxFlowCells = uint64_t(1) << 28;   // serde.core.limits.Limits.max_flow_cells
 
 // The error kinds mirror src/native/errors.py; the binding maps each onto its Python class.
-enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime, ArenaAlias };
+enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime, ArenaAlias, FlowTooLarge };
 
 struct Error : std::runtime_error {
   ErrorKind kind;
@@ -100,7 +101,10 @@ struct Program {
   std::vector<int64_t> instruction_handles;  // per instruction: index into debug_handles, or -1
 };
 
-struct Limits { uint64_t max_arena_bytes = kDefaultMaxArenaBytes; };
+struct Limits {
+  uint64_t max_arena_bytes = kDefaultMaxArenaBytes;
+  uint64_t max_flow_cells = kDefaultMaxFlowCells;
+};
 
 // A program file: checks the container, decodes the header and validates the program (and,
 // with verify_hashes, every blob's sha256). `segment` receives the byte range of the segment.

@@ -170,7 +170,7 @@ void meet(std::vector<uint8_t>& into, const std::vector<uint8_t>& other) {
   for (size_t i = 0; i < into.size(); ++i) into[i] &= other[i];
 }
 
-void definite_assignment(const V& v, size_t loop_depth) {
+void definite_assignment(const V& v, size_t loop_depth, uint64_t max_flow_cells) {
   const Program& p = v.p;
   const size_t n = p.instructions.size();
   std::vector<uint8_t> entry(v.nv, 0);
@@ -191,7 +191,26 @@ void definite_assignment(const V& v, size_t loop_depth) {
     const Instruction& ins = p.instructions[pc];
     if (ins.kind == IK::JumpFalse && size_t(ins.b) <= pc) back_in[ins.b] = everything;
   }
+  std::set<int64_t> targets;
+  uint64_t jumps = 0;
+  for (const Instruction& ins : p.instructions)
+    if (ins.kind == IK::JumpFalse) {
+      ++jumps;
+      targets.insert(ins.b);
+    }
+  const uint64_t merges = jumps + targets.size();
+  uint64_t cells = 0;
   for (size_t pass = 0; pass < loop_depth + 2; ++pass) {
+    // A pass copies or meets the whole state at every jump and target: bound that before a file
+    // with many jumps over many values makes it quadratic in the file's size.
+    const uint64_t step = merges * uint64_t(v.nv);  // both below 2^32: the file holds each as a list item
+    cells = cells > UINT64_MAX - step ? UINT64_MAX : cells + step;
+    if (cells > max_flow_cells)
+      fail(ErrorKind::FlowTooLarge,
+           v.what + ": instructions: the data-flow check's work (" + std::to_string(merges) + " jumps and jump targets x " +
+               std::to_string(v.nv) + " values x " + std::to_string(pass + 1) + " passes) is " + std::to_string(cells) +
+               ", more than Limits.max_flow_cells=" + std::to_string(max_flow_cells) +
+               "; the artifact is damaged or hostile. If it is trusted, load it with limits=serde.Limits(max_flow_cells=...)");
     Assignment a{v, entry, "", ""};
     std::map<int64_t, std::vector<uint8_t>> forward, back_out;
     for (size_t pc = 0; pc < n; ++pc) {
@@ -373,7 +392,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
     if (t.kind != VK::Tensor || t.data < 0) v.bad(where, "state must be a tensor backed by a constant");
     if (s.kind != "parameter" && s.kind != "buffer" && s.kind != "constant") v.bad(where, "unknown kind '" + s.kind + "'");
   }
-  definite_assignment(v, loop_depth);
+  definite_assignment(v, loop_depth, limits.max_flow_cells);
   // debug handles: one per instruction, each -1 or an index into debug_handles
   if (p.instruction_handles.size() != p.instructions.size())
     v.bad("instruction_handles", std::to_string(p.instruction_handles.size()) + " handles for " +

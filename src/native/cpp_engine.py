@@ -111,7 +111,8 @@ class CppMethod:
             raise NativeRuntimeError(_reason)
         self.max_loop_instructions = max_loop_instructions
         self.use_arena = arena
-        self._m = ext.Method(data, what, arena, max_loop_instructions, verify, limits.max_arena_bytes)
+        self._m = ext.Method(data, what, arena, max_loop_instructions, verify, limits.max_arena_bytes,
+                             limits.max_flow_cells)
         self._data, self._what, self._program = data, what, None
         self._in_spec = self._out_spec = None
         in_spec, out_spec = self._m.in_spec, self._m.out_spec

@@ -6,7 +6,7 @@ from serde.core.limits import LimitError
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
 
 __all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",
-           "MemoryPlanError", "ArenaTooLargeError", "ArenaAliasError"]
+           "MemoryPlanError", "ArenaTooLargeError", "FlowTooLargeError", "ArenaAliasError"]
 
 
 class NativeFormatError(MalformedArtifactError):
@@ -31,6 +31,11 @@ class MemoryPlanError(NativeFormatError):
 
 class ArenaTooLargeError(LimitError):
     """A memory plan's arena exceeds ``Limits.max_arena_bytes``; refused before anything is allocated."""
+
+
+class FlowTooLargeError(LimitError):
+    """Checking what a program's instructions may read would take more than ``Limits.max_flow_cells``
+    steps (its values times its jumps and jump targets, per pass): refused instead of hanging."""
 
 
 class ArenaAliasError(NativeRuntimeError):

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from .container import ALIGN
 from .errors import MemoryPlanError
 
 __all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes", "pack",
-           "out_calls"]
+           "out_calls", "outermost_loops"]
 
 _BUCKET = 64  # instructions per time bucket of the packing index
 
@@ -97,7 +98,7 @@ class Lifetimes:
     producers: dict[int, int]  # value -> instruction writing it into fresh memory
     calls: dict[int, list[int]]  # instruction -> the tensor values its out= variant writes
     pinned: set[int]  # classes holding inputs, state or outputs: never planned
-    loops: list[tuple[int, int]]  # (first, last) instruction of each backward jump's body
+    loops: list[tuple[int, int]]  # (first, last) instruction of each outermost loop, in order
 
     def interval(self, value: int) -> tuple[int, int] | None:
         """Lifetime of ``value``'s storage from its producer, or None when it cannot be planned."""
@@ -106,11 +107,17 @@ class Lifetimes:
         if pos is None or r in self.pinned:
             return None
         lo, hi = pos, self.end[r]
-        for a, b in self.loops:
-            if a <= pos <= b:
-                return None  # written on every iteration: left to the allocator
-            if lo <= b and a <= hi:  # touched inside a loop: live across all of it
-                lo, hi = min(lo, a), max(hi, b)
+        # Loops nest or are disjoint (the loader checks it; the emitter writes no other shape), so a
+        # value inside or overlapping any loop is inside or overlapping an outermost one, and those
+        # are sorted and disjoint: two bisections instead of a walk over every loop per value.
+        loops = self.loops
+        k = bisect_right(loops, pos, key=lambda ab: ab[0]) - 1  # the last loop starting at or before pos
+        if k >= 0 and pos <= loops[k][1]:
+            return None  # written on every iteration: left to the allocator
+        first = bisect_left(loops, lo, key=lambda ab: ab[1])  # the first loop ending at or after lo
+        last = bisect_right(loops, hi, key=lambda ab: ab[0])  # past the last loop starting at or before hi
+        if first < last:  # touched inside loops: live across all of them
+            lo, hi = min(lo, loops[first][0]), max(hi, loops[last - 1][1])
         return lo, hi
 
 
@@ -237,7 +244,18 @@ def analyze(p: P.Program, runs_out: set[int] | None = None, *, _sc: _Scan | None
     pinned = {root[i.value] for i in p.inputs} | {root[s.value] for s in p.state} | {root[o] for o in p.outputs}
     # Outputs are read after the last instruction; values written more than once by different
     # producers (a cond output) keep the class's whole span anyway.
-    return Lifetimes(root, start, end, producers, calls, pinned, loops)
+    return Lifetimes(root, start, end, producers, calls, pinned, outermost_loops(loops))
+
+
+def outermost_loops(loops: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The loops no other loop holds, sorted; overlapping ones (never in a verified program) merge."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(loops):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 # ---------------------------------------------------------------- size bounds

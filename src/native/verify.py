@@ -21,7 +21,7 @@ from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
 from . import container
 from . import program as P
 from .container import ALIGN, check_blob
-from .errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
+from .errors import ArenaTooLargeError, FlowTooLargeError, MemoryPlanError, NativeFormatError
 from .exprs import check_code
 from .memory import verify_plan
 
@@ -98,6 +98,7 @@ class _Validator:
         self.p, self.segment, self.what, self.limits = p, segment, what, limits
         self.nv = len(p.values)
         self.loop_depth = 0
+        self.merges = 0  # jumps plus distinct jump targets (control_flow)
         self.heads: dict[int, int] = {}  # a loop's head -> the backward jump closing it (control_flow)
         self.list_depth: dict[int, int] = {}  # a boxed list's nesting depth (1: items are not lists)
 
@@ -223,6 +224,7 @@ class _Validator:
         p = self.p
         jumps = [(pc, ins) for pc, ins in enumerate(p.instructions) if type(ins) is P.JumpFalseCall]
         heads = self.heads  # head -> the backward jump closing that loop
+        self.merges = len(jumps) + len({ins.target for _, ins in jumps})
         for pc, ins in jumps:
             if ins.target > pc:
                 continue
@@ -291,7 +293,16 @@ class _Validator:
         for inp in p.inputs:
             defined[inp.value] = 1
         back_in = dict.fromkeys(self.heads, b"\x01" * self.nv)
-        for _ in range(self.loop_depth + 2):
+        cells = 0
+        for passes in range(1, self.loop_depth + 3):
+            # A pass copies or meets the whole state at every jump and target: bound that before
+            # a file with many jumps over many values makes it quadratic in the file's size.
+            cells += self.merges * self.nv
+            if cells > self.limits.max_flow_cells:
+                raise FlowTooLargeError(too_large(
+                    f"{self.what}: instructions", f"the data-flow check's work ({self.merges} jumps and jump "
+                    f"targets x {self.nv} values x {passes} passes)", cells, "max_flow_cells",
+                    self.limits.max_flow_cells))
             flow = _Assignment(self, bytes(defined), back_in)
             flow.run()
             if flow.back_out == back_in:

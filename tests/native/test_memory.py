@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import msgspec
 import pytest
 import torch
@@ -9,7 +11,15 @@ from torch.export import Dim
 
 from native import program as P
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
-from native.memory import analyze, check_no_overlap, plan_memory, upper_nbytes, verify_plan
+from native.memory import (
+    Lifetimes,
+    analyze,
+    check_no_overlap,
+    outermost_loops,
+    plan_memory,
+    upper_nbytes,
+    verify_plan,
+)
 from native.verify import decode
 from tests.native._native_util import (
     CASES,
@@ -160,3 +170,38 @@ def test_a_slot_bigger_than_its_tensor_is_refused():
                                    arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
     with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):
         decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())
+
+
+def _nested_loops(rng: random.Random, lo: int, hi: int, depth: int) -> list[tuple[int, int]]:
+    """Random loops inside [lo, hi] that nest or are disjoint, as the loader requires."""
+    loops, pos = [], lo
+    while depth and pos < hi and rng.random() < 0.7:
+        a = rng.randint(pos, hi)
+        b = rng.randint(a, min(hi, a + (hi - lo) // 2))
+        loops.append((a, b))
+        loops += _nested_loops(rng, a + 1, b - 1, depth - 1)
+        pos = b + 2
+    return loops
+
+
+def test_lifetimes_stretched_over_outermost_loops_match_the_walk_over_every_loop():
+    # interval() bisects the outermost loops instead of walking every loop per value (a file with
+    # many loops and many slots made that quadratic): the same lifetimes as the walk, in the
+    # order the instructions close the loops, on random nested and disjoint loops.
+    rng = random.Random(0)
+    for _ in range(300):
+        loops = sorted(_nested_loops(rng, 0, 200, 4), key=lambda ab: ab[1])
+        nv = 40
+        producers = {v: rng.randrange(200) for v in range(nv)}
+        end = {v: rng.randint(producers[v], 220) for v in range(nv)}
+        lt = Lifetimes(list(range(nv)), {}, end, producers, {}, set(), outermost_loops(loops))
+        for v in range(nv):
+            lo, hi, want = producers[v], end[v], None
+            for a, b in loops:
+                if a <= producers[v] <= b:
+                    break
+                if lo <= b and a <= hi:
+                    lo, hi = min(lo, a), max(hi, b)
+            else:
+                want = (lo, hi)
+            assert lt.interval(v) == want, (loops, producers[v], end[v])

@@ -16,9 +16,10 @@ import torch
 
 from native import cpp_engine
 from native import program as P
-from native.errors import InputMismatchError, NativeFormatError, NativeRuntimeError
+from native.errors import FlowTooLargeError, InputMismatchError, NativeFormatError, NativeRuntimeError
 from native.runtime import Method
 from native.verify import decode
+from serde.core.limits import Limits
 from tests.native._native_util import emit_ep, emitted
 
 
@@ -255,3 +256,29 @@ def test_boxed_lists_nest_at_most_max_list_depth_in_both_loaders(depth):
         return
     _assert_both_refuse(data, rf"values\[{len(p.values) + P.MAX_LIST_DEPTH}\]: lists nest more than "
                               rf"{P.MAX_LIST_DEPTH} deep")
+
+
+def test_a_file_with_many_jumps_over_many_values_is_refused_before_the_quadratic_work():
+    # 2,000 jumps (each to the next instruction) over 100,000 values: checking what each
+    # instruction may read would copy or meet 100,000 cells at 4,000 jumps and targets, which
+    # the file's size allows but no loader should do. Both loaders refuse it up front, and the
+    # same file loads once the limit is raised by a caller who trusts it.
+    native = emitted("mlp")
+    p = native.program
+    values = [*p.values, *([P.Int(0)] * 100_000)]
+    false = len(values)
+    values.append(P.Bool(False))
+    jumps = [P.JumpFalseCall(false, pc + 1) for pc in range(2_000)]
+    ins = [*jumps, *(msgspec.structs.replace(i, target=i.target + len(jumps)) if isinstance(i, P.JumpFalseCall)
+                     else i for i in p.instructions)]
+    data = _with(native, values=values, instructions=ins,
+                 instruction_handles=[*[-1] * len(jumps), *p.instruction_handles],
+                 memory_plan=msgspec.structs.replace(p.memory_plan, arena_size=0, allocations=[]))
+    message = (r"native program: instructions: the data-flow check's work \(4000 jumps and jump targets x 100\d+ "
+               r"values x 1 passes\) is \d+, more than Limits.max_flow_cells=268435456")
+    for load in (decode, cpp_engine.load):
+        with pytest.raises(FlowTooLargeError, match=message):
+            load(data)
+    roomy = Limits(max_flow_cells=1 << 33)
+    decode(data, limits=roomy)
+    cpp_engine.load(data, limits=roomy)

@@ -47,6 +47,7 @@ class Limits:
     max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
     # native programs (native.verify.decode)
     max_arena_bytes: int = 1 << 36      # one memory-plan arena, allocated when a Method is built
+    max_flow_cells: int = 1 << 28       # values x (jumps + jump targets) x passes of the data-flow check
 
 
 DEFAULT_LIMITS = Limits()
