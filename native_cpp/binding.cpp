@@ -69,6 +69,14 @@ auto guarded(F f) {
     return f();
   } catch (const pt2n::Error& e) {
     throw PyError(e.kind, e.what());
+  } catch (const PyError&) {
+    throw;
+  } catch (const py::error_already_set&) {
+    throw;
+  } catch (const std::exception& e) {
+    // What the loader and runtime do not name themselves is still a typed error, never a
+    // foreign RuntimeError from a hostile file.
+    throw PyError(pt2n::ErrorKind::Runtime, std::string("the C++ runtime failed: ") + e.what());
   }
 }
 

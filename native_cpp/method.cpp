@@ -289,7 +289,13 @@ void Method::prepare() {
         int64_t i = k.args[j];
         const c10::TypePtr* ty = schema ? &params[j]->type() : nullptr;
         if (!runtime_kind(i)) {
-          a.fixed = ty ? coerce(initial_[size_t(i)], *ty) : initial_[size_t(i)];
+          try {
+            a.fixed = ty ? coerce(initial_[size_t(i)], *ty) : initial_[size_t(i)];
+          } catch (const std::exception& e) {  // a constant of another kind than the schema's (c10::Error too)
+            fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + " (" + describe(pc) + "): argument " +
+                                         std::to_string(j) + " ('" + params[j]->name() + "') cannot be a " +
+                                         initial_[size_t(i)].tagKind() + ": " + e.what());
+          }
         } else {
           a.idx = i;
           a.boxed = p.values[size_t(i)].kind == VK::List;

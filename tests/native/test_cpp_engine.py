@@ -391,7 +391,7 @@ def _int_edge_mutants(seed: int, per_case: int):
 # kernel or the verifier trips), and kernel calls whose arguments do not fit the operator's
 # schema (bound at load in C++, at the call in Python).
 _CPP_ONLY_REFUSALS = ("an integer larger than int64", "arguments for a schema that takes",
-                      "is missing and has no default", "the out= variant has")
+                      "is missing and has no default", "the out= variant has", "') cannot be a ")
 
 
 @pytest.mark.parametrize("per_case", [pytest.param(40, id="fast"), pytest.param(400, id="thorough",
@@ -565,3 +565,72 @@ def test_fuzz_the_cli_with_hostile_files(tmp_path):
 @pytest.mark.slow
 def test_fuzz_the_cli_with_hostile_files_thoroughly(tmp_path):
     _fuzz(tmp_path, 2000, seed=1)
+
+
+def test_a_constant_of_another_kind_than_its_parameter_is_a_typed_error_in_both_runtimes():
+    # aten::cat's tensor list replaced by a constant int list: the C++ loader converts constants
+    # to their parameter's type once, at load, and raised a bare RuntimeError (foreign) from that
+    # conversion. Both runtimes now refuse it with NativeRuntimeError: C++ at load, naming the
+    # argument, Python when the kernel is called.
+    class Cat(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.cat([x, y]) * 2
+
+    args = (torch.ones(2, 3), torch.zeros(1, 3))
+    native = emit_ep(torch.export.export(Cat(), args))
+    p = native.program
+    k = next(pc for pc, i in enumerate(p.instructions)
+             if isinstance(i, P.KernelCall) and p.operators[i.op].name == "aten::cat")
+    ins = list(p.instructions)
+    ins[k] = msgspec.structs.replace(ins[k], args=[len(p.values), *ins[k].args[1:]])
+    data = P.NativeProgram(msgspec.structs.replace(p, values=[*p.values, P.IntList([1, 2])], instructions=ins),
+                           native.segment).encode()
+    with pytest.raises(NativeRuntimeError, match=rf"instruction {k} \(aten::cat.default.*argument 0 \('tensors'\) "
+                                                 "cannot be a"):
+        load(data, engine="cpp")
+    with pytest.raises(NativeRuntimeError, match=rf"instruction {k} \(aten::cat.default"):
+        load(data).run(*args)
+
+
+def _typed_outcome(make, args, kwargs) -> str:
+    from serde.errors import SerializeError
+
+    try:
+        make().run(*args, **kwargs)
+    except SerializeError as e:
+        return f"{type(e).__name__}: {e}"
+    return "ok"
+
+
+@pytest.mark.parametrize("n", [pytest.param(150, id="fast"), pytest.param(1500, id="thorough",
+                                                                            marks=pytest.mark.slow)])
+def test_random_argument_edits_fail_only_with_typed_errors_in_both_runtimes(n):
+    # A kernel argument pointed at another value (any kind): loading and running in either runtime
+    # may refuse, but only with a SerializeError, never a foreign exception (found: the C++
+    # loader's conversion of constants raised RuntimeError).
+    rng = random.Random(0)
+    names = [c for c in _FUZZ_CASES if c in CASES]
+    outcomes: list[str] = []
+    for _ in range(n):
+        name = rng.choice(names)
+        native = emitted(name)
+        p = native.program
+        kernels = [pc for pc, i in enumerate(p.instructions) if isinstance(i, P.KernelCall) and i.args]
+        k = rng.choice(kernels)
+        ins = list(p.instructions)
+        args = list(ins[k].args)
+        # Half the time a constant: the C++ loader converts those to their parameter's type at load.
+        constants = [i for i, v in enumerate(p.values)
+                     if not isinstance(v, (P.Tensor, P.List, P.SymInt, P.SymFloat, P.SymBool))]
+        pool = constants if rng.random() < 0.5 else range(len(p.values))
+        args[rng.randrange(len(args))] = rng.choice(pool)
+        ins[k] = msgspec.structs.replace(ins[k], args=args)
+        data = P.NativeProgram(msgspec.structs.replace(p, instructions=ins), native.segment).encode()
+        (a, kw), *_ = inputs_of(name)
+        for engine in ("python", "cpp"):
+            fresh = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (a, kw))
+            outcomes.append(_typed_outcome(lambda engine=engine, data=data: load(data, engine=engine,
+                                                                                 max_loop_instructions=10_000),
+                                           *fresh))
+    # The edits reach the runs, not only the loaders' checks.
+    assert sum(o == "ok" for o in outcomes) > n // 10
