@@ -771,8 +771,7 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
           ++pc;
           break;
         case IK::JumpFalse: {
-          const Value& c = p.values[size_t(s.a)];
-          bool always = c.kind == VK::Bool && !c.i;
+          bool always = is_unconditional(p, p.instructions[pc]);
           bool go = always || !truthy(read(values, s.a));
           if (!go) { ++pc; break; }
           if (size_t(s.b) <= pc) {

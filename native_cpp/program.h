@@ -101,6 +101,13 @@ struct Program {
   std::vector<int64_t> instruction_handles;  // per instruction: index into debug_handles, or -1
 };
 
+// Whether a jump's condition is the constant False (the jump is always taken): decided from the
+// value table alone, as native.program.is_unconditional, never from what a run wrote into the slot.
+inline bool is_unconditional(const Program& p, const Instruction& ins) {
+  const Value& c = p.values[size_t(ins.a)];
+  return c.kind == VK::Bool && !c.i;
+}
+
 struct Limits {
   uint64_t max_arena_bytes = kDefaultMaxArenaBytes;
   uint64_t max_flow_cells = kDefaultMaxFlowCells;

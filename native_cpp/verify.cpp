@@ -57,10 +57,6 @@ bool op_name(const std::string& s) {
 size_t control_flow(const V& v) {
   const Program& p = v.p;
   const size_t n = p.instructions.size();
-  auto unconditional = [&](const Instruction& ins) {
-    const Value& c = p.values[size_t(ins.a)];
-    return c.kind == VK::Bool && !c.i;
-  };
   auto at = [](size_t pc) { return "instructions[" + std::to_string(pc) + "]"; };
   auto span = [](int64_t h, int64_t e) {
     std::string s = "[";  // built by appends: GCC 12 misreads `"[" + std::to_string(h)` (-Wrestrict)
@@ -74,7 +70,7 @@ size_t control_flow(const V& v) {
   for (size_t pc = 0; pc < n; ++pc) {
     const Instruction& ins = p.instructions[pc];
     if (ins.kind != IK::JumpFalse || size_t(ins.b) > pc) continue;
-    if (!unconditional(ins))
+    if (!is_unconditional(p, ins))
       v.bad(at(pc), "a backward jump (to instruction " + std::to_string(ins.b) +
                         ") must be unconditional: a loop is left through a forward jump");
     auto [it, fresh] = heads.emplace(ins.b, int64_t(pc));
@@ -119,7 +115,7 @@ size_t control_flow(const V& v) {
     if (g != -1 && !(g <= int64_t(pc) && int64_t(pc) <= heads[g]))
       v.bad(at(pc), "the jump to instruction " + std::to_string(x) + " enters the body of the loop " + span(g, heads[g]) +
                         " from outside it");
-    if (h != -1 && x == heads[h] + 1 && !unconditional(ins)) exits.insert(h);
+    if (h != -1 && x == heads[h] + 1 && !is_unconditional(p, ins)) exits.insert(h);
   }
   for (auto [h, end] : heads)
     if (!exits.count(h))
@@ -182,10 +178,6 @@ void definite_assignment(const V& v, size_t loop_depth, uint64_t max_flow_cells)
   }
   for (const Input& inp : p.inputs) entry[size_t(inp.value)] = 1;
   const std::vector<uint8_t> everything(v.nv, 1);
-  auto unconditional = [&](const Instruction& ins) {
-    const Value& c = p.values[size_t(ins.a)];
-    return c.kind == VK::Bool && !c.i;
-  };
   std::map<int64_t, std::vector<uint8_t>> back_in;
   for (size_t pc = 0; pc < n; ++pc) {
     const Instruction& ins = p.instructions[pc];
@@ -237,7 +229,7 @@ void definite_assignment(const V& v, size_t loop_depth, uint64_t max_flow_cells)
         case IK::Free: a.defined[size_t(ins.a)] = 0; break;
         case IK::Alloc: a.defined[size_t(ins.a)] = 1; break;
         case IK::JumpFalse: {
-          const bool always = unconditional(ins);
+          const bool always = is_unconditional(p, ins);
           if (!always) a.read(ins.a, [&] { return at(".cond"); }, ins.a);
           auto& edges = size_t(ins.b) > pc ? forward : back_out;
           auto [it, fresh] = edges.emplace(ins.b, a.defined);

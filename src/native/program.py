@@ -78,7 +78,7 @@ __all__ = [
     "SymInt", "SymFloat", "SymBool", "Value", "VALUE_TYPES",
     "KernelCall", "MoveCall", "JumpFalseCall", "FreeCall", "AllocCall", "Instruction", "INSTRUCTION_TYPES",
     "Operator", "Constant", "Symbol", "Input", "State", "Allocation", "MemoryPlan", "DebugHandle", "Program",
-    "NativeProgram", "encode", "write_program",
+    "NativeProgram", "encode", "is_unconditional", "write_program",
 ]
 
 # Instructions a run may execute inside loops before it is stopped, unless the caller sets another
@@ -324,6 +324,13 @@ class NativeProgram:
 
 
 _encoder = msgspec.msgpack.Encoder()
+
+
+def is_unconditional(p: Program, ins: JumpFalseCall) -> bool:
+    """Whether the jump's condition is the constant False: the jump is always taken. Loaders and
+    runtimes decide it from the value table alone, never from what a run wrote into the slot."""
+    c = p.values[ins.cond]
+    return isinstance(c, Bool) and not c.v
 
 
 def encode(p: NativeProgram) -> bytes:

@@ -872,7 +872,7 @@ def _move(m: Method, ins: P.MoveCall, pc: int) -> Callable:
 
 def _jump_false(m: Method, ins: P.JumpFalseCall, pc: int) -> Callable:
     cond, target = ins.cond, ins.target
-    always = isinstance(m.program.values[cond], P.Bool) and not m.program.values[cond].v
+    always = P.is_unconditional(m.program, ins)
     get = _getter(m, cond)
     if target > pc:
         if always:

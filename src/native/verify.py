@@ -228,7 +228,7 @@ class _Validator:
         for pc, ins in jumps:
             if ins.target > pc:
                 continue
-            if not self.unconditional(ins):
+            if not P.is_unconditional(self.p, ins):
                 self.fail(f"instructions[{pc}]", f"a backward jump (to instruction {ins.target}) must be "
                                                  "unconditional: a loop is left through a forward jump")
             if ins.target in heads:
@@ -268,7 +268,7 @@ class _Validator:
             if g != -1 and not g <= pc <= heads[g]:
                 self.fail(f"instructions[{pc}]", f"the jump to instruction {x} enters the body of the loop "
                                                  f"[{g}, {heads[g]}] from outside it")
-            if h != -1 and x == heads[h] + 1 and not self.unconditional(ins):
+            if h != -1 and x == heads[h] + 1 and not P.is_unconditional(self.p, ins):
                 exits.add(h)
         for h in sorted(heads):
             if h not in exits:
@@ -311,10 +311,6 @@ class _Validator:
                 return
             back_in = flow.back_out
         self.fail("instructions", "the loops' definite assignment did not settle")
-
-    def unconditional(self, ins: P.JumpFalseCall) -> bool:
-        c = self.p.values[ins.cond]
-        return isinstance(c, P.Bool) and not c.v
 
     def innermost_loops(self, heads: dict[int, int]) -> list[int]:
         """For each instruction, the head of the innermost loop holding it (-1: none)."""
@@ -463,7 +459,7 @@ class _Assignment:
         self.defined[ins.dst] = 1
 
     def jump(self, ins: P.JumpFalseCall, pc: int) -> None:
-        always = self.v.unconditional(ins)
+        always = P.is_unconditional(self.v.p, ins)
         if not always:
             self.read(ins.cond, lambda: f"instructions[{pc}].cond")
         edges = self.forward if ins.target > pc else self.back_out

@@ -52,6 +52,13 @@ def emit_ep(ep: torch.export.ExportedProgram, **kw: Any) -> P.NativeProgram:
     return decode(native.encode())
 
 
+def edited(native: P.NativeProgram, **changes: Any) -> bytes:
+    """The file of ``native`` with some of its program's fields replaced (hostile-file tests)."""
+    import msgspec
+
+    return P.NativeProgram(msgspec.structs.replace(native.program, **changes), native.segment).encode()
+
+
 @functools.cache
 def emitted(name: str) -> P.NativeProgram:
     return emit_ep(exported(name))

@@ -42,6 +42,7 @@ from tests.native._native_util import (
     FAST,
     UNSUPPORTED,
     assert_same,
+    edited,
     emit_ep,
     emitted,
     exported,
@@ -583,8 +584,7 @@ def test_a_constant_of_another_kind_than_its_parameter_is_a_typed_error_in_both_
              if isinstance(i, P.KernelCall) and p.operators[i.op].name == "aten::cat")
     ins = list(p.instructions)
     ins[k] = msgspec.structs.replace(ins[k], args=[len(p.values), *ins[k].args[1:]])
-    data = P.NativeProgram(msgspec.structs.replace(p, values=[*p.values, P.IntList([1, 2])], instructions=ins),
-                           native.segment).encode()
+    data = edited(native, values=[*p.values, P.IntList([1, 2])], instructions=ins)
     with pytest.raises(NativeRuntimeError, match=rf"instruction {k} \(aten::cat.default.*argument 0 \('tensors'\) "
                                                  "cannot be a"):
         load(data, engine="cpp")
@@ -625,7 +625,7 @@ def test_random_argument_edits_fail_only_with_typed_errors_in_both_runtimes(n):
         pool = constants if rng.random() < 0.5 else range(len(p.values))
         args[rng.randrange(len(args))] = rng.choice(pool)
         ins[k] = msgspec.structs.replace(ins[k], args=args)
-        data = P.NativeProgram(msgspec.structs.replace(p, instructions=ins), native.segment).encode()
+        data = edited(native, instructions=ins)
         (a, kw), *_ = inputs_of(name)
         for engine in ("python", "cpp"):
             fresh = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (a, kw))

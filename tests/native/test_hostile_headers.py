@@ -15,7 +15,7 @@ import pytest
 from native import program as P
 from native.verify import decode
 from serde.errors import SerializeError
-from tests.native._native_util import emitted, int_paths, with_edge_int
+from tests.native._native_util import edited, emitted, int_paths, with_edge_int
 
 
 @pytest.mark.parametrize("case", ["mlp", "multi_output", "while_loop", "dynamic_arith"])
@@ -46,4 +46,4 @@ def test_negative_alias_positions_are_refused() -> None:
     p = native.program
     ops = [P.Operator(o.name, o.overload, [[-5]]) for o in p.operators]
     with pytest.raises(NativeFormatError, match=r"operators\[0\]\.returns_alias\[0\]: argument positions \[-5\]"):
-        decode(P.NativeProgram(msgspec.structs.replace(p, operators=ops), native.segment).encode())
+        decode(edited(native, operators=ops))

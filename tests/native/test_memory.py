@@ -26,6 +26,7 @@ from tests.native._native_util import (
     FAST,
     UNSUPPORTED,
     assert_runs_like_eager,
+    edited,
     emit_ep,
     emitted,
     exported,
@@ -169,7 +170,7 @@ def test_a_slot_bigger_than_its_tensor_is_refused():
     plan = msgspec.structs.replace(p.memory_plan, allocations=big,
                                    arena_size=max(p.memory_plan.arena_size, (a.offset + a.nbytes + 1 + 63) // 64 * 64))
     with pytest.raises(NativeFormatError, match=r"is more than the tensor's upper bound"):
-        decode(P.NativeProgram(msgspec.structs.replace(p, memory_plan=plan), native.segment).encode())
+        decode(edited(native, memory_plan=plan))
 
 
 def _nested_loops(rng: random.Random, lo: int, hi: int, depth: int) -> list[tuple[int, int]]:

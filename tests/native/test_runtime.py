@@ -16,6 +16,7 @@ from tests.native._native_util import (
     FAST,
     UNSUPPORTED,
     assert_runs_like_eager,
+    edited,
     emit_ep,
     emitted,
     exported,
@@ -166,8 +167,7 @@ def test_a_symbol_bound_to_a_dimension_the_input_lacks_is_refused_on_every_engin
 
     native = emitted("mlp")
     symbols = [msgspec.structs.replace(s, dim=dim) for s in native.program.symbols]
-    hostile = decode(P.NativeProgram(msgspec.structs.replace(native.program, symbols=symbols),
-                                     native.segment).encode())
+    hostile = decode(edited(native, symbols=symbols))
     x = torch.randn(3, 16)
     for arena in (False, True):
         with pytest.raises(InputMismatchError, match=msg):

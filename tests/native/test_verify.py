@@ -20,7 +20,7 @@ from native.errors import FlowTooLargeError, InputMismatchError, NativeFormatErr
 from native.runtime import Method
 from native.verify import decode
 from serde.core.limits import Limits
-from tests.native._native_util import emit_ep, emitted
+from tests.native._native_util import edited, emit_ep, emitted
 
 
 class _Flow(torch.nn.Module):
@@ -56,15 +56,10 @@ def _jumps(p: P.Program) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     return back, forward
 
 
-def _with(native: P.NativeProgram, **changes) -> bytes:
-    """The file of ``native`` with some program fields replaced."""
-    return P.NativeProgram(msgspec.structs.replace(native.program, **changes), native.segment).encode()
-
-
 def _retarget(native: P.NativeProgram, pc: int, target: int) -> bytes:
     ins = list(native.program.instructions)
     ins[pc] = P.JumpFalseCall(ins[pc].cond, target)
-    return _with(native, instructions=ins)
+    return edited(native, instructions=ins)
 
 
 def _assert_both_refuse(data: bytes, message: str) -> None:
@@ -180,7 +175,7 @@ def test_both_loaders_judge_random_edits_alike_and_what_they_accept_runs_alike(f
     refused: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     for _ in range(n):
-        data = _with(flow, instructions=_random_edit(flow.program, rng))
+        data = edited(flow, instructions=_random_edit(flow.program, rng))
         verdict = _verdict(decode, data)
         assert _verdict(cpp_engine.load, data) == verdict
         if verdict != "accepted":
@@ -212,7 +207,7 @@ def test_a_read_of_a_value_written_on_one_branch_only_is_refused(flow):
     ins[move] = P.MoveCall(ins[move].src, ins[move].src)
     reader = next(pc for pc in range(move + 1, len(ins)) if isinstance(ins[pc], P.KernelCall) and out in ins[pc].args
                   and pc > next(t for pc2, t in _jumps(p)[1] if pc2 == branch))
-    _assert_both_refuse(_with(flow, instructions=ins), rf"instructions\[{reader}\]\.args\[\d\]: value {out} may be read "
+    _assert_both_refuse(edited(flow, instructions=ins), rf"instructions\[{reader}\]\.args\[\d\]: value {out} may be read "
                                                        "before it is written or after it is freed")
 
 
@@ -226,7 +221,7 @@ def test_a_value_freed_inside_a_loop_and_read_on_its_next_iteration_is_refused(f
     n = test.args[1]
     ins = list(p.instructions)
     ins[scan_end - 1] = P.FreeCall(n)
-    _assert_both_refuse(_with(flow, instructions=ins), rf"instructions\[{scan_head}\]\.args\[1\]: value {n} may be "
+    _assert_both_refuse(edited(flow, instructions=ins), rf"instructions\[{scan_head}\]\.args\[1\]: value {n} may be "
                                                        "read before it is written or after it is freed")
 
 
@@ -234,7 +229,7 @@ def test_an_output_freed_before_the_end_is_refused(flow):
     p = flow.program
     assert not isinstance(p.instructions[-1], P.JumpFalseCall)
     ins = [*p.instructions[:-1], P.FreeCall(p.outputs[1])]
-    _assert_both_refuse(_with(flow, instructions=ins), rf"outputs\[1\]: value {p.outputs[1]} may be read before")
+    _assert_both_refuse(edited(flow, instructions=ins), rf"outputs\[1\]: value {p.outputs[1]} may be read before")
 
 
 @pytest.mark.parametrize("depth", [P.MAX_LIST_DEPTH, P.MAX_LIST_DEPTH + 1, 5_000])
@@ -249,7 +244,7 @@ def test_boxed_lists_nest_at_most_max_list_depth_in_both_loaders(depth):
     k = next(pc for pc, i in enumerate(p.instructions) if isinstance(i, P.KernelCall))
     ins = list(p.instructions)
     ins[k] = msgspec.structs.replace(ins[k], args=[len(values) - 1, *ins[k].args[1:]])
-    data = _with(native, values=values, instructions=ins)
+    data = edited(native, values=values, instructions=ins)
     if depth <= P.MAX_LIST_DEPTH:
         for load in (decode, cpp_engine.load):
             load(data)  # a list where a tensor belongs: the kernel, not the loader, refuses it
@@ -271,7 +266,7 @@ def test_a_file_with_many_jumps_over_many_values_is_refused_before_the_quadratic
     jumps = [P.JumpFalseCall(false, pc + 1) for pc in range(2_000)]
     ins = [*jumps, *(msgspec.structs.replace(i, target=i.target + len(jumps)) if isinstance(i, P.JumpFalseCall)
                      else i for i in p.instructions)]
-    data = _with(native, values=values, instructions=ins,
+    data = edited(native, values=values, instructions=ins,
                  instruction_handles=[*[-1] * len(jumps), *p.instruction_handles],
                  memory_plan=msgspec.structs.replace(p.memory_plan, arena_size=0, allocations=[]))
     message = (r"native program: instructions: the data-flow check's work \(4000 jumps and jump targets x 100\d+ "
