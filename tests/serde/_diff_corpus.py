@@ -228,6 +228,23 @@ class RngOrder(nn.Module):
         return x + a, b, c
 
 
+class RngGenerators(nn.Module):
+    """Draws from a generator the module holds, from one that forward seeds, and from the global
+    RNG, interleaved: export lifts both generators into constants, whose states runs advance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gen = torch.Generator().manual_seed(7)
+
+    def forward(self, x):
+        local = torch.Generator().manual_seed(3)
+        a = torch.rand(3, generator=self.gen)
+        b = torch.randn(3)
+        c = torch.randint(0, 100, (3,), generator=local)
+        d = torch.randn(3, generator=self.gen)
+        return x + d, b, c, a
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d: int = 8) -> None:
         super().__init__()
@@ -368,6 +385,7 @@ def pattern_cases() -> list[CorpusCase]:
                                              [(_r(7, 4),)]), train=True),
         _pattern("dropout_train", lambda: (DropoutTrain(), (_r(4, 5),), None, []), train=True),
         _pattern("rng_order", lambda: (RngOrder(), (_r(3),), None, [])),
+        _pattern("rng_generators", lambda: (RngGenerators(), (_r(3),), None, [(_r(3),)])),
         _pattern("rmsnorm_type_as", lambda: (RMSNorm(), (_r(2, 8).to(torch.bfloat16),), None, [])),
         _pattern("cond_returns_int", lambda: (CondInt(), (_r(4).abs(),), None, [(-_r(4).abs(),)])),
         _pattern("cond_returns_sizes", lambda: (CondSizes(), (_r(4).abs(),), ({0: _d},), [(-_r(6).abs(),)])),

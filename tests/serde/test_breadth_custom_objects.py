@@ -18,6 +18,7 @@ import torch
 
 import serde
 import serde.bridge.custom_objects as co
+from serde.bridge.consistency import InconsistentProgramError
 from serde.errors import (
     MalformedArtifactError,
     SerializeError,
@@ -26,6 +27,7 @@ from serde.errors import (
 )
 from serde.testing import ProgramMismatch, assert_programs_equal, assert_roundtrip
 from tests import zoo_breadth
+from tests.serde.attacks._attack_kit import nodes, rewrite_artifact
 
 HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
 needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbind test library is missing")
@@ -150,3 +152,99 @@ def _saved(ep) -> bytes:
     buf = io.BytesIO()
     serde.save(ep, buf)
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------- torch.Generator (a built-in codec)
+
+
+class _Generators(torch.nn.Module):
+    """A held generator and one that forward seeds (with an opaque object when ``scaler``), all
+    lifted into constants."""
+
+    def __init__(self, scaler: bool) -> None:
+        super().__init__()
+        self.gen = torch.Generator().manual_seed(11)
+        self.scaler = zoo_breadth.Scaler(2.0, 0.5) if scaler else None
+
+    def forward(self, x):
+        local = torch.Generator().manual_seed(5)
+        noise = torch.rand(x.shape, generator=self.gen) + torch.randn(x.shape, generator=local)
+        return (torch.ops.pt2serde_zoo.apply_scaler(self.scaler, x) if self.scaler is not None else x) + noise
+
+
+def _generator_artifact(scaler: bool = False) -> tuple[torch.export.ExportedProgram, bytes]:
+    ep = torch.export.export(_Generators(scaler), (torch.ones(3),))
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    return ep, buf.getvalue()
+
+
+def test_generators_roundtrip_with_their_state_and_advance_like_the_originals():
+    ep, data = _generator_artifact()
+    gens = [c for c in ep.constants.values() if isinstance(c, torch.Generator)]
+    assert len(gens) == 2
+    saved_states = [g.get_state() for g in gens]
+    loaded = serde.load(io.BytesIO(data))
+    torch_buf = io.BytesIO()
+    torch.export.save(ep, torch_buf)
+    torch_buf.seek(0)
+    theirs = torch.export.load(torch_buf).module()
+    ours, original = loaded.module(), ep.module()
+    x = torch.ones(3)
+    for _ in range(3):  # each run advances the lifted generators: later runs draw new numbers
+        want = original(x)
+        assert torch.equal(ours(x), want) and torch.equal(theirs(x), want)
+    assert not torch.equal(ours(x), serde.load(io.BytesIO(data)).module()(x))  # ours advanced, a fresh load did not
+    assert all(torch.equal(g.get_state(), s) for g, s in zip(
+        [c for c in serde.load(io.BytesIO(data)).constants.values() if isinstance(c, torch.Generator)],
+        saved_states, strict=True))
+
+
+def test_generator_bytes_are_its_device_and_state_as_json():
+    g = torch.Generator().manual_seed(3)
+    enc = co.encode_constants({"g": g})["g"]
+    text = bytes(enc.tolist())
+    assert text.startswith(b'{"device":"cpu","state":"')  # JSON (state in base64), not pickle
+    back = co.decode_constants({"g": enc}, {"g": "torch._C.Generator"})["g"]
+    assert back.initial_seed() == 3 and torch.equal(torch.rand(4, generator=back), torch.rand(4, generator=g))
+
+
+@pytest.mark.parametrize(("data", "error", "match"), [
+    (b"not json", MalformedArtifactError, r"constants\['g'\]: the stored torch.Generator is not valid"),
+    (b'{"device":"cpu","state":"AAAA","seed":1}', MalformedArtifactError, r"is not valid: Object contains unknown field `seed`"),
+    (b'{"device":"cpu","state":"AAAA"}', MalformedArtifactError, r"constants\['g'\]: .* state does not fit a cpu generator"),
+    (b'{"device":"no such device","state":""}', MalformedArtifactError, r"device 'no such device' is not a device"),
+    (b'{"device":"meta","state":""}', SerializeError, r"constants\['g'\]: the program holds a torch.Generator on meta, "
+                                                       r"which this process cannot make .*load it where"),
+], ids=["not_json", "unknown_field", "state_size", "bad_device", "unavailable_device"])
+def test_damaged_generator_bytes_are_typed_errors_naming_the_constant(data, error, match):
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    with pytest.raises(error, match=match):
+        co.decode_constants({"g": t}, {"g": "torch._C.Generator"})
+
+
+def test_an_object_of_another_class_where_a_generator_goes_is_refused_at_load():
+    _, data = _generator_artifact(scaler=True)
+
+    def swap(p: dict) -> None:
+        (rand,) = (n for n in nodes(p).values() if n["target"] == "torch.ops.aten.rand.generator")
+        (scaler,) = (n for n in nodes(p).values() if n["target"].endswith("apply_scaler.default"))
+        generator = next(a for a in rand["inputs"] if a["name"] == "generator")
+        generator["arg"] = scaler["inputs"][0]["arg"]
+    with pytest.raises(InconsistentProgramError, match=r"argument 'generator' of .*rand\.generator has type "
+                                                       r"Optional\[Generator\], got an object of class .*Scaler"):
+        serde.load(io.BytesIO(rewrite_artifact(data, swap)))
+
+
+def test_a_call_passing_no_generator_is_still_typed_in_full():
+    _, data = _generator_artifact()
+
+    def retype(p: dict) -> None:
+        (rand,) = (n for n in nodes(p).values() if n["target"] == "torch.ops.aten.rand.generator")
+        for a in rand["inputs"]:
+            if a["name"] == "generator":
+                a["arg"] = {"as_none": True}
+            if a["name"] == "size":
+                a["arg"] = {"as_string": "three"}
+    with pytest.raises(InconsistentProgramError, match=r"the arguments do not fit torch.ops.aten.rand.generator"):
+        serde.load(io.BytesIO(rewrite_artifact(data, retype)))

@@ -207,8 +207,10 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         kwvals = {k: _wrapped(tensor_params[index[k]], v) for k, v in kw_vals.items()}
     else:
         vals, kwvals = list(arg_vals), kw_vals
-    if facts.class_params and (any(i in facts.class_params for i in range(len(vals)))
-                               or any(index[k] in facts.class_params for k in kwvals)):
+    # (only when one is passed: a None there, as most random ops pass for their generator, leaves
+    # the call to the matcher, which types every argument)
+    if facts.class_params and (any(v is not None for i, v in enumerate(vals) if i in facts.class_params)
+                               or any(v is not None for k, v in kwvals.items() if index[k] in facts.class_params)):
         # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
         # check that they go where the schema takes one, and leave the other types unchecked.
         bound = [(params[i], v) for i, v in enumerate(vals)] + [(params[index[k]], v) for k, v in kwvals.items()]
@@ -217,6 +219,10 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got "
                     f"{type(v).__name__}; {_FIX}")
+            if v is not None and _is_generator(p.type) != (getattr(v, "class_fqn", None) == _GENERATOR):
+                raise InconsistentProgramError(
+                    f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got an "
+                    f"object of class {getattr(v, 'class_fqn', type(v).__qualname__)}; {_FIX}")
         return
     try:
         torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
@@ -286,9 +292,20 @@ def _wrapped(tensor_param: bool, v: Any) -> Any:
 
 
 def _is_class(t: Any) -> bool:
+    """Whether a parameter takes an object that a load holds only as a stand-in (a torchbind or
+    opaque class, or a torch.Generator, which export lifts into a constant as it does those)."""
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
-    return isinstance(t, torch.ClassType)
+    return isinstance(t, (torch.ClassType, torch._C._GeneratorType))
+
+
+def _is_generator(t: Any) -> bool:
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch._C._GeneratorType)
+
+
+_GENERATOR = "torch._C.Generator"  # its class name as export records it (an opaque class)
 
 
 def _is_custom_obj(v: Any) -> bool:

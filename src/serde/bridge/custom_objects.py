@@ -16,6 +16,9 @@ On save, the encoded bytes travel as a 1-D ``uint8`` tensor constant under the o
 (so they are stored, checksummed and deduplicated like any other payload); on load the signature's
 ``custom_obj`` spec says which constants to decode, and with which class's decoder. An object whose
 class has no codec fails at save time, naming the constant and the class.
+
+``torch.Generator`` (an opaque class to torch) has a built-in codec: export lifts a generator that
+``forward`` seeds or holds into a constant, and its device and state are all it is.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import torch
 
 from serde.errors import (
@@ -191,8 +195,8 @@ def decode_constants(constants: Mapping[str, Any], custom_objs: Mapping[str, str
             )
         try:
             obj = codec.decode(_tensor_bytes(t))
-        except SerializeError:
-            raise
+        except SerializeError as e:
+            raise type(e)(f"{where}: {e}") from None
         except Exception as e:
             raise SerializeError(f"{where}: the decoder registered for {fqn!r} failed: "
                                  f"{type(e).__name__}: {e}") from e
@@ -204,6 +208,49 @@ def decode_constants(constants: Mapping[str, Any], custom_objs: Mapping[str, str
             )
         out[name] = obj
     return out
+
+
+class _GeneratorState(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """What a ``torch.Generator`` is: its device and its state (which holds the seed, and on
+    devices with a counter-based generator, the offset)."""
+
+    device: str
+    state: bytes
+
+
+_GENERATOR = "torch._C.Generator"
+_generator_state_decoder = msgspec.json.Decoder(_GeneratorState)
+
+
+def _encode_generator(g: torch.Generator) -> bytes:
+    return msgspec.json.encode(_GeneratorState(device=str(g.device), state=_tensor_bytes(g.get_state())))
+
+
+def _decode_generator(data: bytes) -> torch.Generator:
+    try:
+        saved = _generator_state_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise MalformedArtifactError(f"the stored torch.Generator is not valid: {e}") from None
+    try:
+        device = torch.device(saved.device)
+    except RuntimeError:
+        raise MalformedArtifactError(f"the stored torch.Generator's device {saved.device!r} is not a device") from None
+    try:
+        g = torch.Generator(device)
+    except RuntimeError as e:
+        raise SerializeError(
+            f"the program holds a torch.Generator on {device}, which this process cannot make "
+            f"({str(e).splitlines()[0]}); load it where that device is available") from None
+    try:
+        g.set_state(torch.frombuffer(bytearray(saved.state), dtype=torch.uint8) if saved.state
+                    else torch.empty(0, dtype=torch.uint8))
+    except RuntimeError as e:
+        raise MalformedArtifactError(
+            f"the stored torch.Generator's state does not fit a {device} generator: {str(e).splitlines()[0]}") from None
+    return g
+
+
+_CODECS[_GENERATOR] = _Codec(_encode_generator, _decode_generator)
 
 
 def _class_name(cls: str | type) -> str:

@@ -110,7 +110,14 @@ def rewrite_program(case: str, change: Callable[[dict[str, Any]], None],
     """A real saved program (the frozen 2.2 fixture ``case``) whose program.json (or another JSON
     ``member``) ``change`` edited, re-written with a fresh manifest so that the checks behind the
     checksums are reached. ``encode`` replaces the JSON encoder (to plant bytes JSON cannot express)."""
-    contents = read_archive(FIXTURES / case / "model.pt2s")
+    return rewrite_artifact((FIXTURES / case / "model.pt2s").read_bytes(), change, encode, member=member)
+
+
+def rewrite_artifact(data: bytes, change: Callable[[dict[str, Any]], None],
+                     encode: Callable[[dict[str, Any]], bytes] | None = None, *,
+                     member: str = "program.json") -> bytes:
+    """:func:`rewrite_program` of the artifact ``data``."""
+    contents = read_archive(data)
     members = {n: bytes(contents.member(n)) for n in contents.names if n != "manifest.json"}
     doc = json.loads(members[member])
     change(doc)
