@@ -636,29 +636,52 @@ def _compare_outputs(a: ExportedProgram, b: ExportedProgram, inputs: Any, rtol: 
         # A joint forward-backward graph returns loss and gradients too, which .module() cannot
         # unflatten: call the graph itself on the flat inputs (parameters and buffers first).
         with torch.no_grad():
-            oa = a.graph_module(*a._graph_module_flat_inputs(*copy.deepcopy((args, kwargs))))
-            ob = b.graph_module(*b._graph_module_flat_inputs(*copy.deepcopy((args, kwargs))))
+            oa, ob = _same_draws(
+                lambda: a.graph_module(*a._graph_module_flat_inputs(*copy.deepcopy((args, kwargs)))),
+                lambda: b.graph_module(*b._graph_module_flat_inputs(*copy.deepcopy((args, kwargs)))))
         _assert_close(oa, ob, "outputs of the joint graph", rtol, atol)
         return
     ma, mb = _fresh_module(a), _fresh_module(b)
     ia = copy.deepcopy((args, kwargs))
     ib = copy.deepcopy((args, kwargs))
     with torch.no_grad():
-        oa = ma(*ia[0], **ia[1])
-        ob = mb(*ib[0], **ib[1])
+        oa, ob = _same_draws(lambda: ma(*ia[0], **ia[1]), lambda: mb(*ib[0], **ib[1]))
     _assert_close(oa, ob, "outputs", rtol, atol)
     _assert_close(ia, ib, "inputs after the call (user input mutation)", rtol, atol)
     _assert_close(dict(ma.named_buffers()), dict(mb.named_buffers()), "buffers after the call", rtol, atol)
 
 
-def _fresh_module(ep: ExportedProgram) -> torch.nn.Module:
-    """``ep.module()`` with its own copies of parameters and buffers.
+def _same_draws(*runs: Any) -> list[Any]:
+    """The results of ``runs``, each started from the caller's global RNG state (CPU, and CUDA's
+    once initialized), which is left as it was: random ops then draw the same numbers in each
+    program, so a program that draws compares equal to its round trip."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
+        cpu_state = torch.get_rng_state()
+        cuda_states = torch.cuda.get_rng_state_all() if cuda else None
+        out = []
+        for run in runs:
+            torch.set_rng_state(cpu_state)
+            if cuda_states is not None:
+                torch.cuda.set_rng_state_all(cuda_states)
+            out.append(run())
+    return out
 
-    ``module()`` shares tensors with ``ep.state_dict``; running it would otherwise mutate the
-    programs under comparison (buffer mutation) and change what a later save writes.
+
+def _fresh_module(ep: ExportedProgram) -> torch.nn.Module:
+    """``ep.module()`` with its own copies of parameters, buffers and generators.
+
+    ``module()`` shares tensors and lifted generators with ``ep``; running it would otherwise
+    mutate the programs under comparison (buffer mutation, a generator's state) and change what a
+    later save writes.
     """
     m = ep.module()
     for mod in m.modules():
+        for k, v in list(vars(mod).items()):
+            if isinstance(v, torch.Generator):
+                g = torch.Generator(v.device)
+                g.set_state(v.get_state())
+                setattr(mod, k, g)
         for k, t in list(mod._buffers.items()):
             if t is not None:
                 mod._buffers[k] = t.clone()
