@@ -5,6 +5,7 @@ could not have is refused before pytree or torch meets it."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 import json
 
@@ -15,7 +16,7 @@ import torch.utils._pytree as pytree
 import serde
 from serde.bridge.treespec import deserialize_treespec, serialize_treespec
 from serde.core import schema
-from serde.errors import MalformedArtifactError
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 
 def _return_types() -> list[type]:
@@ -138,3 +139,42 @@ def _container(kind: str, context) -> schema.TreeSpec:
 def test_a_container_context_it_could_not_have_is_refused(kind, context, match):
     with pytest.raises(MalformedArtifactError, match=r"in_spec\.children\[0\]\.context: expected .*" + match):
         deserialize_treespec(schema.TreeSpec(type="tuple", children=[_container(kind, context)]), "in_spec")
+
+
+@dataclasses.dataclass
+class _Unnamed:
+    a: torch.Tensor
+
+
+@dataclasses.dataclass
+class _Named:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+torch.export.register_dataclass(_Unnamed)  # as the docs show it: torch records no serialized name
+torch.export.register_dataclass(_Named, serialized_type_name="tests.serde.test_treespec._Named")
+
+
+class _TakesDataclass(torch.nn.Module):
+    def forward(self, d):
+        return d.a * 2 + (d.b if hasattr(d, "b") else 0)
+
+
+def test_a_dataclass_registered_without_a_name_is_refused_with_the_call_that_names_it():
+    ep = torch.export.export(_TakesDataclass(), (_Unnamed(torch.ones(2)),))
+    with pytest.raises(UnsupportedConstructError) as e:
+        serde.save(ep, io.BytesIO())
+    assert ("in_spec.children[0].children[0]: pytree type tests.serde.test_treespec._Unnamed has no serialized name"
+            in str(e.value))
+    assert "register_dataclass(_Unnamed, serialized_type_name='tests.serde.test_treespec._Unnamed')" in str(e.value)
+
+
+def test_a_dataclass_registered_with_a_name_round_trips():
+    ep = torch.export.export(_TakesDataclass(), (_Named(torch.ones(2), torch.full((2,), 3.0)),))
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    buf.seek(0)
+    loaded = serde.load(buf)
+    x = _Named(torch.arange(2.0), torch.ones(2))
+    assert torch.equal(loaded.module()(x), ep.module()(x))

@@ -111,9 +111,11 @@ def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema
     serialized = getattr(node_def, "serialized_type_name", None)
     if node_def is None or serialized in (None, pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
         raise UnsupportedConstructError(
-            f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name; "
-            "register it with torch.export.register_dataclass(...) or "
-            "torch.utils._pytree.register_pytree_node(..., serialized_type_name=...)"
+            f"{where}: pytree type {typ.__module__}.{typ.__qualname__} has no serialized name; give it "
+            f"one where it is registered: torch.export.register_dataclass({typ.__qualname__}, "
+            f"serialized_type_name={typ.__module__ + '.' + typ.__qualname__!r}) (a plain "
+            "register_dataclass(cls) gives none) or torch.utils._pytree.register_pytree_node(..., "
+            "serialized_type_name=...)"
         )
     if node_def.to_dumpable_context is not None:
         context = node_def.to_dumpable_context(ctx)
