@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import io
 
+import msgspec
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import serde
 import serde.bridge.custom_objects as co
@@ -221,6 +224,25 @@ def test_damaged_generator_bytes_are_typed_errors_naming_the_constant(data, erro
     t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     with pytest.raises(error, match=match):
         co.decode_constants({"g": t}, {"g": "torch._C.Generator"})
+
+
+_GOOD_STATE = bytes(torch.Generator().manual_seed(1).get_state().tolist())
+
+
+@given(device=st.one_of(st.sampled_from(["cpu", "cpu:0", "cpu:-1", "cuda", "meta", "mps", "cpu:99999999999999999999"]),
+                        st.text(max_size=12), st.integers(), st.none()),
+       state=st.one_of(st.binary(max_size=64), st.just(_GOOD_STATE),
+                       st.builds(lambda k, b: _GOOD_STATE[:k] + b, st.integers(0, len(_GOOD_STATE)), st.binary(max_size=8))),
+       junk=st.binary(max_size=40), raw=st.booleans())
+def test_any_generator_bytes_load_or_fail_with_a_serialize_error(device, state, junk, raw):
+    data = junk if raw else msgspec.json.encode({"device": device, "state": state})
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    try:
+        g = co.decode_constants({"g": t}, {"g": "torch._C.Generator"})["g"]
+    except SerializeError as e:
+        assert "constants['g']: " in str(e)
+    else:
+        torch.rand(2, generator=g)
 
 
 def test_an_object_of_another_class_where_a_generator_goes_is_refused_at_load():
