@@ -258,15 +258,21 @@ def test_an_object_of_another_class_where_a_generator_goes_is_refused_at_load():
         serde.load(io.BytesIO(rewrite_artifact(data, swap)))
 
 
-def test_a_call_passing_no_generator_is_still_typed_in_full():
+@pytest.mark.parametrize("generator", [True, False], ids=["with_generator", "generator_none"])
+@pytest.mark.parametrize("size", [{"as_string": "three"}, {"as_floats": [3.0]}], ids=["string", "floats"])
+def test_a_call_with_or_without_its_generator_is_still_typed_in_full(generator, size):
     _, data = _generator_artifact()
 
     def retype(p: dict) -> None:
         (rand,) = (n for n in nodes(p).values() if n["target"] == "torch.ops.aten.rand.generator")
         for a in rand["inputs"]:
-            if a["name"] == "generator":
+            if a["name"] == "generator" and not generator:
                 a["arg"] = {"as_none": True}
             if a["name"] == "size":
-                a["arg"] = {"as_string": "three"}
-    with pytest.raises(InconsistentProgramError, match=r"the arguments do not fit torch.ops.aten.rand.generator"):
-        serde.load(io.BytesIO(rewrite_artifact(data, retype)))
+                a["arg"] = size
+    for _ in range(2):  # and once the intact call's shape was accepted
+        with pytest.raises(InconsistentProgramError,
+                           match=r"inputs\[0\]: the arguments do not fit torch.ops.aten.rand.generator"):
+            serde.load(io.BytesIO(rewrite_artifact(data, retype)))
+        serde.load(io.BytesIO(data))
+

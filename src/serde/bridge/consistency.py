@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.export.graph_signature import CustomObjArgument
 
 from serde.core import schema
 from serde.core.limits import DEFAULT_LIMITS
@@ -90,8 +91,8 @@ class _OpFacts:
     """What the binding check needs of an operator's schema, read once per operator (torch builds
     new Python objects for ``_schema.arguments`` on every access)."""
 
-    __slots__ = ("params", "positional", "index", "required", "class_params", "tensor_params", "may_wrap",
-                 "outputs")
+    __slots__ = ("params", "positional", "index", "required", "class_params", "object_required", "tensor_params",
+                 "may_wrap", "outputs")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         params = op._schema.arguments
@@ -100,6 +101,7 @@ class _OpFacts:
         self.index = {a.name: i for i, a in enumerate(params)}
         self.required = tuple((i, a.name) for i, a in enumerate(params) if not a.has_default_value())
         self.class_params = frozenset(i for i, a in enumerate(params) if _is_class(a.type))
+        self.object_required = any(not isinstance(params[i].type, torch.OptionalType) for i in self.class_params)
         self.tensor_params = tuple(_is_tensor_type(a.type) for a in params)
         # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
         self.may_wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
@@ -207,12 +209,15 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         kwvals = {k: _wrapped(tensor_params[index[k]], v) for k, v in kw_vals.items()}
     else:
         vals, kwvals = list(arg_vals), kw_vals
-    # (only when one is passed: a None there, as most random ops pass for their generator, leaves
-    # the call to the matcher, which types every argument)
-    if facts.class_params and (any(v is not None for i, v in enumerate(vals) if i in facts.class_params)
-                               or any(v is not None for k, v in kwvals.items() if index[k] in facts.class_params)):
+    class_params = facts.class_params
+    if class_params and (any(v is not None for i, v in enumerate(vals) if i in class_params)
+                         or any(v is not None for k, v in kwvals.items() if index[k] in class_params)):
         # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
-        # check that they go where the schema takes one, and leave the other types unchecked.
+        # check here that each goes where the schema takes one of its kind, then let the matcher
+        # type the rest of the call with None in their place. That needs the parameters to be
+        # optional, as a generator always is; where an object is required (torchbind and opaque
+        # ops), the rest of the call is left unchecked: the objects' fakes, which the matcher
+        # would take, are only made once the graph has been read.
         bound = [(params[i], v) for i, v in enumerate(vals)] + [(params[index[k]], v) for k, v in kwvals.items()]
         for j, (p, v) in enumerate(bound):
             if _is_class(p.type) != _is_custom_obj(v) and not (v is None and isinstance(p.type, torch.OptionalType)):
@@ -223,7 +228,10 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got an "
                     f"object of class {getattr(v, 'class_fqn', type(v).__qualname__)}; {_FIX}")
-        return
+        if facts.object_required:
+            return
+        vals = [None if i in class_params else v for i, v in enumerate(vals)]
+        kwvals = {k: None if index[k] in class_params else v for k, v in kwvals.items()}
     try:
         torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
     except (RuntimeError, OverflowError, ValueError) as e:  # Overflow*: an int argument beyond int64
@@ -264,6 +272,8 @@ def _arg_kind(v: Any) -> Any:
         return _UNKEYED if _UNKEYED in kinds else (t, kinds)
     if t in _BY_VALUE:
         return t, v
+    if t is CustomObjArgument:  # (what _check_op's object checks read of it: its class)
+        return t, v.class_fqn
     return _UNKEYED
 
 
@@ -309,8 +319,6 @@ _GENERATOR = "torch._C.Generator"  # its class name as export records it (an opa
 
 
 def _is_custom_obj(v: Any) -> bool:
-    from torch.export.graph_signature import CustomObjArgument
-
     return isinstance(v, (torch.ScriptObject, CustomObjArgument)) or hasattr(v, "__obj_flatten__")
 
 

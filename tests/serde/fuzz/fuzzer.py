@@ -2,7 +2,8 @@
 
 Seeds are the frozen fixtures of 2.2 and of the current schema version (real exported programs with
 example inputs; the current ones also carry what later versions added: input guards, named results,
-xxh3 digests). Each case is made
+xxh3 digests), and the fuzzer's own seeds in ``seeds/`` (``make_seeds.py``: custom objects, which no
+fixture holds). Each case is made
 by one strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
 
 * ``program`` / ``weights`` / ``manifest``: structure-aware edits of the decoded JSON (ints to
@@ -78,7 +79,8 @@ from serde.core.version import SCHEMA_VERSION  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 from tests.serde.attacks._attack_kit import raw_zip  # noqa: E402
 
-SEED_DIRS = (ROOT / "fixtures" / "v2.2", ROOT / "fixtures" / "v{}.{}".format(*SCHEMA_VERSION))
+SEED_DIRS = (ROOT / "fixtures" / "v2.2", ROOT / "fixtures" / "v{}.{}".format(*SCHEMA_VERSION),
+             HERE / "seeds")
 
 # Asserted to be zero. run_inconsistent is reported, not asserted: a program the loader's
 # consistency checks let through that torch then fails to run; the campaign report lists each kind.
