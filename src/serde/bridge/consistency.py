@@ -40,6 +40,7 @@ from serde.core.limits import DEFAULT_LIMITS
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError
 
+from .custom_objects import GENERATOR_CLASS
 from .operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 
 __all__ = ["InconsistentProgramError", "check_call", "check_op_outputs", "check_vmap_nesting", "number_kind",
@@ -224,7 +225,7 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got "
                     f"{type(v).__name__}; {_FIX}")
-            if v is not None and _is_generator(p.type) != (getattr(v, "class_fqn", None) == _GENERATOR):
+            if v is not None and _is_generator(p.type) != (getattr(v, "class_fqn", None) == GENERATOR_CLASS):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got an "
                     f"object of class {getattr(v, 'class_fqn', type(v).__qualname__)}; {_FIX}")
@@ -313,9 +314,6 @@ def _is_generator(t: Any) -> bool:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
     return isinstance(t, torch._C._GeneratorType)
-
-
-_GENERATOR = "torch._C.Generator"  # its class name as export records it (an opaque class)
 
 
 def _is_custom_obj(v: Any) -> bool:

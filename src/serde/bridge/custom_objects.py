@@ -48,6 +48,7 @@ __all__ = [
     "encode_constants",
     "decode_constants",
     "UnknownCustomObjectError",
+    "GENERATOR_CLASS",
 ]
 
 
@@ -218,7 +219,8 @@ class _GeneratorState(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     state: bytes
 
 
-_GENERATOR = "torch._C.Generator"
+#: the class name export records for a lifted torch.Generator (an opaque class to torch)
+GENERATOR_CLASS = "torch._C.Generator"
 _generator_state_decoder = msgspec.json.Decoder(_GeneratorState)
 
 
@@ -250,7 +252,7 @@ def _decode_generator(data: bytes) -> torch.Generator:
     return g
 
 
-_CODECS[_GENERATOR] = _Codec(_encode_generator, _decode_generator)
+_CODECS[GENERATOR_CLASS] = _Codec(_encode_generator, _decode_generator)
 
 
 def _class_name(cls: str | type) -> str:
