@@ -2,7 +2,8 @@
 
 Extends :mod:`serde.testing.strategies` (whose pure ``OPS`` it reuses) with the hard cases for a loader:
 in-place updates of buffers, of user inputs and of views of both, reads interleaved with those
-writes, random draws (``rand``/``randn``/``bernoulli``/dropout in train mode), and a second input
+writes, random draws (``rand``/``randn``/``bernoulli``/dropout in train mode, and draws from a
+``torch.Generator`` the module holds), and a second input
 whose size is derived from the first (``d + 1`` or ``2 * d``) so the program carries a relation
 across inputs. A :class:`StatefulSpec` is plain data that hypothesis shrinks; :func:`export_stateful`
 exports it for real (non-strict).
@@ -25,7 +26,12 @@ from serde.testing.strategies import OPS
 PURE = tuple(sorted(set(OPS) - {"linear", "to_double"}))
 
 
-def _rng(kind: str, v: torch.Tensor) -> torch.Tensor:
+def _rng(kind: str, v: torch.Tensor, gen: torch.Generator, features: int) -> torch.Tensor:
+    # (a generator's draws take concrete sizes: torch cannot export rand.generator of a symbolic batch)
+    if kind == "gen_rand":
+        return v + torch.rand(features, generator=gen)
+    if kind == "gen_randn":
+        return v * torch.randn(features, generator=gen)
     if kind == "rand":
         return v + torch.rand_like(v)
     if kind == "randn":
@@ -47,8 +53,9 @@ EFFECTS = {
     "value_add_": 1,      # v.add_(k): in place on any earlier value (user inputs and views included)
     "value_col_mul_": 1,  # v[..., 0].mul_(2): in place through a view of any earlier value
     "rand": 1, "randn": 1, "bernoulli": 1, "dropout": 1,
+    "gen_rand": 1, "gen_randn": 1,  # from a generator the module holds (export lifts it into a constant)
 }
-RNG = frozenset({"rand", "randn", "bernoulli", "dropout"})
+RNG = frozenset({"rand", "randn", "bernoulli", "dropout", "gen_rand", "gen_randn"})
 WRITES_STATE = frozenset({"buf_add_", "buf_view_mul_", "buf_copy_", "state_row_add_", "cache_index_copy_"})
 WRITES_VALUE = frozenset({"value_add_", "value_col_mul_"})
 
@@ -94,6 +101,7 @@ class StatefulProgram(torch.nn.Module):
         self.register_buffer("buf", torch.randn(f, generator=g))
         self.register_buffer("state", torch.randn(2, f, generator=g))
         self.register_buffer("cache", torch.zeros(8, f))
+        self.gen = torch.Generator().manual_seed(spec.seed + 1)
 
     def forward(self, x, y):
         if self.spec.derived == "plus1":
@@ -108,7 +116,7 @@ class StatefulProgram(torch.nn.Module):
 
     def _step(self, op: str, args: list, k: int) -> torch.Tensor:
         if op in RNG:
-            return _rng(op, args[0])
+            return _rng(op, args[0], self.gen, self.spec.features)
         if op not in EFFECTS:
             return OPS[op][1](self, *args, k)
         v = args[0] if args else None

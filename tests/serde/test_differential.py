@@ -278,6 +278,11 @@ _GENERATED = 500 if _PROFILE_EXAMPLES >= 200 else 5
 @example(StatefulSpec(batch=3, features=2, dynamic=False, derived="same",
                       steps=(("buf_view_mul_", (), 0), ("bernoulli", (0,), 0), ("size_arith", (2,), 0)),
                       outputs=(4,), seed=0))
+# Draws from a held generator between global draws and a buffer write, on a dynamic batch.
+@example(StatefulSpec(batch=3, features=2, dynamic=True, derived="plus1",
+                      steps=(("gen_rand", (0,), 0), ("randn", (2,), 0), ("buf_add_", (3,), 0),
+                             ("gen_randn", (1,), 0)),
+                      outputs=(5, 2), seed=0))
 def test_generated_programs_behave_like_exported(spec):
     ep, runs = export_stateful(spec)
     res = differential(ep, runs, name=repr(spec), max_variants=8)

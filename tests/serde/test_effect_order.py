@@ -217,7 +217,7 @@ _STATEMENTS = st.one_of(
     st.tuples(st.just("mul_"), st.sampled_from(_PLACES), st.sampled_from([2.0, -0.5])),
     st.tuples(st.just("copy_"), st.sampled_from(("buf", "x")), st.just(0.0)),
     st.tuples(st.just("foreach"), st.just("buf"), st.just(0.5)),
-    st.tuples(st.just("rand"), st.sampled_from(("rand", "randn", "bernoulli")), st.just(0.0)),
+    st.tuples(st.just("rand"), st.sampled_from(("rand", "randn", "bernoulli", "gen_rand", "gen_randn")), st.just(0.0)),
 )
 
 
@@ -226,6 +226,7 @@ class _Random(torch.nn.Module):
         super().__init__()
         self.statements = statements
         self.register_buffer("buf", torch.arange(4.0))
+        self.gen = torch.Generator().manual_seed(5)  # lifted into a constant; its draws are ordered too
 
     def forward(self, x):
         acc = x * 0
@@ -242,6 +243,8 @@ class _Random(torch.nn.Module):
                 torch._foreach_mul_([self.buf, x], c)
             elif what == "bernoulli":
                 acc = acc + torch.bernoulli(torch.full((4,), 0.5))
+            elif what.startswith("gen_"):
+                acc = acc + getattr(torch, what[4:])(4, generator=self.gen)
             else:
                 acc = acc + getattr(torch, what)(4)
         return acc, self.buf * 1
