@@ -276,3 +276,19 @@ def test_a_call_with_or_without_its_generator_is_still_typed_in_full(generator, 
             serde.load(io.BytesIO(rewrite_artifact(data, retype)))
         serde.load(io.BytesIO(data))
 
+
+
+@needs_torchbind
+def test_the_rest_of_a_call_that_requires_a_torchbind_object_is_typed(breadth_program):
+    # takes_foo(Foo foo, Tensor x): the matcher is given the object's fake for the required foo.
+    buf = io.BytesIO()
+    serde.save(breadth_program("torchbind"), buf)
+    data = buf.getvalue()
+
+    def retype(p: dict) -> None:
+        (call,) = (n for n in nodes(p).values() if n["target"].endswith("takes_foo.default"))
+        call["inputs"][1]["arg"] = {"as_string": "not a tensor"}
+    for _ in range(2):  # and once the intact call's shape was accepted
+        with pytest.raises(InconsistentProgramError, match=r"inputs\[1\]: the arguments do not fit .*takes_foo"):
+            serde.load(io.BytesIO(rewrite_artifact(data, retype)))
+        serde.load(io.BytesIO(data))

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._library.fake_class_registry import FakeScriptObject
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export.graph_signature import CustomObjArgument
 
@@ -92,8 +93,8 @@ class _OpFacts:
     """What the binding check needs of an operator's schema, read once per operator (torch builds
     new Python objects for ``_schema.arguments`` on every access)."""
 
-    __slots__ = ("params", "positional", "index", "required", "class_params", "object_required", "tensor_params",
-                 "may_wrap", "outputs")
+    __slots__ = ("params", "positional", "index", "required", "class_params", "tensor_params", "may_wrap",
+                 "outputs")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         params = op._schema.arguments
@@ -102,7 +103,6 @@ class _OpFacts:
         self.index = {a.name: i for i, a in enumerate(params)}
         self.required = tuple((i, a.name) for i, a in enumerate(params) if not a.has_default_value())
         self.class_params = frozenset(i for i, a in enumerate(params) if _is_class(a.type))
-        self.object_required = any(not isinstance(params[i].type, torch.OptionalType) for i in self.class_params)
         self.tensor_params = tuple(_is_tensor_type(a.type) for a in params)
         # The binding wraps numbers in tensors only for some ops (add, mul, ...), and only next to a tensor.
         self.may_wrap = op.namespace in ("aten", "prims") and torch._C._should_allow_numbers_as_tensors(op._opname)
@@ -215,10 +215,10 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                          or any(v is not None for k, v in kwvals.items() if index[k] in class_params)):
         # Custom objects are stand-ins at load time, which the dispatcher's matcher cannot type:
         # check here that each goes where the schema takes one of its kind, then let the matcher
-        # type the rest of the call with None in their place. That needs the parameters to be
-        # optional, as a generator always is; where an object is required (torchbind and opaque
-        # ops), the rest of the call is left unchecked: the objects' fakes, which the matcher
-        # would take, are only made once the graph has been read.
+        # type the rest of the call with None in their place where the parameter is optional (a
+        # generator always is), and with the object's fake where it is required (a torchbind
+        # class's). An object without a fake (no fake class registered, or one handed to a
+        # subgraph) leaves the rest of its call unchecked.
         bound = [(params[i], v) for i, v in enumerate(vals)] + [(params[index[k]], v) for k, v in kwvals.items()]
         for j, (p, v) in enumerate(bound):
             if _is_class(p.type) != _is_custom_obj(v) and not (v is None and isinstance(p.type, torch.OptionalType)):
@@ -229,10 +229,11 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {p.name!r} of {node.target} has type {p.type}, got an "
                     f"object of class {getattr(v, 'class_fqn', type(v).__qualname__)}; {_FIX}")
-        if facts.object_required:
+        vals = [_object_for_matcher(params[i], v) if i in class_params else v for i, v in enumerate(vals)]
+        kwvals = {k: _object_for_matcher(params[index[k]], v) if index[k] in class_params else v
+                  for k, v in kwvals.items()}
+        if any(v is _NO_FAKE for v in (*vals, *kwvals.values())):
             return
-        vals = [None if i in class_params else v for i, v in enumerate(vals)]
-        kwvals = {k: None if index[k] in class_params else v for k, v in kwvals.items()}
     try:
         torch._C._check_schema_allow_fake_script_object(fs, *vals, **kwvals)
     except (RuntimeError, OverflowError, ValueError) as e:  # Overflow*: an int argument beyond int64
@@ -308,6 +309,18 @@ def _is_class(t: Any) -> bool:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
     return isinstance(t, (torch.ClassType, torch._C._GeneratorType))
+
+
+_NO_FAKE = object()
+
+
+def _object_for_matcher(p: Any, v: Any) -> Any:
+    """What the matcher is given for the object (or None) ``v`` passed to parameter ``p``: None for
+    an optional parameter, else the object's fake (``_NO_FAKE`` when it has none)."""
+    if v is None or isinstance(p.type, torch.OptionalType):
+        return None
+    fake = getattr(v, "fake_val", None)
+    return fake if isinstance(fake, FakeScriptObject) else _NO_FAKE
 
 
 def _is_generator(t: Any) -> bool:

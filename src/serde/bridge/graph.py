@@ -480,9 +480,11 @@ def _bind_unbacked(graph: torch.fx.Graph, root: torch.nn.Module, ctx: SymbolicCo
 class GraphReader:
     """Rebuilds one FX graph (and its subgraphs) from ``schema.Graph``."""
 
-    def __init__(self, ctx: SymbolicContext, where: str = "graph") -> None:
+    def __init__(self, ctx: SymbolicContext, where: str = "graph", object_fakes: dict[str, Any] | None = None) -> None:
         self.ctx = ctx
         self.where = where
+        # custom-object input name -> its fake object (top-level graph; None when it has none)
+        self.object_fakes = object_fakes or {}
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         self.values: dict[str, torch.fx.Node] = {}
@@ -549,7 +551,7 @@ class GraphReader:
             return self.ctx.sym_float(m, f"{self.where}.sym_float_values[{name!r}]")
         from torch.export.graph_signature import CustomObjArgument
 
-        return CustomObjArgument(name=name, class_fqn=m.class_fqn)
+        return CustomObjArgument(name=name, class_fqn=m.class_fqn, fake_val=self.object_fakes.get(name))
 
     def _output_name(self, a: schema.Argument, where: str, k: str | None = None) -> str:
         """The name of output ``a`` (whose union member is ``k``, when the caller knows it)."""

@@ -94,7 +94,14 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     gm_s = p.graph_module
     ctx = SymbolicContext(p.range_constraints)
     check_signature(gm_s.graph, gm_s.signature)
-    reader = GraphReader(ctx)
+    # Custom objects are decoded before the graph is read, so that their placeholders carry the
+    # fake objects export records: the consistency check of a call that requires one hands its
+    # fake to the dispatcher's matcher, which then types the rest of the call.
+    specs = [s.custom_obj for s in gm_s.signature.input_specs if s.custom_obj is not None]
+    if specs:
+        constants = decode_constants(constants, {s.custom_obj_name: s.arg.class_fqn for s in specs})
+    reader = GraphReader(ctx, object_fakes={s.arg.name: _fake_object(ctx, constants[s.custom_obj_name])
+                                            for s in specs})
     graph = reader.read(
         gm_s.graph,
         constant_input_names=constant_input_names(gm_s.signature),
@@ -108,10 +115,6 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
             raise MalformedArtifactError(f"program.verifiers: unknown dialect {d!r}; known: {sorted(_VERIFIERS)}")
         verifiers.append(v)
     params = {s.target for s in signature.input_specs if s.kind.name == "PARAMETER"}
-    custom_objs = {s.target: s.arg.class_fqn for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
-    if custom_objs:
-        constants = decode_constants(constants, custom_objs)
-        _fake_custom_objects(graph, signature, constants, ctx)
     check_weights_fit_graph(graph, signature.input_specs, state_dict, constants)
     module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
     check_module_call_graph(module_call_graph, gm_s.signature)
@@ -280,19 +283,15 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
     return codes
 
 
-def _fake_custom_objects(graph: torch.fx.Graph, signature: Any, constants: dict[str, Any],
-                         ctx: SymbolicContext) -> None:
-    """Give custom-object inputs the fake object export records (retracing, e.g. run_decompositions, uses it)."""
+def _fake_object(ctx: SymbolicContext, obj: Any) -> Any:
+    """The fake of a custom object, as export records it (retracing, e.g. run_decompositions, uses
+    it), or None when its class has no fake registered: the program still runs then."""
     from torch._library.fake_class_registry import maybe_to_fake_obj
 
-    targets = {s.arg.name: s.target for s in signature.input_specs if s.kind.name == "CUSTOM_OBJ"}
-    for node in graph.nodes:
-        if node.op != "placeholder" or node.name not in targets:
-            continue
-        try:
-            node.meta["val"].fake_val = maybe_to_fake_obj(ctx.fake_mode, constants[targets[node.name]])
-        except Exception:  # no fake class registered: the program still runs; retracing needs one
-            pass
+    try:
+        return maybe_to_fake_obj(ctx.fake_mode, obj)
+    except Exception:
+        return None
 
 
 def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dict[str, torch.Tensor]:
