@@ -133,6 +133,7 @@ bool truthy(const IValue& v) {
 
 Method::Method(Loaded loaded, Options opts) : lp_(std::move(loaded)), opts_(opts) {
   const Program& p = lp_.program;
+  check_kinds(p, "native program");
   // One 64-byte aligned, writable copy of the segment (CPU allocations are aligned).
   segment_ = at::empty({int64_t(lp_.segment_length)}, at::TensorOptions().dtype(at::kByte));
   if (lp_.segment_length)
@@ -291,7 +292,8 @@ void Method::prepare() {
         if (!runtime_kind(i)) {
           try {
             a.fixed = ty ? coerce(initial_[size_t(i)], *ty) : initial_[size_t(i)];
-          } catch (const std::exception& e) {  // a constant of another kind than the schema's (c10::Error too)
+          } catch (const std::exception& e) {  // the kind check refused every kind coerce cannot convert: a bug
+                                                // here stays a typed error (c10::Error too)
             fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + " (" + describe(pc) + "): argument " +
                                          std::to_string(j) + " ('" + params[j]->name() + "') cannot be a " +
                                          initial_[size_t(i)].tagKind() + ": " + e.what());

@@ -136,6 +136,10 @@ Program decode_header(const uint8_t* data, size_t n, const std::string& what);
 void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len, const std::string& what,
                       bool verify_hashes, Limits limits);
 
+// kinds.cpp: every kernel argument's declared kind fits its operator's parameter (src/native/kinds.py).
+// Needs the dispatcher's schemas: Method runs it first, on a validated program.
+void check_kinds(const Program& p, const std::string& what);
+
 // exprs.cpp: postfix size expressions (src/native/exprs.py)
 void check_code(const std::vector<int64_t>& code, size_t n_symbols, const std::string& where);
 // Evaluates code; nullopt when an unbound (unbacked) symbol is used. Throws Error(Runtime) on

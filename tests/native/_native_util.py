@@ -109,6 +109,81 @@ def assert_same(got: Any, want: Any, where: str) -> None:
             assert type(g) is type(w) and (g == w or g != g), f"{where}[{k}]: {g!r} != {w!r}"
 
 
+def run_outcome(engine: str, data: bytes, args: tuple, kwargs: dict, **options: Any) -> tuple:
+    """How one runtime fares with a (maybe edited) file: ``("refused", message)`` when loading
+    raises NativeFormatError, ``("error", class name)`` for any other typed error, at load or while
+    running, else ``("ok", outputs, state)``. Anything else (a foreign exception) propagates."""
+    from native.errors import NativeFormatError
+    from native.runtime import load
+    from serde.errors import SerializeError
+
+    try:
+        m = load(data, engine=engine, **options)
+    except NativeFormatError as e:
+        return ("refused", str(e))
+    except SerializeError as e:
+        return ("error", type(e).__name__)
+    try:
+        out = m.run(*args, **kwargs)
+    except SerializeError as e:
+        return ("error", type(e).__name__)
+    return ("ok", out, m.state_dict())
+
+
+def same_outcome(a: tuple, b: tuple) -> bool:
+    """Equal kinds of outcome: the same refusal message, the same error class, or outputs and state
+    equal bit for bit (dtype, shape, values; NaN equals NaN)."""
+    if a[0] != b[0] or len(a) != len(b):
+        return False
+    if a[0] != "ok":
+        return a == b
+    la, sa = pytree.tree_flatten((a[1], a[2]))
+    lb, sb = pytree.tree_flatten((b[1], b[2]))
+    if sa != sb:
+        return False
+    for x, y in zip(la, lb, strict=True):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and _same_tensor(x, y)):
+                return False
+        elif type(x) is not type(y) or not (x == y or (x != x and y != y)):
+            return False
+    return True
+
+
+def _same_tensor(x: torch.Tensor, y: torch.Tensor) -> bool:
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    if x.is_floating_point() or x.is_complex():
+        return torch.equal(x.isnan(), y.isnan()) and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))
+    return torch.equal(x, y)
+
+
+def edit_outcome(data: bytes, args: tuple, kwargs: dict, **options: Any) -> tuple:
+    """Both runtimes' outcome on ``data`` (heap mode unless ``options`` say otherwise), which must be
+    the same (:func:`same_outcome`); each run gets its own copy of the inputs.
+
+    Memory a program allocates and never writes (a map's stacked output whose loop an edit shortened)
+    is filled with NaN (or the largest integer) in both runtimes, as torch does under deterministic
+    algorithms: otherwise two runs could differ by whatever the allocator handed out.
+    """
+    import torch.utils.deterministic
+
+    was, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        outs = []
+        for engine in ("python", "cpp"):
+            fresh = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
+            outs.append(run_outcome(engine, data, *fresh, max_loop_instructions=10_000, **options))
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    assert same_outcome(*outs), f"the runtimes differ: Python {outs[0][:2]}, C++ {outs[1][:2]}"
+    return outs[0]
+
+
 # Integers at the edges of the widths a header decoder may use (u8..u64, i64), for hostile headers.
 EDGE_INTS = [0, -1, 1, 2, 7, 99, 1 << 31, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63), 10_000]
 

@@ -1,0 +1,246 @@
+"""The value-kind check: every kernel argument is of a kind its operator's parameter takes.
+
+A program declares each value's kind in its ``values`` table, and a ``KernelCall`` names its
+operator; whether the two fit is decided here, from the table below and the operator's schema,
+never left to a runtime's argument conversion. The runtimes convert differently where a file
+breaks the contract: ``torch.ops`` takes an int, a tensor or even None for a ``bool`` parameter,
+the C++ runtime's boxed call refuses them, so an unchecked file could run in one runtime and fail
+in the other. Both runtimes run this check first when they load a program (``Method``), after
+:mod:`native.verify`'s structural checks, which need no torch while this one needs the process's
+operator schemas; ``native_cpp/kinds.cpp`` applies the same rules, in the same order, with the
+same messages (``NativeFormatError``).
+
+What a parameter takes, by the kind of its schema type (the parameter's own type; ``T?`` also
+takes None; ``T[]`` takes a boxed ``List`` whose items each fit ``T``, or a constant list whose
+item kind fits ``T``, or an empty constant list):
+
+==================  ================================================================
+Tensor              Tensor; a bare ``Tensor`` parameter of an operator in
+                    ``NUMBERS_AS_TENSORS`` also takes Int, Float, Bool, Complex, SymInt,
+                    SymFloat, SymBool (``aten::add.Tensor(x, 2)``)
+int, SymInt         Int, SymInt
+float, SymFloat     Float, Int, SymFloat, SymInt
+bool, SymBool       Bool, SymBool
+Scalar              Int, Float, Bool, Complex, SymInt, SymFloat, SymBool
+complex             Complex, Float, Int, SymFloat, SymInt
+str                 String
+ScalarType          ScalarType, Int (schemas give some dtype defaults as ints)
+Layout              Layout, Int
+MemoryFormat        MemoryFormat, Int (``contiguous``'s default is an int)
+Device              Device
+Any, t (type var)   anything
+anything else       nothing (Generator, Storage, classes, dicts, ...: the emitter has no
+                    value for them; ``Generator?`` takes None)
+==================  ================================================================
+
+Numbers where a tensor is expected follow ``torch.ops``: its argument parser makes a number a
+wrapped-number tensor only for the aten operators ``NUMBERS_AS_TENSORS`` names (torch's
+``should_allow_numbers_as_tensors``; a test compares the two), only for a bare ``Tensor``
+parameter (not ``Tensor?``, not list items), and refuses it everywhere else. The C++ runtime
+would wrap a number for any operator, so a number elsewhere would run there and fail in Python.
+
+The ``symbolic::`` operators (:mod:`native.prim`) take numbers (Int, Float, Bool, SymInt,
+SymFloat, SymBool): two for the binary ops and ``max``/``min``, one for the unary ones, three
+for ``ite``, and a list of numbers for ``sum``.
+
+A call may give fewer arguments than its schema has parameters when the missing ones have
+defaults (a newer torch may add such parameters), never more. A call's out= variant, when it
+has one, must be a torch operator whose other parameters take the same arguments and whose
+out= arguments match the call's outputs. Operators not registered in this process are left to
+the runtimes, which refuse them by name when they load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import program as P
+from .prim import NAMESPACE
+
+__all__ = ["check_kinds", "kind_name", "NUMBERS_AS_TENSORS"]
+
+# aten operators (by name, any overload) whose bare Tensor parameters take numbers.
+NUMBERS_AS_TENSORS = frozenset({
+    "_conj", "_to_copy", "add", "add_", "copy", "copy_", "div", "div_", "divide", "divide_", "floor_divide",
+    "floor_divide_", "mul", "mul_", "multiply", "multiply_", "sub", "sub_", "subtract", "subtract_", "to",
+    "true_divide", "true_divide_"})
+
+_NUMBERS = frozenset({P.Int, P.Float, P.Bool, P.Complex, P.SymInt, P.SymFloat, P.SymBool})
+_INTS = frozenset({P.Int, P.SymInt})
+_FLOATS = frozenset({P.Float, P.Int, P.SymFloat, P.SymInt})
+_BOOLS = frozenset({P.Bool, P.SymBool})
+# Value kinds taken by a parameter of each torch type kind (``Type.kind()``), as they are.
+_SCALARS: dict[str, frozenset[type]] = {
+    "TensorType": frozenset({P.Tensor}),
+    "IntType": _INTS, "SymIntType": _INTS,
+    "FloatType": _FLOATS, "SymFloatType": _FLOATS,
+    "BoolType": _BOOLS, "SymBoolType": _BOOLS,
+    "NumberType": _NUMBERS,
+    "ComplexType": frozenset({P.Complex, P.Float, P.Int, P.SymFloat, P.SymInt}),
+    "StringType": frozenset({P.String}),
+    "ScalarTypeType": frozenset({P.ScalarType, P.Int}),
+    "LayoutType": frozenset({P.Layout, P.Int}),
+    "MemoryFormatType": frozenset({P.MemoryFormat, P.Int}),
+    "DeviceObjType": frozenset({P.Device}),
+}
+_ANY_LIKE = frozenset({"AnyType", "VarType"})
+# A constant list is a list of items of this kind.
+_ITEM_KINDS: dict[type, type] = {P.IntList: P.Int, P.FloatList: P.Float, P.BoolList: P.Bool,
+                                 P.StringList: P.String}
+_KIND_NAMES: dict[type, str] = {t: "None" if t is P.NoneValue else t.__name__ for t in P.VALUE_TYPES}
+
+
+def kind_name(t: type) -> str:
+    """The name messages give a value kind: its class name, ``None`` for ``NoneValue``."""
+    return _KIND_NAMES[t]
+
+
+@dataclass(frozen=True)
+class _Takes:
+    """The value kinds one parameter (or list item) takes."""
+
+    kinds: frozenset[type]
+    items: _Takes | None = None  # a list type: what each item takes
+    any: bool = False
+
+
+@dataclass(frozen=True)
+class _Param:
+    name: str  # as messages show it: 'keepdim'
+    type: str  # the schema's spelling: bool, Tensor?[], SymInt[]
+    takes: _Takes
+    has_default: bool = False
+
+
+@dataclass(frozen=True)
+class _Signature:
+    params: tuple[_Param, ...]
+    n_out: int = 0  # out= arguments (not in params)
+
+
+_NUMBER = _Takes(_NUMBERS - {P.Complex})
+_PRIM_BINARY = (_Param("'a'", "number", _NUMBER), _Param("'b'", "number", _NUMBER))
+_PRIM_UNARY = (_Param("'x'", "number", _NUMBER),)
+_PRIM_SIGNATURES: dict[str, _Signature] = {
+    **{n: _Signature(_PRIM_BINARY) for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "eq", "ne",
+                                             "lt", "le", "gt", "ge", "and", "or", "lshift", "rshift", "max", "min")},
+    **{n: _Signature(_PRIM_UNARY) for n in ("neg", "pos", "abs", "floor", "ceil", "trunc", "round", "not", "float",
+                                            "int", "sqrt")},
+    "ite": _Signature((_Param("'c'", "number", _NUMBER), *_PRIM_BINARY)),
+    "sum": _Signature((_Param("'xs'", "number[]", _Takes(frozenset(), _NUMBER)),)),
+}
+
+_torch_signatures: dict[tuple[str, str], _Signature] = {}
+
+
+def check_kinds(p: P.Program, fail: Callable[[str, str], None]) -> None:
+    """Refuse the first kernel call whose arguments do not fit its operator (see the module docstring).
+
+    ``fail(where, message)`` raises; ``p``'s indices are already known to be in range.
+    """
+    sigs = [_signature(op) for op in p.operators]
+    values = p.values
+    for pc, ins in enumerate(p.instructions):
+        if type(ins) is not P.KernelCall:
+            continue
+        sig = sigs[ins.op]
+        if sig is not None:
+            _check_call(p, pc, ins, p.operators[ins.op], sig, values, fail)
+        if ins.out_op == -1:
+            continue
+        out = p.operators[ins.out_op]
+        if out.name.startswith(NAMESPACE + "::"):
+            fail(f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} is not a torch operator")
+        sig = sigs[ins.out_op]
+        if sig is None:
+            continue
+        _check_call(p, pc, ins, out, sig, values, fail)
+        if sig.n_out != len(ins.outs):
+            fail(f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has {sig.n_out} out= arguments "
+                                        f"for {len(ins.outs)} outputs")
+
+
+def _check_call(p: P.Program, pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, values: list,
+                fail: Callable[[str, str], None]) -> None:
+    params, args = sig.params, ins.args
+    if len(args) > len(params):
+        fail(f"instructions[{pc}]", f"operator {op.name}.{op.overload} takes {len(params)} arguments, the call "
+                                    f"gives {len(args)}")
+    for j, a in enumerate(args):
+        takes = params[j].takes
+        if takes.any or type(values[a]) in takes.kinds:  # the common case costs one set lookup
+            continue
+        bad = _misfit(takes, values, a)
+        if bad is None:
+            continue
+        path, w = bad
+        got = f"{a} (kind {kind_name(type(values[a]))}" + (
+            f": its {path} is value {w}, kind {kind_name(type(values[w]))})" if path else ")")
+        fail(f"instructions[{pc}].args[{j}]", f"operator {op.name}.{op.overload} parameter {params[j].name} "
+                                              f"({params[j].type}) cannot take value {got}")
+    for param in params[len(args):]:
+        if not param.has_default:
+            fail(f"instructions[{pc}]", f"operator {op.name}.{op.overload} parameter {param.name} ({param.type}) is "
+                                        "not given and has no default")
+
+
+def _misfit(takes: _Takes, values: list, v: int) -> tuple[str, int] | None:
+    """None when value ``v`` fits; else (the path of the item that does not, "" for ``v`` itself, that item)."""
+    val = values[v]
+    t = type(val)
+    if takes.any or t in takes.kinds:
+        return None
+    items = takes.items
+    if items is not None:
+        if t is P.List:
+            for i, item in enumerate(val.items):
+                bad = _misfit(items, values, item)
+                if bad is not None:
+                    path, w = bad
+                    return f"items[{i}]" + (f".{path}" if path else ""), w
+            return None
+        item_kind = _ITEM_KINDS.get(t)
+        if item_kind is not None and (not val.v or items.any or item_kind in items.kinds):
+            return None
+    return "", v
+
+
+def _signature(op: P.Operator) -> _Signature | None:
+    """The operator's parameters; None when it is not known here (the runtimes name it at load)."""
+    ns, name = op.name.split("::", 1)
+    if ns == NAMESPACE:
+        return _PRIM_SIGNATURES.get(name) if op.overload == "default" else None
+    key = (op.name, op.overload)
+    sig = _torch_signatures.get(key)
+    if sig is None:
+        try:  # the dispatcher's operators, as the C++ runtime finds them (not TorchScript-only ones)
+            schema = torch._C._dispatch_find_schema_or_throw(
+                op.name, "" if op.overload == "default" else op.overload).schema()
+        except RuntimeError:
+            return None  # not registered (yet): not cached, a library may register it later
+        wrap = ns == "aten" and name in NUMBERS_AS_TENSORS
+        sig = _torch_signatures[key] = _Signature(
+            tuple(_Param(f"'{a.name}'", a.real_type.str(), _takes(a.real_type, wrap), a.has_default_value())
+                  for a in schema.arguments if not a.is_out),
+            sum(a.is_out for a in schema.arguments))
+    return sig
+
+
+def _takes(t: Any, wrap: bool) -> _Takes:
+    """What a parameter of torch type ``t`` takes; ``wrap``: a number is taken for a bare Tensor."""
+    k = t.kind()
+    if k == "OptionalType":
+        inner = _takes(t.getElementType(), False)
+        return _Takes(inner.kinds | {P.NoneValue}, inner.items, inner.any)
+    if k == "ListType":
+        return _Takes(frozenset(), _takes(t.getElementType(), False))
+    if k in _ANY_LIKE:
+        return _Takes(frozenset(), any=True)
+    kinds = _SCALARS.get(k, frozenset())
+    if k == "TensorType" and wrap:
+        kinds |= _NUMBERS
+    return _Takes(kinds)
