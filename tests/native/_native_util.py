@@ -159,8 +159,15 @@ def _same_tensor(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def edit_outcome(data: bytes, args: tuple, kwargs: dict, **options: Any) -> tuple:
-    """Both runtimes' outcome on ``data`` (heap mode unless ``options`` say otherwise), which must be
-    the same (:func:`same_outcome`); each run gets its own copy of the inputs.
+    """Both runtimes' outcome on ``data`` (:func:`both_outcomes`), which must be the same."""
+    outs = both_outcomes(data, args, kwargs, **options)
+    assert same_outcome(*outs), f"the runtimes differ: Python {outs[0][:2]}, C++ {outs[1][:2]}"
+    return outs[0]
+
+
+def both_outcomes(data: bytes, args: tuple, kwargs: dict, **options: Any) -> list[tuple]:
+    """The Python and the C++ runtime's :func:`run_outcome` on ``data`` (heap mode unless ``options``
+    say otherwise, loops bounded); each run gets its own copy of the inputs.
 
     Memory a program allocates and never writes (a map's stacked output whose loop an edit shortened)
     is filled with NaN (or the largest integer) in both runtimes, as torch does under deterministic
@@ -180,8 +187,7 @@ def edit_outcome(data: bytes, args: tuple, kwargs: dict, **options: Any) -> tupl
     finally:
         torch.use_deterministic_algorithms(was, warn_only=warn)
         torch.utils.deterministic.fill_uninitialized_memory = fill
-    assert same_outcome(*outs), f"the runtimes differ: Python {outs[0][:2]}, C++ {outs[1][:2]}"
-    return outs[0]
+    return outs
 
 
 # Integers at the edges of the widths a header decoder may use (u8..u64, i64), for hostile headers.
