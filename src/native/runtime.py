@@ -505,8 +505,8 @@ def _resolve(op: P.Operator, i: int) -> tuple[Callable, int, tuple[str, ...]]:
         if fn is None or op.overload != "default":
             raise NativeRuntimeError(f"operators[{i}]: unknown symbolic op {op.name}.{op.overload}")
         return fn, -1, ()
-    try:
-        torch._C._get_schema(op.name, "" if op.overload == "default" else op.overload)
+    try:  # the dispatcher's operators, as the C++ runtime resolves them: not TorchScript-only ones
+        torch._C._dispatch_find_schema_or_throw(op.name, "" if op.overload == "default" else op.overload)
         overload = getattr(getattr(getattr(torch.ops, ns), name), op.overload)
     except (RuntimeError, AttributeError):
         raise NativeRuntimeError(f"operators[{i}]: operator {op.name}.{op.overload} is not registered in this "

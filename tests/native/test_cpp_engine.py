@@ -346,6 +346,22 @@ def test_other_format_versions_are_refused_by_both_engines(version):
             load(data, engine=engine)
 
 
+def test_an_operator_only_torchscript_knows_is_refused_by_both_engines():
+    # aten::add.complex is in TorchScript's operator registry, not the dispatcher's: the C++
+    # runtime cannot call it, and the Python runtime, which found it through TorchScript, ran it.
+    native = emitted("mlp")
+    p = native.program
+    c = len(p.values)
+    call = P.KernelCall(len(p.operators), [c, c], [])
+    data = edited(native, values=[*p.values, P.Complex(1.0, 2.0)], operators=[*p.operators, P.Operator("aten::add",
+                                                                                                    "complex")],
+                  instructions=[*p.instructions, call], instruction_handles=[*p.instruction_handles, -1])
+    for engine in ("python", "cpp"):
+        with pytest.raises(NativeRuntimeError, match=rf"operators\[{len(p.operators)}\]: operator aten::add.complex "
+                                                     "is not registered in this process"):
+            load(data, engine=engine)
+
+
 def test_a_damaged_file_is_refused_with_the_same_error_class():
     data = bytearray(emitted("mlp").encode())
     data[60] ^= 0xFF  # inside the header: the checksum catches it
