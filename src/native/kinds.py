@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from . import program as P
-from .prim import NAMESPACE
+from .prim import NAMESPACE, PRIM_OPS
 
 __all__ = ["check_kinds", "kind_name", "NUMBERS_AS_TENSORS"]
 
@@ -133,6 +133,8 @@ _PRIM_SIGNATURES: dict[str, _Signature] = {
     "ite": _Signature((_Param("'c'", "number", _NUMBER), *_PRIM_BINARY)),
     "sum": _Signature((_Param("'xs'", "number[]", _Takes(frozenset(), _NUMBER)),)),
 }
+
+assert set(_PRIM_SIGNATURES) == set(PRIM_OPS), "symbolic operator signatures are incomplete"
 
 _torch_signatures: dict[tuple[str, str], _Signature] = {}
 

@@ -406,3 +406,21 @@ def test_numbers_for_tensors_are_judged_alike_for_every_overload_of_the_list_and
         assert (verdicts[0] == "accepted") == (name in NUMBERS_AS_TENSORS), (s.name, s.overload_name, verdicts)
         checked += 1
     assert checked > 50, checked
+
+
+@pytest.mark.parametrize("arity", [1, 2, 3])
+def test_both_runtimes_know_the_same_symbolic_signatures(kinds, arity):
+    # Every symbolic operator called with one, two and three numbers: both runtimes take the calls
+    # of the operator's arity and refuse the others alike.
+    from native.prim import PRIM_OPS
+
+    base, pool = _with_pool(kinds)
+    one = len(kinds.program.values) + 1  # P.Int(1)
+    xs = len(kinds.program.values) + 5  # P.IntList([1])
+    accepted = 0
+    for name in sorted(PRIM_OPS):
+        args = [xs if name == "sum" else one] * arity
+        verdicts = _verdicts(_call_at_end(base, kinds.segment, P.Operator(f"symbolic::{name}", "default"), args))
+        assert verdicts[0] == verdicts[1], (name, arity, verdicts)
+        accepted += verdicts[0] == "accepted"
+    assert accepted == {1: 12, 2: 19, 3: 1}[arity]
