@@ -60,6 +60,13 @@ def _call(native: P.NativeProgram, op: str) -> int:
                 and f"{p.operators[i.op].name}.{p.operators[i.op].overload}" == op)
 
 
+def _argument(native: P.NativeProgram, op: str, param: str | int) -> tuple[int, int, list[int]]:
+    """(the call of ``op``, the position of its parameter ``param`` (a name, or a position), its arguments)."""
+    pc = _call(native, op)
+    j = param if isinstance(param, int) else [a.name for a in _params(op)].index(param)
+    return pc, j, list(native.program.instructions[pc].args)
+
+
 def _params(op: str) -> list:
     name, overload = op.split(".")
     s = torch._C._get_schema(name, "" if overload == "default" else overload)
@@ -160,10 +167,8 @@ _WRONG_SYMBOLIC = {
 @pytest.mark.parametrize("rule", list(_WRONG))
 def test_a_value_of_a_kind_its_parameter_does_not_take_is_refused_by_both_runtimes(kinds, rule):
     op, name, kind = _WRONG[rule]
-    pc = _call(kinds, op)
+    pc, j, args = _argument(kinds, op, name)
     params = _params(op)
-    j = [a.name for a in params].index(name)
-    args = list(kinds.program.instructions[pc].args)
     extra = []
     if kind is P.BoolList:  # not in the program: appended
         args[j], extra = len(kinds.program.values), [P.BoolList([True, False])]
@@ -177,8 +182,7 @@ def test_a_value_of_a_kind_its_parameter_does_not_take_is_refused_by_both_runtim
 @pytest.mark.parametrize("rule", list(_WRONG_SYMBOLIC))
 def test_a_symbolic_operand_that_is_not_a_number_is_refused_by_both_runtimes(kinds, rule):
     op, j, kind = _WRONG_SYMBOLIC[rule]
-    pc = _call(kinds, op)
-    args = list(kinds.program.instructions[pc].args)
+    pc, j, args = _argument(kinds, op, j)
     args[j] = _of_kind(kinds, kind, pc)
     _assert_both_refuse(_with_args(kinds, pc, args),
                         f"instructions[{pc}].args[{j}]: operator {op} parameter '{'ab'[j]}' (number) cannot take "
@@ -281,9 +285,7 @@ _LENIENT = {
 @pytest.mark.parametrize("rule", list(_LENIENT))
 def test_what_the_emitter_writes_loads_and_runs_alike_in_both_runtimes(kinds, rule):
     op, param, kind = _LENIENT[rule]
-    pc = _call(kinds, op)
-    j = param if isinstance(param, int) else [a.name for a in _params(op)].index(param)
-    args = list(kinds.program.instructions[pc].args)
+    pc, j, args = _argument(kinds, op, param)
     args[j] = _of_kind(kinds, kind, pc)
     data = _with_args(kinds, pc, args)
     assert _verdicts(data) == ["accepted", "accepted"]
