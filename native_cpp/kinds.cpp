@@ -172,7 +172,7 @@ struct Checker {
   const std::string& what;
 
   [[noreturn]] void bad(const std::string& where, const std::string& msg) const {
-    fail(ErrorKind::Format, what + ": " + where + ": " + msg + "; the file is damaged or was not written by pt2serde");
+    damaged(what, where, msg);
   }
 
   // Messages are built only on failure: this runs once per kernel call of the program.

@@ -101,7 +101,7 @@ struct UF {
 };
 
 [[noreturn]] void plan_error(const std::string& what, const std::string& msg) {
-  fail(ErrorKind::Format, what + ": memory_plan: " + msg + "; the file is damaged or was not written by pt2serde");
+  damaged(what, "memory_plan", msg);
 }
 }  // namespace
 

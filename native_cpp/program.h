@@ -31,6 +31,10 @@ struct Error : std::runtime_error {
 };
 
 [[noreturn]] inline void fail(ErrorKind k, const std::string& msg) { throw Error(k, msg); }
+// A file whose `where` breaks a rule of the format (native.verify.damaged in Python).
+[[noreturn]] inline void damaged(const std::string& what, const std::string& where, const std::string& msg) {
+  fail(ErrorKind::Format, what + ": " + where + ": " + msg + "; the file is damaged or was not written by pt2serde");
+}
 
 // A size, stride or offset: a constant or an expression index.
 struct Dim {

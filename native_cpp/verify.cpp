@@ -16,7 +16,7 @@ struct V {
   size_t nv;
 
   [[noreturn]] void bad(const std::string& where, const std::string& msg) const {
-    fail(ErrorKind::Format, what + ": " + where + ": " + msg + "; the file is damaged or was not written by pt2serde");
+    damaged(what, where, msg);
   }
   void value(int64_t i, const std::string& where, bool allow_discard = false) const {
     if (!((i >= 0 && uint64_t(i) < nv) || (allow_discard && i == -1)))

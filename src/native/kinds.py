@@ -52,7 +52,6 @@ the runtimes, which refuse them by name when they load.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +59,7 @@ import torch
 
 from . import program as P
 from .prim import NAMESPACE, PRIM_OPS
+from .verify import damaged
 
 __all__ = ["check_kinds", "kind_name", "NUMBERS_AS_TENSORS"]
 
@@ -139,10 +139,10 @@ assert set(_PRIM_SIGNATURES) == set(PRIM_OPS), "symbolic operator signatures are
 _torch_signatures: dict[tuple[str, str], _Signature] = {}
 
 
-def check_kinds(p: P.Program, fail: Callable[[str, str], None]) -> None:
-    """Refuse the first kernel call whose arguments do not fit its operator (see the module docstring).
-
-    ``fail(where, message)`` raises; ``p``'s indices are already known to be in range.
+def check_kinds(p: P.Program, what: str) -> None:
+    """Refuse the first kernel call whose arguments do not fit its operator (see the module docstring)
+    with a NativeFormatError that names ``what`` (the file); ``p``'s indices are already known to be
+    in range.
     """
     sigs = [_signature(op) for op in p.operators]
     values = p.values
@@ -151,27 +151,26 @@ def check_kinds(p: P.Program, fail: Callable[[str, str], None]) -> None:
             continue
         sig = sigs[ins.op]
         if sig is not None:
-            _check_call(p, pc, ins, p.operators[ins.op], sig, values, fail)
+            _check_call(pc, ins, p.operators[ins.op], sig, values, what)
         if ins.out_op == -1:
             continue
         out = p.operators[ins.out_op]
         if out.name.startswith(NAMESPACE + "::"):
-            fail(f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} is not a torch operator")
+            raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} is not a torch operator")
         sig = sigs[ins.out_op]
         if sig is None:
             continue
-        _check_call(p, pc, ins, out, sig, values, fail)
+        _check_call(pc, ins, out, sig, values, what)
         if sig.n_out != len(ins.outs):
-            fail(f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has {sig.n_out} out= arguments "
-                                        f"for {len(ins.outs)} outputs")
+            raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has "
+                                                       f"{sig.n_out} out= arguments for {len(ins.outs)} outputs")
 
 
-def _check_call(p: P.Program, pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, values: list,
-                fail: Callable[[str, str], None]) -> None:
+def _check_call(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, values: list, what: str) -> None:
     params, args = sig.params, ins.args
     if len(args) > len(params):
-        fail(f"instructions[{pc}]", f"operator {op.name}.{op.overload} takes {len(params)} arguments, the call "
-                                    f"gives {len(args)}")
+        raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} takes {len(params)} arguments, "
+                                                   f"the call gives {len(args)}")
     for j, a in enumerate(args):
         takes = params[j].takes
         if takes.any or type(values[a]) in takes.kinds:  # the common case costs one set lookup
@@ -182,12 +181,12 @@ def _check_call(p: P.Program, pc: int, ins: P.KernelCall, op: P.Operator, sig: _
         path, w = bad
         got = f"{a} (kind {kind_name(type(values[a]))}" + (
             f": its {path} is value {w}, kind {kind_name(type(values[w]))})" if path else ")")
-        fail(f"instructions[{pc}].args[{j}]", f"operator {op.name}.{op.overload} parameter {params[j].name} "
-                                              f"({params[j].type}) cannot take value {got}")
+        raise damaged(what, f"instructions[{pc}].args[{j}]", f"operator {op.name}.{op.overload} parameter "
+                                                             f"{params[j].name} ({params[j].type}) cannot take value {got}")
     for param in params[len(args):]:
         if not param.has_default:
-            fail(f"instructions[{pc}]", f"operator {op.name}.{op.overload} parameter {param.name} ({param.type}) is "
-                                        "not given and has no default")
+            raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} parameter {param.name} "
+                                                       f"({param.type}) is not given and has no default")
 
 
 def _misfit(takes: _Takes, values: list, v: int) -> tuple[str, int] | None:

@@ -99,7 +99,7 @@ class Method:
                  max_loop_instructions: int | None = DEFAULT_MAX_LOOP_INSTRUCTIONS,
                  out_min_bytes: int = OUT_MIN_BYTES) -> None:
         self.program = p = native.program
-        check_kinds(p, _refuse)
+        check_kinds(p, "native program")
         self.check = check
         self.max_loop_instructions = max_loop_instructions
         self._loop_budget = [0]  # loop instructions left in the current run (negative: no limit)
@@ -483,10 +483,6 @@ def _device(v: P.Device) -> torch.device:
     except RuntimeError as e:
         raise NativeFormatError(f"native program: device {v.kind!r}:{v.index!r} is not a torch device "
                                 f"({str(e).splitlines()[0][:120]}); the file is damaged") from None
-
-
-def _refuse(where: str, msg: str) -> None:
-    raise NativeFormatError(f"native program: {where}: {msg}; the file is damaged or was not written by pt2serde")
 
 
 def _aligned_copy(segment: bytes | memoryview) -> torch.Tensor:

@@ -25,7 +25,7 @@ from .errors import ArenaTooLargeError, FlowTooLargeError, MemoryPlanError, Nati
 from .exprs import check_code
 from .memory import verify_plan
 
-__all__ = ["decode", "read_program", "validate_program"]
+__all__ = ["damaged", "decode", "read_program", "validate_program"]
 
 _decoder = msgspec.msgpack.Decoder(P.Program)
 
@@ -93,6 +93,11 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
     v.memory_plan()
 
 
+def damaged(what: str, where: str, msg: str) -> NativeFormatError:
+    """The error for a file whose ``where`` breaks a rule of the format (``msg``)."""
+    return NativeFormatError(f"{what}: {where}: {msg}; the file is damaged or was not written by pt2serde")
+
+
 class _Validator:
     def __init__(self, p: P.Program, segment: memoryview, what: str, limits: Limits) -> None:
         self.p, self.segment, self.what, self.limits = p, segment, what, limits
@@ -103,7 +108,7 @@ class _Validator:
         self.list_depth: dict[int, int] = {}  # a boxed list's nesting depth (1: items are not lists)
 
     def fail(self, where: str, msg: str) -> None:
-        raise NativeFormatError(f"{self.what}: {where}: {msg}; the file is damaged or was not written by pt2serde")
+        raise damaged(self.what, where, msg)
 
     def value(self, i: int, where: str, allow_discard: bool = False) -> None:
         if not (0 <= i < self.nv or (allow_discard and i == -1)):
