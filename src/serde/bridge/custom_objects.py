@@ -160,8 +160,7 @@ def encode_constants(constants: Mapping[str, Any]) -> dict[str, torch.Tensor]:
                 f"{where}: the encoder registered for {fqn!r} returned {type(data).__name__}; it must "
                 "return bytes"
             )
-        raw = bytes(data)
-        out[name] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        out[name] = _uint8_tensor(bytes(data))
     return out
 
 
@@ -244,8 +243,7 @@ def _decode_generator(data: bytes) -> torch.Generator:
             f"the program holds a torch.Generator on {device}, which this process cannot make "
             f"({str(e).splitlines()[0]}); load it where that device is available") from None
     try:
-        g.set_state(torch.frombuffer(bytearray(saved.state), dtype=torch.uint8) if saved.state
-                    else torch.empty(0, dtype=torch.uint8))
+        g.set_state(_uint8_tensor(saved.state))
     except RuntimeError as e:
         raise MalformedArtifactError(
             f"the stored torch.Generator's state does not fit a {device} generator: {str(e).splitlines()[0]}") from None
@@ -268,6 +266,11 @@ def _class_name(cls: str | type) -> str:
         f"expected a class name (str) or an opaque class registered with register_opaque_type, got {cls!r}; "
         "for torchbind classes pass the name class_fqn_of(obj) returns"
     )
+
+
+def _uint8_tensor(data: bytes) -> torch.Tensor:
+    """A 1-D uint8 tensor of its own copy of ``data`` (inverse of :func:`_tensor_bytes`)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
 
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:

@@ -679,9 +679,7 @@ def _fresh_module(ep: ExportedProgram) -> torch.nn.Module:
     for mod in m.modules():
         for k, v in list(vars(mod).items()):
             if isinstance(v, torch.Generator):
-                g = torch.Generator(v.device)
-                g.set_state(v.get_state())
-                setattr(mod, k, g)
+                setattr(mod, k, copy.deepcopy(v))  # (a generator copies its device and state)
         for k, t in list(mod._buffers.items()):
             if t is not None:
                 mod._buffers[k] = t.clone()
