@@ -35,10 +35,6 @@ from tests.serde.attacks._attack_kit import nodes, rewrite_artifact
 HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
 needs_torchbind = pytest.mark.skipif(not HAVE_TORCHBIND, reason="torch's torchbind test library is missing")
 
-# serde.api.to_artifact_parts must turn custom objects into payloads with
-# serde.bridge.custom_objects.encode_constants (requested from the owner of api.py); until then saving any
-# program with a custom object fails there. Remove this marker once it does (strict: XPASS fails).
-
 
 def _foo(x: int = 10, y: int = 20):
     return torch.classes._TorchScriptTesting._Foo(x, y)
