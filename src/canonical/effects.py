@@ -4,9 +4,12 @@ Data edges alone let a topological sort move a read of a buffer past an in-place
 swap two RNG draws. Given each node's :class:`~serde.core.opfacts.OpFacts`, these edges pin what the
 stored order says about effects, and nothing else:
 
-- **Storage.** Graph inputs and fresh node outputs are storage roots; an output that aliases an
-  argument (a view, an in-place result) joins that argument's roots. A node that reads a root
-  follows the last write to it; a write follows every read of that root since the previous write.
+- **Storage.** Fresh node outputs are storage roots, and the graph's inputs together are one more:
+  inputs may alias each other at run time (a buffer that views another buffer, a constant that
+  views a buffer, one tensor passed for two user inputs), which the graph cannot show, so a read
+  of any input stays on its side of a write to any input. An output that aliases an argument (a
+  view, an in-place result) joins that argument's roots. A node that reads a root follows the
+  last write to it; a write follows every read of that root since the previous write.
 - **Effect chain.** Nodes with an effect (writes, RNG draws, effect tokens, custom objects,
   stateful calls, higher-order ops whose subgraphs have effects) keep their stored order. One chain
   rather than per-root chains: graph inputs may alias each other at run time (tied buffers), which
@@ -27,9 +30,14 @@ from collections.abc import Sequence
 
 from serde.core import schema
 from serde.core.opfacts import OpFacts
-from serde.core.walk import argument_names
+from serde.core.walk import argument_names, output_leaves
 
 __all__ = ["effect_edges"]
+
+# The one root of every graph input; not an identifier, so no value of a stored graph has this name
+# (and should a damaged one have it, that value only gains edges).
+_INPUTS = "(graph inputs)"
+_ONE_INPUT_ROOT = (_INPUTS,)
 
 
 def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]) -> list[list[int]]:
@@ -81,11 +89,15 @@ def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]) -> list
 
 def _storage_access(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]
                     ) -> tuple[list[set[str]], list[set[str]]]:
-    """Per node, the storage roots it reads and those it writes (roots are value names)."""
+    """Per node, the storage roots it reads and those it writes (roots are value names, and
+    ``_INPUTS`` for every graph input)."""
+    # Every name no node defines is a graph input (the caller has checked that each is defined).
     roots: dict[str, tuple[str, ...]] = {}
+    produced = {name for node in nodes for _, _, name in output_leaves(node.outputs)}
 
     def roots_of(a: schema.Argument) -> set[str]:
-        return {r for name in argument_names(a) for r in roots.get(name, (name,))}
+        return {r for name in argument_names(a)
+                for r in roots.get(name, (name,) if name in produced else _ONE_INPUT_ROOT)}
 
     reads: list[set[str]] = []
     writes: list[set[str]] = []

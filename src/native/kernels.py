@@ -12,18 +12,11 @@ from typing import Any
 
 import torch
 
-from serde.bridge.effects import written_arguments
+from serde.bridge.effects import may_return_arguments, written_arguments
 from serde.bridge.operators import deserialize_target
 from serde.errors import UnsupportedConstructError
 
 __all__ = ["ArgInfo", "KernelInfo", "lookup", "actual_aliases", "resolve_overload"]
-
-# Views whose schemas hide the alias from autograd on purpose: the kernel returns a view. These
-# are every aten op named "unsafe" whose result shares its input's storage (the others, such as
-# _unsafe_index, compute fresh results).
-_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes",
-                                "aten::unsafe_chunk"})
-
 
 @dataclass(frozen=True)
 class ArgInfo:
@@ -96,9 +89,9 @@ def actual_aliases(op: Any) -> tuple[tuple[int, ...], ...]:
     The schema's alias annotations are a promise about views, not about every kernel: a
     CompositeImplicitAutograd op is Python-level composition and hands back an input unchanged
     whenever it has nothing to do (``dropout(train=False)``, ``type_as`` to the same dtype,
-    ``einsum('ij->ij')``, ``atleast_2d``, ``sum_to_size``, ``contiguous``, ...), and
-    ``_unsafe_view`` and the ``unsafe_split`` family are views their schemas hide from autograd.
-    Such a result may alias every tensor argument. Every other op's results are fresh unless
+    ``einsum('ij->ij')``, ``atleast_2d``, ``sum_to_size``, ``contiguous``, ...), and a few kernels
+    return views their schemas hide (``serde.bridge.effects.UNANNOTATED_VIEWS``, which the
+    canonical order's storage facts use too). Such a result may alias every tensor argument. Every other op's results are fresh unless
     annotated; the runtime checks this on every call in ``check=True`` mode and before reusing
     arena memory.
     """
@@ -106,7 +99,7 @@ def actual_aliases(op: Any) -> tuple[tuple[int, ...], ...]:
     args = tuple(ArgInfo(a.name, str(a.real_type), a.kwarg_only, False, None, _sets(a.alias_info), False)
                  for a in s.arguments)
     declared = _declared_aliases(s, args)
-    if s.name in _UNANNOTATED_VIEWS or op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+    if may_return_arguments(op):
         tensors = tuple(i for i, a in enumerate(args) if "Tensor" in a.type)
         return tuple(tuple(sorted(set(d) | set(tensors))) if "Tensor" in str(r.real_type) else d
                      for d, r in zip(declared, s.returns, strict=True))

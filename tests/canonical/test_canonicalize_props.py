@@ -54,8 +54,9 @@ def programs(draw) -> Prog:
     syms: list[tuple] = []
     sym_exprs: dict[tuple, str] = {}
     n_unbacked = 0
-    # Storage: every tensor's root (an input or a fresh node); views and in-place results share it.
-    root: dict[tuple, tuple] = {t: t for t in tensors}
+    # Storage: every tensor's root (a fresh node, or ("in",) for every input: inputs may alias each
+    # other at run time); views and in-place results share it.
+    root: dict[tuple, tuple] = {t: ("in",) for t in tensors}
     written: set[tuple] = set()
     effects: list[int] = []
     for _ in range(draw(st.integers(1, 24))):

@@ -136,8 +136,48 @@ class BatchNormStatistics(torch.nn.Module):
         return y, self.bn.running_var * 1, before  # `before` last: a demand-driven order reads it late
 
 
+class BufferViewsBuffer(torch.nn.Module):
+    """``row`` is a view of ``full`` (a buffer, or a plain tensor attribute, which export lifts into
+    a constant): the graph shows two inputs and nothing says that writing one changes the other."""
+
+    def __init__(self, as_constant: bool = False) -> None:
+        super().__init__()
+        full = torch.zeros(2, 3)
+        self.register_buffer("full", full)
+        if as_constant:
+            self.row = full[1]
+        else:
+            self.register_buffer("row", full[1])
+
+    def forward(self, x):
+        before = self.full + 1  # reads row's storage before the write below
+        self.row.add_(x)
+        return before
+
+
+class ConstantViewsBuffer(BufferViewsBuffer):
+    def __init__(self) -> None:
+        super().__init__(as_constant=True)
+
+
+class WriteThroughUnannotatedAliases(torch.nn.Module):
+    """``type_as`` to the same dtype and ``atleast_2d`` of a 2-d tensor return their input itself,
+    though their schemas promise fresh tensors: writing the result writes the input."""
+
+    def forward(self, x, y):
+        before = x * 1
+        x.type_as(y).add_(1)
+        mid = y * 1
+        torch.atleast_2d(y).mul_(3)
+        return before, mid
+
+
 # name -> (model, example inputs, inputs to run with)
 CASES = {
+    "write_through_unannotated_aliases": (WriteThroughUnannotatedAliases, (torch.zeros(2, 2), torch.ones(2, 2)),
+                                          (torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.ones(2, 2))),
+    "buffer_views_buffer": (BufferViewsBuffer, (torch.ones(3),), (torch.tensor([1.0, 2.0, 3.0]),)),
+    "constant_views_buffer": (ConstantViewsBuffer, (torch.ones(3),), (torch.tensor([1.0, 2.0, 3.0]),)),
     "batch_norm_statistics": (BatchNormStatistics, (torch.randn(2, 3),), (torch.tensor([[1.0, 2.0, 3.0],
                                                                                         [4.0, 0.0, 2.0]]),)),
     "buffer_add_after_read": (BufferReadThenUpdate, (torch.ones(3),), (torch.ones(3),)),
@@ -151,6 +191,12 @@ CASES = {
     "rng": (RandomDraws, (torch.full((4,), 0.5),), (torch.tensor([0.1, 0.4, 0.7, 0.9]),)),
     "assert_fails": (AssertBetweenWrites, (torch.ones(3), torch.tensor(1)), (torch.ones(3), torch.tensor(7))),
 }
+
+
+# torch 2.13's load gives a constant that views a buffer a storage of its own (it warns "No complete
+# tensor found in the group"), so the write no longer reaches the buffer; serde keeps the two on one
+# storage. Listed so that the test notices when torch changes.
+_TORCH_LOSES_ALIASING = {"constant_views_buffer"}
 
 
 def _run(module: torch.nn.Module, inputs: tuple) -> dict:
@@ -192,8 +238,34 @@ def test_loaded_program_keeps_effect_order(name, tmp_path):
     ours = _run(loaded.module(), inputs)
     theirs = _run(torch.export.load(tmp_path / "torch.pt2").module(), inputs)
     exported = _run(ep.module(), inputs)
-    _assert_same(exported, theirs, "torch.export.save/load")  # the harness agrees with torch
+    if name in _TORCH_LOSES_ALIASING:
+        with pytest.raises(AssertionError, match="buffers differ"):
+            _assert_same(exported, theirs, "torch.export.save/load")
+    else:
+        _assert_same(exported, theirs, "torch.export.save/load")  # the harness agrees with torch
     _assert_same(exported, ours, "serde.save/load")
+
+
+class ReadOneInputWriteAnother(torch.nn.Module):
+    def forward(self, x, y):
+        before = y + 1
+        x.add_(1.5)
+        return before
+
+
+def test_one_tensor_passed_for_two_inputs_sees_the_write_where_the_exported_program_does(tmp_path):
+    """A caller may pass one tensor for two inputs; the read of ``y`` must stay before the write to
+    ``x``, as in the exported program, although the graph shows no link between them."""
+    ep = torch.export.export(ReadOneInputWriteAnother(), (torch.zeros(3), torch.zeros(3)))
+    torch.export.save(ep, tmp_path / "torch.pt2")
+    serde.save(ep, tmp_path / "model.pt2s")
+    results = []
+    for module in (ep.module(), torch.export.load(tmp_path / "torch.pt2").module(),
+                   serde.load(tmp_path / "model.pt2s").module()):
+        t = torch.zeros(3)
+        results.append((module(t, t), t))
+    for out, t in results:
+        assert out.tolist() == [1.0, 1.0, 1.0] and t.tolist() == [1.5, 1.5, 1.5]
 
 
 def test_failed_assert_leaves_earlier_writes_done_and_later_ones_undone(tmp_path):
@@ -208,9 +280,10 @@ def test_failed_assert_leaves_earlier_writes_done_and_later_ones_undone(tmp_path
 
 # ---------------------------------------------------------------- property: random effectful programs
 
-# Statements of a random forward over buffer ``buf`` and input ``x`` (both 4 floats); ``acc``
-# gathers what they read, so every read is observable.
-_PLACES = ("buf", "x", "buf[1:3]", "x.view(-1)")
+# Statements of a random forward over buffer ``buf`` and input ``x`` (both 4 floats), and buffer
+# ``row``, a view of ``buf[2:]`` that the graph shows as an input of its own; ``acc`` gathers what
+# they read, so every read is observable.
+_PLACES = ("buf", "x", "buf[1:3]", "x.view(-1)", "row")
 _STATEMENTS = st.one_of(
     st.tuples(st.just("read"), st.sampled_from(_PLACES), st.sampled_from([2.0, -1.0, 0.5])),
     st.tuples(st.just("add_"), st.sampled_from(_PLACES), st.sampled_from([1.0, 3.0])),
@@ -226,12 +299,13 @@ class _Random(torch.nn.Module):
         super().__init__()
         self.statements = statements
         self.register_buffer("buf", torch.arange(4.0))
+        self.register_buffer("row", self.buf[2:])
         self.gen = torch.Generator().manual_seed(5)  # lifted into a constant; its draws are ordered too
 
     def forward(self, x):
         acc = x * 0
         places = {"buf": lambda: self.buf, "x": lambda: x, "buf[1:3]": lambda: self.buf[1:3],
-                  "x.view(-1)": lambda: x.view(-1)}
+                  "x.view(-1)": lambda: x.view(-1), "row": lambda: self.row}
         for kind, what, c in self.statements:
             if kind == "read":
                 acc = acc + (places[what]() * c).sum()
@@ -301,3 +375,31 @@ def test_random_effectful_programs_keep_bytes_and_results_under_reordering(state
         x = torch.tensor([1.0, -2.0, 3.0, 0.5])
         ours = _run(serde.load(path).module(), (x,))
     _assert_same(_run(ep.module(), (x,)), ours, "serde.save/load")
+
+
+# ---------------------------------------------------------------- storage facts of the operators
+
+
+@pytest.mark.parametrize(("target", "views"), [
+    ("torch.ops.aten.add.Tensor", ()),                                   # fresh, as its schema says
+    ("torch.ops.aten.view.default", ((0, "self"),)),                     # annotated view
+    ("torch.ops.aten.type_as.default", ((0, "self"), (0, "other"))),     # composite: may be its input
+    ("torch.ops.aten.atleast_2d.default", ((0, "self"),)),
+    ("torch.ops.aten.broadcast_tensors.default", ((0, "tensors"),)),
+    ("torch.ops.aten._unsafe_view.default", ((0, "self"),)),             # hidden views
+    ("torch.ops.aten.unsafe_split.Tensor", ((0, "self"),)),
+    ("torch.ops.aten.dequantize.self", ((0, "self"),)),
+])
+def test_results_that_may_be_their_arguments_share_their_storage(target, views):
+    assert op_facts(target, "graph.nodes[0]").views == views
+
+
+def test_the_kernels_said_to_return_their_argument_do():
+    """The facts above are needed: each of these calls hands back its input's storage."""
+    x = torch.ones(2, 2)
+    same = lambda out: out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # noqa: E731
+    assert same(torch.ops.aten.type_as.default(x, x))
+    assert same(torch.ops.aten.atleast_2d.default(x))
+    assert same(torch.ops.aten._unsafe_view.default(x, [4]))
+    assert same(torch.ops.aten.unsafe_split.Tensor(x, 1)[0])
+    assert same(torch.ops.aten.dequantize.self(x))
