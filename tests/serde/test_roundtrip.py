@@ -100,6 +100,34 @@ def test_tied_weights_share_storage_after_load():
     assert m.head.weight.data_ptr() == m.embed.weight.data_ptr()
 
 
+class _TiedLinears(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4, bias=False)
+        self.b = torch.nn.Linear(4, 4, bias=False)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_every_name_of_a_tied_parameter_is_that_parameter_after_load(strict):
+    """A strict export lists only the first name of tied weights in its signature; the second stays
+    in the state dict, a Parameter, and unflatten makes it a parameter of the module, not a buffer."""
+    ep = torch.export.export(_TiedLinears(), (torch.randn(2, 4),), strict=strict)
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    loaded = serde.load(buf.getvalue())
+    assert loaded.state_dict["b.weight"] is loaded.state_dict["a.weight"]
+    assert isinstance(loaded.state_dict["b.weight"], torch.nn.Parameter)
+    unflat = torch.export.unflatten(loaded)
+    expected = torch.export.unflatten(ep)
+    assert ([k for k, _ in unflat.named_parameters(remove_duplicate=False)]
+            == [k for k, _ in expected.named_parameters(remove_duplicate=False)])
+    assert [k for k, _ in unflat.named_buffers()] == [k for k, _ in expected.named_buffers()] == []
+
+
 def test_all_weight_dtypes_bit_exact_and_views_kept():
     ep = exported("all_dtypes")
     loaded = assert_roundtrip(ep)

@@ -115,6 +115,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
             raise MalformedArtifactError(f"program.verifiers: unknown dialect {d!r}; known: {sorted(_VERIFIERS)}")
         verifiers.append(v)
     params = {s.target for s in signature.input_specs if s.kind.name == "PARAMETER"}
+    state_inputs = {s.target for s in signature.input_specs if s.target}
     check_weights_fit_graph(graph, signature.input_specs, state_dict, constants)
     module_call_graph = deserialize_module_call_graph(gm_s.module_call_graph)
     check_module_call_graph(module_call_graph, gm_s.signature)
@@ -124,7 +125,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
             root=reader.root,
             graph=graph,
             graph_signature=signature,
-            state_dict=_as_parameters(state_dict, params),
+            state_dict=_as_parameters(state_dict, params, state_inputs),
             range_constraints=ctx.range_constraints(),
             module_call_graph=module_call_graph,
             constants=constants,
@@ -294,18 +295,26 @@ def _fake_object(ctx: SymbolicContext, obj: Any) -> Any:
         return None
 
 
-def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str]) -> dict[str, torch.Tensor]:
-    """Parameters become nn.Parameter; names that view the same memory share one object (tied weights)."""
+def _as_parameters(state_dict: dict[str, torch.Tensor], params: set[str], inputs: set[str]
+                   ) -> dict[str, torch.Tensor]:
+    """Parameters become nn.Parameter; names that view the same memory share one object (tied weights).
+
+    ``inputs`` are the state names the signature lists. A name it does not list is the second name of
+    a tied parameter when it views exactly a parameter's memory (a strict export lists only the
+    first name of tied weights), and so becomes that same Parameter: ``unflatten`` registers it as
+    a parameter, as it does the exported program's.
+    """
     out: dict[str, torch.Tensor] = {}
     seen: dict[tuple, torch.Tensor] = {}
-    for name, t in state_dict.items():
+    for name, t in sorted(state_dict.items(), key=lambda item: item[0] not in params):
         key = alias_key(t)
         shared = seen.get(key)
-        if shared is not None and (name in params) == isinstance(shared, torch.nn.Parameter):
+        if shared is not None and ((name in params) == isinstance(shared, torch.nn.Parameter)
+                                   or (name not in inputs and isinstance(shared, torch.nn.Parameter))):
             out[name] = shared
             continue
         if name in params and not isinstance(t, torch.nn.Parameter):
             t = torch.nn.Parameter(t, requires_grad=t.requires_grad)
         seen.setdefault(key, t)
         out[name] = t
-    return out
+    return {name: out[name] for name in state_dict}  # (parameters were taken first)
