@@ -320,6 +320,28 @@ class BufferViewInplace(nn.Module):
         return before, self.state * 1
 
 
+class AliasedState(nn.Module):
+    """State the graph shows as separate inputs that share memory: a buffer registered as a row of
+    another, and a tensor attribute (a lifted constant) viewing a column of it. Reads of one and
+    writes through the others must stay in order; so must writes through results that are their
+    input although the schema says otherwise (type_as)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        full = torch.arange(12.0).reshape(3, 4)
+        self.register_buffer("full", full)
+        self.register_buffer("row", full[1])
+        self.col = full[:, 2]
+
+    def forward(self, x):
+        before = self.full.sum() * x
+        self.row.add_(x)
+        mid = self.full * 1
+        self.col.mul_(2)
+        self.full.type_as(x).sub_(1)
+        return before, mid, self.row * 1
+
+
 class DerivedDims(nn.Module):
     """x: [d], y: [d + 1], z: [2 * d]: one symbol, three relations."""
 
@@ -392,6 +414,7 @@ def pattern_cases() -> list[CorpusCase]:
         _pattern("submodule_with_cond", lambda: (SubmoduleWithCond(), (_r(2, 3).abs(),), None, [(-_r(2, 3).abs(),)])),
         _pattern("input_inplace", lambda: (InputInplace(), (_r(3, 4), _r(3, 4)), None, [])),
         _pattern("buffer_view_inplace", lambda: (BufferViewInplace(), (_r(4),), None, [])),
+        _pattern("aliased_state", lambda: (AliasedState(), (_r(4),), None, [(_r(4),)])),
         _pattern("derived_dims", lambda: (DerivedDims(), (_r(4), _r(5), _r(8)), ({0: _d}, {0: _d + 1}, {0: 2 * _d}),
                                           [(_r(6), _r(7), _r(12))])),
         _pattern("equal_dims", _equal_dims),

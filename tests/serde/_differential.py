@@ -183,15 +183,35 @@ class _Joint:
 
 
 def isolate(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` with private copies of its parameters, buffers and tensor attributes (lifted
+    constants), which keep sharing memory where the originals do: a buffer that views another stays
+    a view of the other's copy, so a write through one is seen through the other, as in the
+    original (a program that reorders such a read and write computes something else)."""
+    storages: dict[tuple, torch.UntypedStorage] = {}
     memo: dict[int, torch.Tensor] = {}
+
+    def copy_of(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()
+        if type(t) is not torch.Tensor or t.device.type == "meta":
+            return t.clone()  # a subclass or a storage-less tensor: nothing to share
+        s = t.untyped_storage()
+        key = (s.data_ptr(), s.nbytes(), t.device)
+        new = storages.get(key)
+        if new is None:
+            new = storages[key] = s.clone()
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(new, t.storage_offset(), t.size(), t.stride())
+
     for mod in module.modules():
         for k, t in list(mod._buffers.items()):
             if t is not None:
-                mod._buffers[k] = memo.setdefault(id(t), t.detach().clone())
+                mod._buffers[k] = memo.setdefault(id(t), copy_of(t))
         for k, p in list(mod._parameters.items()):
             if p is not None:
                 mod._parameters[k] = memo.setdefault(
-                    id(p), torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad))
+                    id(p), torch.nn.Parameter(copy_of(p), requires_grad=p.requires_grad))
+        for k, t in list(vars(mod).items()):
+            if isinstance(t, torch.Tensor):
+                setattr(mod, k, memo.setdefault(id(t), copy_of(t)))
     return module
 
 
