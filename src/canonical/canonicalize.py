@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 from typing import Any
+
+import msgspec
 
 from serde.core import schema
 from serde.core.gcpause import paused_gc
@@ -51,7 +54,7 @@ from .names import Namespace, SubgraphNamer, node_names, sanitize
 from .order import GraphIndex, canonical_order, hidden_ref_node_keys, node_key
 from .symbols import SymbolRenamer
 
-__all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug"]
+__all__ = ["canonicalize", "attach_debug", "DebugInfo", "NodeDebug", "ASSERT_MESSAGE"]
 
 
 def canonicalize(program: schema.ExportedProgram, *, facts: FactsFn, keep_debug: bool = False
@@ -289,6 +292,7 @@ class _Plan:
 
     def __init__(self, g: schema.Graph, input_names: list[list[str]], reserved: set[str], where: str,
                  attrs: set[str], facts: FactsFn) -> None:
+        g = _assert_templates(g)
         self.graph, self.where = g, where
         nodes = g.nodes
         # Subgraphs first: the parent's order and names use their fingerprints.
@@ -493,6 +497,8 @@ class _Plan:
                 outputs = [new_ref]
             else:
                 outputs = [rename(o) for o in outs]
+            if node.target == _ASSERT_TARGET and _has_template(inputs):
+                inputs[1] = self._assert_message(inputs[1], node.inputs[0].arg, syms)
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg
@@ -517,6 +523,18 @@ class _Plan:
             sym_float_values=self._table(g.sym_float_values, "sym_float_values", syms.value),
         )
 
+    def _assert_message(self, na: schema.NamedArgument, cond: schema.Argument, syms: SymbolRenamer
+                        ) -> schema.NamedArgument:
+        """torch's message for an assert of ``cond``, in canonical symbols and names."""
+        name = cond.as_sym_bool.as_name
+        v = self.graph.sym_bool_values.get(name)
+        if v is None or v.as_expr is None:
+            expr = str(v.as_bool) if v is not None else name
+        else:
+            expr = syms.text(syms.expr_text(v.as_expr.expr, f"{self.where}.sym_bool_values[{name!r}]"))
+        text = _ASSERT_TEMPLATE.format(expr=expr, node=self.value_map.get(name, name))
+        return schema.NamedArgument(name=na.name, arg=schema.Argument(as_string=text), kind=na.kind)
+
     def _table(self, table: dict[str, Any], field: str, f: Any) -> dict[str, Any]:
         value_map = self.value_map
         try:
@@ -529,6 +547,40 @@ class _Plan:
             ) from None
         renamed.sort(key=_first)  # by new name (stable: should two share one, the last wins, as in a dict)
         return {new: f(v) for new, v in renamed}
+
+
+# ---------------------------------------------------------------- assert messages
+
+# torch writes the symbols and the node name an assert had while tracing into its message, so two
+# orders of the same independent checks would name them differently. Such a message is a template
+# while the graph is ordered and named (its words are fixed, the names are not: it keys nothing),
+# and is written again from the canonical expression and name when the node is rewritten.
+_ASSERT_TARGET = "torch.ops.aten._assert_scalar.default"
+#: torch's message for a failed assert of a symbolic bool (its names are the program's, not fixed).
+ASSERT_MESSAGE = re.compile(r"Runtime assertion failed for expression (.+) on node '[^']*'", re.S)
+_ASSERT_TEMPLATE = "Runtime assertion failed for expression {expr} on node '{node}'"
+
+
+def _has_template(inputs: list[schema.NamedArgument]) -> bool:
+    return (len(inputs) == 2 and inputs[0].arg.as_sym_bool is not None
+            and inputs[0].arg.as_sym_bool.as_name is not None and inputs[1].arg.as_string == _ASSERT_TEMPLATE)
+
+
+def _assert_templates(g: schema.Graph) -> schema.Graph:
+    """``g`` with the messages torch wrote for its asserts of named symbolic bools as the template."""
+    if not any(n.target == _ASSERT_TARGET for n in g.nodes):
+        return g
+    nodes = []
+    for n in g.nodes:
+        ins = n.inputs
+        if (n.target == _ASSERT_TARGET and len(ins) == 2 and ins[0].arg.as_sym_bool is not None
+                and ins[0].arg.as_sym_bool.as_name is not None and ins[1].arg.as_string is not None
+                and ASSERT_MESSAGE.fullmatch(ins[1].arg.as_string)):
+            msg = schema.NamedArgument(name=ins[1].name, arg=schema.Argument(as_string=_ASSERT_TEMPLATE),
+                                       kind=ins[1].kind)
+            n = msgspec.structs.replace(n, inputs=[ins[0], msg])
+        nodes.append(n)
+    return msgspec.structs.replace(g, nodes=nodes)
 
 
 # ---------------------------------------------------------------- signature

@@ -116,3 +116,43 @@ def test_signed_zero_scalars_keep_their_sign(tmp_path):
         assert torch.equal(torch.signbit(want), torch.signbit(got))
     scalars = sorted(str(n.args[1]) for n in loaded.graph.nodes if n.op == "call_function")
     assert scalars == ["-0.0", "-0.0", "0.0", "0.0"]
+
+
+class _TwoChecks(torch.nn.Module):
+    def __init__(self, n_first: bool) -> None:
+        super().__init__()
+        self.n_first = n_first
+
+    def forward(self, x, n, m):
+        if self.n_first:
+            a = n.item()
+            b = m.item()
+            torch._check(a >= 0)
+            torch._check(b >= 0)
+        else:  # the same program, its independent statements the other way round
+            b = m.item()
+            a = n.item()
+            torch._check(b >= 0)
+            torch._check(a >= 0)
+        return x[:a].sum() + x[:b].sum()
+
+
+def test_assert_messages_name_canonical_symbols_and_nodes():
+    """torch writes the tracing-time symbols and node names into each assert's message; the
+    canonical form writes the canonical ones, so the two orders give the same bytes and each
+    message names the node it checks."""
+    args = (torch.ones(6), torch.tensor(2), torch.tensor(3))
+    blobs = []
+    for n_first in (True, False):
+        buf = io.BytesIO()
+        serde.save(torch.export.export(_TwoChecks(n_first), args), buf)
+        blobs.append(buf.getvalue())
+    assert blobs[0] == blobs[1]
+    loaded = serde.load(blobs[0])
+    asserts = [n for n in loaded.graph.nodes if n.target is torch.ops.aten._assert_scalar.default]
+    assert len(asserts) == 2
+    for node in asserts:
+        cond, msg = node.args
+        assert msg == f"Runtime assertion failed for expression {cond.meta['val'].node.expr} on node '{cond.name}'"
+    with pytest.raises(RuntimeError, match=r"Runtime assertion failed for expression u\d >= 0 on node"):
+        loaded.module()(torch.ones(6), torch.tensor(-1), torch.tensor(3))

@@ -40,6 +40,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from canonical.canonicalize import ASSERT_MESSAGE
 from serde.core.guards import guards_from_code
 from serde.core.symbolic import as_sympy
 from serde.errors import UnsupportedConstructError
@@ -213,6 +214,8 @@ class _Comparer:
         elif isinstance(a, float) and isinstance(b, float):
             if not (a == b or (a != a and b != b)) or str(a) != str(b):
                 self.fail(where, f"{a!r} != {b!r}")
+        elif isinstance(a, str) and isinstance(b, str) and ASSERT_MESSAGE.fullmatch(a) and ASSERT_MESSAGE.fullmatch(b):
+            pass  # the names in torch's assert message are the program's own: the asserted node is compared
         elif type(a) is not type(b) or a != b:
             self.fail(where, f"argument {a!r} ({type(a).__name__}) != {b!r} ({type(b).__name__})")
 
@@ -563,6 +566,8 @@ def _structure_hashes(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int]:
             return tuple(norm(x) for x in v)
         if isinstance(v, dict):
             return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
+        if isinstance(v, str) and ASSERT_MESSAGE.fullmatch(v):
+            return "assert message"  # names the program's own symbols and nodes
         return repr(v)
 
     for n in gm.graph.nodes:
