@@ -861,28 +861,29 @@ void Method::check_results(const std::vector<IValue>& values, const Step& s, siz
     const IValue& v = values[size_t(o)];
     auto where = [&] { return "instruction " + std::to_string(pc) + " (" + describe(pc) + "): "; };
     if (!v.isTensor()) fail(ErrorKind::Runtime, where() + "returned no tensor for value " + std::to_string(o) + kUndeclared);
-    at::Tensor t = v.toTensor();
+    const at::Tensor& t = v.toTensor();
     const Value& meta = p.values[size_t(o)];
     const c10::ScalarType want = *to_scalar_type(meta.dtype);
     if (t.scalar_type() != want)
       fail(ErrorKind::Runtime, where() + "value " + std::to_string(o) + " has dtype " + py_dtype(t.scalar_type()) +
                                    ", declared " + py_dtype(want) + kUndeclared);
     // Fixed sizes are compared in place; a size that depends on data (unbacked) is not compared.
-    bool same = size_t(t.dim()) == meta.sizes.size();
+    const c10::IntArrayRef got = t.sizes();
+    bool same = got.size() == meta.sizes.size();
     for (size_t d = 0; d < meta.sizes.size(); ++d) {
       const Dim& dim = meta.sizes[d];
       std::optional<int64_t> n = dim.sym ? try_eval(dim.v) : std::optional<int64_t>(dim.v);
       if (!n) { same = true; break; }
-      same = same && t.size(int64_t(d)) == *n;
+      same = same && got[d] == *n;
     }
     if (same) continue;
     std::vector<int64_t> sizes, strides;
     int64_t offset;
     dims(meta, sizes, strides, offset);
-    std::string got = py_list(t.sizes());
+    const std::string had = py_list(got);
     auto it = cur_->views.find(o);
     if (it != cur_->views.end() && it->second.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) t.as_strided_(sizes, strides);
-    fail(ErrorKind::Runtime, where() + "value " + std::to_string(o) + " has sizes " + got + ", declared " +
+    fail(ErrorKind::Runtime, where() + "value " + std::to_string(o) + " has sizes " + had + ", declared " +
                                  py_list(sizes) + kUndeclared);
   }
 }
