@@ -6,7 +6,10 @@ view with a symbolic size, a number times a tensor, a dtype conversion, a ``full
 edited so one argument points at a value of another kind. The kinds the emitter writes beyond a
 parameter's own (numbers for ``aten::mul.Tensor``, ints for dtypes and floats, symbolic sizes,
 trailing defaults left out) load and run alike in both runtimes. A matrix of operators, parameters
-and value kinds shows that the two tables are one table.
+and value kinds shows that the two tables are one table. Outputs and moves have rules of their
+own: one output per return, each of a kind the return may be written to (calls appended to the
+program: a tuple, a list and a symbolic result among them), and a move's destination one that
+holds its source's kind (every pair of kinds the emitter moves is among those taken).
 """
 
 from __future__ import annotations
