@@ -1,7 +1,9 @@
-// The value-kind check (src/native/kinds.py, whose docstring holds the table): every kernel
-// argument's declared kind must be one its operator's parameter takes. Same rules, same order and
-// same messages as Python: an unchecked file could otherwise run in one runtime (torch.ops converts
-// an int, a tensor or None to a bool parameter) and fail in the other (a boxed call refuses them).
+// The value-kind check (src/native/kinds.py, whose docstring holds the tables): every kernel
+// argument's declared kind must be one its operator's parameter takes, every output one its return
+// may be written to, and every move's destination must hold its source's kind. Same rules, same
+// order and same messages as Python: an unchecked file could otherwise run in one runtime
+// (torch.ops converts an int, a tensor or None to a bool parameter) and fail in the other (a boxed
+// call refuses them).
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <map>
@@ -35,10 +37,33 @@ struct Param {
   bool has_default = false;
 };
 
+struct Return {
+  std::string type;  // the schema's spelling: Tensor, Tensor[], SymInt
+  Takes gives;       // the value kinds it may be written to
+};
+
 struct Signature {
   std::vector<Param> params;
   size_t n_out = 0;  // out= arguments (not in params)
+  std::vector<Return> returns;
 };
+
+constexpr Mask kSymbolic = bit(VK::SymInt) | bit(VK::SymFloat) | bit(VK::SymBool);
+
+// What a move may write into a value of kind k; nullopt: a move never writes such a value.
+std::optional<Mask> moves_into(VK k) {
+  switch (k) {
+    case VK::Tensor: return bit(VK::Tensor) | bit(VK::None);  // None: with_effects' token placeholder
+    case VK::SymInt: return kInts;
+    case VK::SymFloat: return kFloats;
+    case VK::SymBool: return kBools;
+    case VK::None: case VK::Int: case VK::Float: case VK::Bool: case VK::String: case VK::IntList:
+    case VK::FloatList: case VK::BoolList: case VK::StringList: case VK::Complex: case VK::ScalarType:
+    case VK::Layout: case VK::MemoryFormat: case VK::Device: case VK::List:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 const char* kind_name(VK k) {
   switch (k) {
@@ -99,7 +124,34 @@ Takes takes_of(const c10::Type& t, bool wrap) {
   }
 }
 
-// The symbolic:: operators (src/native/prim.py) take numbers.
+// The value kinds a result of torch type `t` may be written to (a None result is discarded).
+Takes gives_of(const c10::Type& t) {
+  using K = c10::TypeKind;
+  Takes out;
+  switch (t.kind()) {
+    case K::OptionalType: return gives_of(*t.expectRef<c10::OptionalType>().getElementType());
+    case K::ListType:
+      out.items = std::make_shared<const Takes>(gives_of(*t.expectRef<c10::ListType>().getElementType()));
+      return out;
+    case K::AnyType: case K::VarType: out.any = true; return out;
+    case K::TensorType: out.kinds = bit(VK::Tensor); return out;
+    case K::IntType: case K::SymIntType: out.kinds = bit(VK::SymInt); return out;
+    case K::FloatType: case K::SymFloatType: out.kinds = bit(VK::SymFloat); return out;
+    case K::BoolType: case K::SymBoolType: out.kinds = bit(VK::SymBool); return out;
+    case K::NumberType: out.kinds = kSymbolic; return out;
+    default: return out;  // str, ScalarType, Device, ...: the emitter has no run-time value for them
+  }
+}
+
+// Kind names in the value table's order, as messages list them: "Int, SymInt".
+std::string names(Mask m) {
+  std::string out;
+  for (int k = 0; k <= int(VK::SymBool); ++k)
+    if (m & bit(VK(k))) out += (out.empty() ? "" : ", ") + std::string(kind_name(VK(k)));
+  return out;
+}
+
+// The symbolic:: operators (src/native/prim.py) take numbers and return one.
 const std::map<std::string, Signature>& prim_signatures() {
   static const std::map<std::string, Signature> table = [] {
     Takes number;
@@ -107,14 +159,17 @@ const std::map<std::string, Signature>& prim_signatures() {
     Param a{"'a'", "number", number}, b{"'b'", "number", number}, x{"'x'", "number", number}, c{"'c'", "number", number};
     Takes numbers;
     numbers.items = std::make_shared<const Takes>(number);
+    Takes symbolic;
+    symbolic.kinds = kSymbolic;
+    const std::vector<Return> rets{Return{"number", symbolic}};
     std::map<std::string, Signature> t;
     for (const char* n : {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "eq", "ne", "lt", "le", "gt", "ge",
                           "and", "or", "lshift", "rshift", "max", "min"})
-      t[n] = Signature{{a, b}};
+      t[n] = Signature{{a, b}, 0, rets};
     for (const char* n : {"neg", "pos", "abs", "floor", "ceil", "trunc", "round", "not", "float", "int", "sqrt"})
-      t[n] = Signature{{x}};
-    t["ite"] = Signature{{c, a, b}};
-    t["sum"] = Signature{{Param{"'xs'", "number[]", numbers}}};
+      t[n] = Signature{{x}, 0, rets};
+    t["ite"] = Signature{{c, a, b}, 0, rets};
+    t["sum"] = Signature{{Param{"'xs'", "number[]", numbers}}, 0, rets};
     return t;
   }();
   return table;
@@ -141,6 +196,7 @@ std::optional<Signature> signature(const Operator& op) {
     sig.params.push_back(Param{"'" + arg.name() + "'", arg.real_type()->str(), takes_of(*arg.real_type(), wrap),
                                arg.default_value().has_value()});
   }
+  for (const auto& r : h->schema().returns()) sig.returns.push_back(Return{r.real_type()->str(), gives_of(*r.real_type())});
   return sig;
 }
 
@@ -163,6 +219,21 @@ std::optional<Misfit> misfit(const Takes& takes, const Program& p, int64_t v) {
       bool empty = val.kind == VK::FloatList ? val.floats.empty() : val.kind == VK::StringList ? val.strs.empty() : val.ints.empty();
       if (empty || takes.items->any || (takes.items->kinds & bit(*item))) return std::nullopt;
     }
+  }
+  return Misfit{"", v};
+}
+
+// nullopt when a result may be written to value v; else the path of the item that may not ("" for v
+// itself) and that item. Unlike an argument, never a constant list.
+std::optional<Misfit> unwritable(const Takes& gives, const Program& p, int64_t v) {
+  const Value& val = p.values[size_t(v)];
+  if (gives.any || (gives.kinds & bit(val.kind))) return std::nullopt;
+  if (gives.items && val.kind == VK::List) {
+    for (size_t i = 0; i < val.ints.size(); ++i) {
+      auto bad = unwritable(*gives.items, p, val.ints[i]);
+      if (bad) return Misfit{"items[" + std::to_string(i) + "]" + (bad->path.empty() ? "" : "." + bad->path), bad->value};
+    }
+    return std::nullopt;
   }
   return Misfit{"", v};
 }
@@ -199,6 +270,60 @@ struct Checker {
       if (!params[j].has_default)
         bad(at(), name() + " parameter " + params[j].name + " (" + params[j].type + ") is not given and has no default");
   }
+
+  void outputs(size_t pc, const KernelCall& k, const Operator& op, const Signature& sig) const {
+    const auto& returns = sig.returns;
+    auto at = [pc] { return "instructions[" + std::to_string(pc) + "]"; };
+    auto name = [&op] { return "operator " + op.name + "." + op.overload; };
+    if (k.outs.size() != returns.size())
+      bad(at(), name() + " returns " + std::to_string(returns.size()) + " values, the call lists " +
+                    std::to_string(k.outs.size()) + " outputs");
+    for (size_t j = 0; j < k.outs.size(); ++j) {
+      const int64_t o = k.outs[j];
+      if (o == -1) continue;
+      const Takes& gives = returns[j].gives;
+      if (gives.any || (gives.kinds & bit(p.values[size_t(o)].kind))) continue;
+      auto m = unwritable(gives, p, o);
+      if (!m) continue;
+      std::string got = std::to_string(o) + " (kind " + kind_name(p.values[size_t(o)].kind);
+      if (!m->path.empty())
+        got += ": its " + m->path + " is value " + std::to_string(m->value) + ", kind " + kind_name(p.values[size_t(m->value)].kind);
+      bad(at() + ".outs[" + std::to_string(j) + "]", name() + " return " + std::to_string(j) + " (" + returns[j].type +
+                                                         ") cannot be written to value " + got + ")");
+    }
+  }
+
+  void kernel(size_t pc, const KernelCall& k, const std::vector<std::optional<Signature>>& sigs) const {
+    if (const auto& sig = sigs[size_t(k.op)]) {
+      call(pc, k, p.operators[size_t(k.op)], *sig);
+      outputs(pc, k, p.operators[size_t(k.op)], *sig);
+    }
+    if (k.out_op == -1) return;
+    const Operator& out = p.operators[size_t(k.out_op)];
+    auto at = [pc] { return "instructions[" + std::to_string(pc) + "]"; };
+    if (out.name.rfind("symbolic::", 0) == 0) bad(at(), "the out= variant " + out.name + "." + out.overload + " is not a torch operator");
+    const auto& sig = sigs[size_t(k.out_op)];
+    if (!sig) return;
+    call(pc, k, out, *sig);
+    if (sig->n_out != k.outs.size())
+      bad(at(), "the out= variant " + out.name + "." + out.overload + " has " + std::to_string(sig->n_out) +
+                    " out= arguments for " + std::to_string(k.outs.size()) + " outputs");
+  }
+
+  void move(size_t pc, int64_t src, int64_t dst) const {
+    const VK s = p.values[size_t(src)].kind, d = p.values[size_t(dst)].kind;
+    const std::string at = "instructions[" + std::to_string(pc) + "]";
+    const auto holds = moves_into(d);
+    if (!holds) {
+      Mask written = 0;
+      for (int k = 0; k <= int(VK::SymBool); ++k) if (moves_into(VK(k))) written |= bit(VK(k));
+      bad(at, "moves value " + std::to_string(src) + " into value " + std::to_string(dst) + " (kind " + kind_name(d) +
+                  "), which a move never writes (only " + names(written) + " values)");
+    }
+    if (!(*holds & bit(s)))
+      bad(at, "moves value " + std::to_string(src) + " (kind " + kind_name(s) + ") into value " + std::to_string(dst) +
+                  " (kind " + kind_name(d) + "), which holds only " + names(*holds));
+  }
 };
 }  // namespace
 
@@ -209,19 +334,11 @@ void check_kinds(const Program& p, const std::string& what) {
   Checker c{p, what};
   for (size_t pc = 0; pc < p.instructions.size(); ++pc) {
     const Instruction& ins = p.instructions[pc];
-    if (ins.kind != IK::Kernel) continue;
-    const KernelCall& k = ins.k;
-    if (sigs[size_t(k.op)]) c.call(pc, k, p.operators[size_t(k.op)], *sigs[size_t(k.op)]);
-    if (k.out_op == -1) continue;
-    const Operator& out = p.operators[size_t(k.out_op)];
-    auto at = [pc] { return "instructions[" + std::to_string(pc) + "]"; };
-    if (out.name.rfind("symbolic::", 0) == 0) c.bad(at(), "the out= variant " + out.name + "." + out.overload + " is not a torch operator");
-    const auto& sig = sigs[size_t(k.out_op)];
-    if (!sig) continue;
-    c.call(pc, k, out, *sig);
-    if (sig->n_out != k.outs.size())
-      c.bad(at(), "the out= variant " + out.name + "." + out.overload + " has " + std::to_string(sig->n_out) +
-                      " out= arguments for " + std::to_string(k.outs.size()) + " outputs");
+    switch (ins.kind) {
+      case IK::Kernel: c.kernel(pc, ins.k, sigs); break;
+      case IK::Move: c.move(pc, ins.a, ins.b); break;
+      case IK::JumpFalse: case IK::Free: case IK::Alloc: break;
+    }
   }
 }
 

@@ -764,7 +764,8 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
               for (size_t k = 0; k < s.outs.size(); ++k) store(values, s.outs[k], std::move(stack[k]), pc);
             }
           }
-          if (!s.fresh.empty()) check_fresh(values, s, pc);
+          if (s.use_out) check_results(values, s, pc);
+          else if (!s.fresh.empty()) check_fresh(values, s, pc);
           ++pc;
           break;
         }
@@ -834,6 +835,56 @@ void Method::check_fresh(const std::vector<IValue>& values, const Step& s, size_
       fail(ErrorKind::ArenaAlias, "instruction " + std::to_string(pc) + " (" + describe(pc) + "): the kernel returned "
                                   "arena memory (value " + std::to_string(o) + ") although its operator declares a fresh "
                                   "result; the plan would reuse that memory while the value is alive. Run with arena=False");
+  }
+}
+
+namespace {
+// The end of a planned result's message (runtime.py _UNDECLARED).
+constexpr const char* kUndeclared = "; in arena mode every planned result must be what the program declares, so the "
+                                    "file is damaged or was not written by pt2serde";
+
+std::string py_list(c10::IntArrayRef xs) {  // as Python prints a list of ints: [4, 6]
+  std::string out = "[";
+  for (size_t k = 0; k < xs.size(); ++k) out += (k ? ", " : "") + std::to_string(xs[k]);
+  return out + "]";
+}
+
+std::string py_dtype(c10::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+}  // namespace
+
+// runtime.py Method._check_results: a planned call's results have their declared dtypes and sizes
+// (same order, same messages); an out= kernel that resized its slot's view (over its neighbours'
+// slots) gets the view's declared shape back before the run stops.
+void Method::check_results(const std::vector<IValue>& values, const Step& s, size_t pc) {
+  const Program& p = lp_.program;
+  for (int64_t o : s.outs) {
+    const IValue& v = values[size_t(o)];
+    auto where = [&] { return "instruction " + std::to_string(pc) + " (" + describe(pc) + "): "; };
+    if (!v.isTensor()) fail(ErrorKind::Runtime, where() + "returned no tensor for value " + std::to_string(o) + kUndeclared);
+    const at::Tensor& t = v.toTensor();
+    const Value& meta = p.values[size_t(o)];
+    const c10::ScalarType want = *to_scalar_type(meta.dtype);
+    if (t.scalar_type() != want)
+      fail(ErrorKind::Runtime, where() + "value " + std::to_string(o) + " has dtype " + py_dtype(t.scalar_type()) +
+                                   ", declared " + py_dtype(want) + kUndeclared);
+    // Fixed sizes are compared in place; a size that depends on data (unbacked) is not compared.
+    const c10::IntArrayRef got = t.sizes();
+    bool same = got.size() == meta.sizes.size();
+    for (size_t d = 0; d < meta.sizes.size(); ++d) {
+      const Dim& dim = meta.sizes[d];
+      std::optional<int64_t> n = dim.sym ? try_eval(dim.v) : std::optional<int64_t>(dim.v);
+      if (!n) { same = true; break; }
+      same = same && got[d] == *n;
+    }
+    if (same) continue;
+    std::vector<int64_t> sizes, strides;
+    int64_t offset;
+    dims(meta, sizes, strides, offset);
+    const std::string had = py_list(got);
+    auto it = cur_->views.find(o);
+    if (it != cur_->views.end() && it->second.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) t.as_strided_(sizes, strides);
+    fail(ErrorKind::Runtime, where() + "value " + std::to_string(o) + " has sizes " + had + ", declared " +
+                                 py_list(sizes) + kUndeclared);
   }
 }
 

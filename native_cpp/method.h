@@ -80,6 +80,7 @@ class Method {
   void prepare();
   void check_aliases(const std::vector<std::optional<c10::OperatorHandle>>& handles) const;
   void check_fresh(const std::vector<c10::IValue>& values, const Step& s, size_t pc) const;
+  void check_results(const std::vector<c10::IValue>& values, const Step& s, size_t pc);
   static bool symbolic(const Value& m);
   int64_t span_bytes(int64_t value);
   void replan();

@@ -140,7 +140,7 @@ Program decode_header(const uint8_t* data, size_t n, const std::string& what);
 void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len, const std::string& what,
                       bool verify_hashes, Limits limits);
 
-// kinds.cpp: every kernel argument's declared kind fits its operator's parameter (src/native/kinds.py).
+// kinds.cpp: every kernel argument and output fits its operator, every move its destination (src/native/kinds.py).
 // Needs the dispatcher's schemas: Method runs it first, on a validated program.
 void check_kinds(const Program& p, const std::string& what);
 

@@ -1,4 +1,4 @@
-"""The value-kind check: every kernel argument is of a kind its operator's parameter takes.
+"""The value-kind check: every kernel argument and output fits its operator's schema, every move its destination.
 
 A program declares each value's kind in its ``values`` table, and a ``KernelCall`` names its
 operator; whether the two fit is decided here, from the table below and the operator's schema,
@@ -42,6 +42,28 @@ would wrap a number for any operator, so a number elsewhere would run there and 
 The ``symbolic::`` operators (:mod:`native.prim`) take numbers (Int, Float, Bool, SymInt,
 SymFloat, SymBool): two for the binary ops and ``max``/``min``, one for the unary ones, three
 for ``ite``, and a list of numbers for ``sum``.
+
+A call lists one output per return of its operator's schema (``symbolic::`` operators: one),
+each -1 (discarded) or a value the return may be written to, by the kind of its schema type:
+
+==================  ================================================================
+Tensor, Tensor?     Tensor
+int, SymInt         SymInt
+float, SymFloat     SymFloat
+bool, SymBool       SymBool
+Scalar              SymInt, SymFloat, SymBool (``symbolic::`` results too)
+T[]                 a boxed ``List`` whose items each may be written a ``T``
+Any, t (type var)   anything
+anything else       nothing: only -1 (str, ScalarType, Device, ...: the emitter has no
+                    run-time value for them)
+==================  ================================================================
+
+Constants are never written: a result in an ``Int`` slot would reach the next reader as a
+tensor, past the argument check above, which trusts the declared kinds. For the same reason a
+``MoveCall`` writes only a value of a kind that holds its source's: a Tensor takes a Tensor (or
+None: ``with_effects``' token placeholder); a SymInt, SymFloat or SymBool takes what an ``int``,
+``float`` or ``bool`` parameter takes (loop counters and carried values start from constants).
+No other kind is written by a move.
 
 A call may give fewer arguments than its schema has parameters when the missing ones have
 defaults (a newer torch may add such parameters), never more. A call's out= variant, when it
@@ -117,21 +139,45 @@ class _Param:
 
 
 @dataclass(frozen=True)
+class _Return:
+    type: str  # the schema's spelling: Tensor, Tensor[], SymInt
+    gives: _Takes  # the value kinds it may be written to
+
+
+@dataclass(frozen=True)
 class _Signature:
     params: tuple[_Param, ...]
     n_out: int = 0  # out= arguments (not in params)
+    returns: tuple[_Return, ...] = ()
 
+
+_SYMBOLIC = frozenset({P.SymInt, P.SymFloat, P.SymBool})
+# Value kinds a result of each torch type kind may be written to.
+_GIVES: dict[str, frozenset[type]] = {
+    "TensorType": frozenset({P.Tensor}),
+    "IntType": frozenset({P.SymInt}), "SymIntType": frozenset({P.SymInt}),
+    "FloatType": frozenset({P.SymFloat}), "SymFloatType": frozenset({P.SymFloat}),
+    "BoolType": frozenset({P.SymBool}), "SymBoolType": frozenset({P.SymBool}),
+    "NumberType": _SYMBOLIC,
+}
+# What a move may write into a value of each kind (a kind not here is never written by a move).
+_MOVES: dict[type, frozenset[type]] = {
+    P.Tensor: frozenset({P.Tensor, P.NoneValue}),
+    P.SymInt: _INTS, P.SymFloat: _FLOATS, P.SymBool: _BOOLS,
+}
 
 _NUMBER = _Takes(_NUMBERS - {P.Complex})
 _PRIM_BINARY = (_Param("'a'", "number", _NUMBER), _Param("'b'", "number", _NUMBER))
 _PRIM_UNARY = (_Param("'x'", "number", _NUMBER),)
+_PRIM_RETURNS = (_Return("number", _Takes(_SYMBOLIC)),)
 _PRIM_SIGNATURES: dict[str, _Signature] = {
-    **{n: _Signature(_PRIM_BINARY) for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "eq", "ne",
-                                             "lt", "le", "gt", "ge", "and", "or", "lshift", "rshift", "max", "min")},
-    **{n: _Signature(_PRIM_UNARY) for n in ("neg", "pos", "abs", "floor", "ceil", "trunc", "round", "not", "float",
-                                            "int", "sqrt")},
-    "ite": _Signature((_Param("'c'", "number", _NUMBER), *_PRIM_BINARY)),
-    "sum": _Signature((_Param("'xs'", "number[]", _Takes(frozenset(), _NUMBER)),)),
+    **{n: _Signature(_PRIM_BINARY, 0, _PRIM_RETURNS)
+       for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "eq", "ne", "lt", "le", "gt", "ge", "and",
+                 "or", "lshift", "rshift", "max", "min")},
+    **{n: _Signature(_PRIM_UNARY, 0, _PRIM_RETURNS)
+       for n in ("neg", "pos", "abs", "floor", "ceil", "trunc", "round", "not", "float", "int", "sqrt")},
+    "ite": _Signature((_Param("'c'", "number", _NUMBER), *_PRIM_BINARY), 0, _PRIM_RETURNS),
+    "sum": _Signature((_Param("'xs'", "number[]", _Takes(frozenset(), _NUMBER)),), 0, _PRIM_RETURNS),
 }
 
 assert set(_PRIM_SIGNATURES) == set(PRIM_OPS), "symbolic operator signatures are incomplete"
@@ -140,30 +186,59 @@ _torch_signatures: dict[tuple[str, str], _Signature] = {}
 
 
 def check_kinds(p: P.Program, what: str) -> None:
-    """Refuse the first kernel call whose arguments do not fit its operator (see the module docstring)
-    with a NativeFormatError that names ``what`` (the file); ``p``'s indices are already known to be
-    in range.
+    """Refuse the first kernel call whose arguments or outputs do not fit its operator, or move
+    whose destination cannot hold its source (see the module docstring), with a NativeFormatError
+    that names ``what`` (the file); ``p``'s indices are already known to be in range.
     """
     sigs = [_signature(op) for op in p.operators]
-    values = p.values
     for pc, ins in enumerate(p.instructions):
-        if type(ins) is not P.KernelCall:
-            continue
-        sig = sigs[ins.op]
-        if sig is not None:
-            _check_call(pc, ins, p.operators[ins.op], sig, values, what)
-        if ins.out_op == -1:
-            continue
-        out = p.operators[ins.out_op]
-        if out.name.startswith(NAMESPACE + "::"):
-            raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} is not a torch operator")
-        sig = sigs[ins.out_op]
-        if sig is None:
-            continue
-        _check_call(pc, ins, out, sig, values, what)
-        if sig.n_out != len(ins.outs):
-            raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has "
-                                                       f"{sig.n_out} out= arguments for {len(ins.outs)} outputs")
+        check = _INSTRUCTION_CHECKS[type(ins)]
+        if check is not None:
+            check(p, sigs, pc, ins, what)
+
+
+def _check_kernel(p: P.Program, sigs: list, pc: int, ins: P.KernelCall, what: str) -> None:
+    values = p.values
+    sig = sigs[ins.op]
+    if sig is not None:
+        _check_call(pc, ins, p.operators[ins.op], sig, values, what)
+        _check_outputs(pc, ins, p.operators[ins.op], sig, values, what)
+    if ins.out_op == -1:
+        return
+    out = p.operators[ins.out_op]
+    if out.name.startswith(NAMESPACE + "::"):
+        raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} is not a torch operator")
+    sig = sigs[ins.out_op]
+    if sig is None:
+        return
+    _check_call(pc, ins, out, sig, values, what)
+    if sig.n_out != len(ins.outs):
+        raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has "
+                                                   f"{sig.n_out} out= arguments for {len(ins.outs)} outputs")
+
+
+def _check_move(p: P.Program, sigs: list, pc: int, ins: P.MoveCall, what: str) -> None:
+    src, dst = type(p.values[ins.src]), type(p.values[ins.dst])
+    holds = _MOVES.get(dst)
+    if holds is None:
+        raise damaged(what, f"instructions[{pc}]", f"moves value {ins.src} into value {ins.dst} (kind "
+                                                   f"{kind_name(dst)}), which a move never writes (only "
+                                                   f"{_names(_MOVES)} values)")
+    if src not in holds:
+        raise damaged(what, f"instructions[{pc}]", f"moves value {ins.src} (kind {kind_name(src)}) into value "
+                                                   f"{ins.dst} (kind {kind_name(dst)}), which holds only {_names(holds)}")
+
+
+_INSTRUCTION_CHECKS: dict[type, Any] = {
+    P.KernelCall: _check_kernel, P.MoveCall: _check_move, P.JumpFalseCall: None, P.FreeCall: None,
+    P.AllocCall: None,
+}
+assert set(_INSTRUCTION_CHECKS) == set(P.INSTRUCTION_TYPES), "instruction dispatch is incomplete"
+
+
+def _names(kinds: Any) -> str:
+    """Kind names in the value table's order, as messages list them: 'Int, SymInt'."""
+    return ", ".join(kind_name(t) for t in P.VALUE_TYPES if t in kinds)
 
 
 def _check_call(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, values: list, what: str) -> None:
@@ -187,6 +262,43 @@ def _check_call(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, val
         if not param.has_default:
             raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} parameter {param.name} "
                                                        f"({param.type}) is not given and has no default")
+
+
+def _check_outputs(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, values: list, what: str) -> None:
+    returns, outs = sig.returns, ins.outs
+    if len(outs) != len(returns):
+        raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} returns {len(returns)} values, "
+                                                   f"the call lists {len(outs)} outputs")
+    for j, o in enumerate(outs):
+        if o == -1:
+            continue
+        gives = returns[j].gives
+        if gives.any or type(values[o]) in gives.kinds:
+            continue
+        bad = _unwritable(gives, values, o)
+        if bad is None:
+            continue
+        path, w = bad
+        got = f"{o} (kind {kind_name(type(values[o]))}" + (
+            f": its {path} is value {w}, kind {kind_name(type(values[w]))})" if path else ")")
+        raise damaged(what, f"instructions[{pc}].outs[{j}]", f"operator {op.name}.{op.overload} return {j} "
+                                                             f"({returns[j].type}) cannot be written to value {got}")
+
+
+def _unwritable(gives: _Takes, values: list, v: int) -> tuple[str, int] | None:
+    """None when a result may be written to value ``v``; else (the path of the item that may not,
+    "" for ``v`` itself, that item). Unlike an argument, never a constant list."""
+    val = values[v]
+    if gives.any or type(val) in gives.kinds:
+        return None
+    if gives.items is not None and type(val) is P.List:
+        for i, item in enumerate(val.items):
+            bad = _unwritable(gives.items, values, item)
+            if bad is not None:
+                path, w = bad
+                return f"items[{i}]" + (f".{path}" if path else ""), w
+        return None
+    return "", v
 
 
 def _misfit(takes: _Takes, values: list, v: int) -> tuple[str, int] | None:
@@ -227,7 +339,8 @@ def _signature(op: P.Operator) -> _Signature | None:
         sig = _torch_signatures[key] = _Signature(
             tuple(_Param(f"'{a.name}'", a.real_type.str(), _takes(a.real_type, wrap), a.has_default_value())
                   for a in schema.arguments if not a.is_out),
-            sum(a.is_out for a in schema.arguments))
+            sum(a.is_out for a in schema.arguments),
+            tuple(_Return(r.real_type.str(), _gives(r.real_type)) for r in schema.returns))
     return sig
 
 
@@ -245,3 +358,15 @@ def _takes(t: Any, wrap: bool) -> _Takes:
     if k == "TensorType" and wrap:
         kinds |= _NUMBERS
     return _Takes(kinds)
+
+
+def _gives(t: Any) -> _Takes:
+    """The value kinds a result of torch type ``t`` may be written to (a None result is discarded)."""
+    k = t.kind()
+    if k == "OptionalType":
+        return _gives(t.getElementType())
+    if k == "ListType":
+        return _Takes(frozenset(), _gives(t.getElementType()))
+    if k in _ANY_LIKE:
+        return _Takes(frozenset(), any=True)
+    return _Takes(_GIVES.get(k, frozenset()))

@@ -14,7 +14,13 @@ Options:
   slots are re-packed for each distinct set of input sizes (:func:`native.memory.pack`, cached),
   so the arena is as large as that run needs and never larger than the plan's bound. A file whose
   operators declare fewer aliases than this process's kernels may produce is refused, and a
-  functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``).
+  functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``). Every
+  planned call's results must have their declared dtypes and sizes, or the run stops
+  (``NativeRuntimeError``, the C++ runtime's message): an out= kernel would resize its slot's
+  view over its neighbours'. A planned call run functionally (see ``out_min_bytes``) whose result
+  is not what the program declares is run again out=, into a tensor of the declared dtype and
+  sizes, before it is judged: the C++ runtime runs every planned call out=, and an out= kernel
+  casts a result to its output's dtype where it may.
 - ``out_min_bytes`` (default ``OUT_MIN_BYTES``): planned tensors smaller than this in a run are
   allocated by their functional kernel instead (0: every planned tensor is written out=).
 - ``max_loop_instructions`` (default 10,000,000; None: no limit): a run whose loops execute more
@@ -67,6 +73,9 @@ class _Freed:
 
 
 _FREED = _Freed()
+# The end of a planned result's message (Method._check_results; method.cpp kUndeclared).
+_UNDECLARED = ("; in arena mode every planned result must be what the program declares, so the file is damaged or "
+               "was not written by pt2serde")
 
 
 def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, engine: str = "python",
@@ -121,6 +130,9 @@ class Method:
         self._order = sorted(self._alloc.values(), key=lambda a: (-a.nbytes, a.start, a.value))
         self._plans: dict[tuple, tuple[dict[int, int], int]] = {}
         self._static_views: dict[int, torch.Tensor] = {}
+        # Declared sizes of planned values, per plan (or per set of symbol values without one).
+        self._sizes: dict[int, tuple[int, ...] | None] = {}
+        self._sizes_by_symbols: dict[tuple, dict[int, tuple[int, ...] | None]] = {}
         # Calls with slots for all outputs run out= only when it pays (``OUT_MIN_BYTES``): for
         # small tensors the out= checks cost more than an allocation. Run functionally, their
         # results are fresh as declared, or (ops whose functional form may hand back an argument,
@@ -211,6 +223,15 @@ class Method:
         self._bind(values, leaves)
         if self._dynamic_plan:
             self._replan()
+        elif self._planned_calls:  # (a dynamic plan caches them per plan)
+            sizes = self._sizes_by_symbols
+            key = tuple(self._syms)
+            got = sizes.get(key)
+            if got is None:
+                if len(sizes) >= 64:
+                    sizes.clear()
+                got = sizes[key] = {}
+            self._sizes = got
         code = self._code
         pc, n = 0, len(code)
         limit = self.max_loop_instructions
@@ -306,9 +327,9 @@ class Method:
                 plan = ({v: a.offset for v, a in self._alloc.items()}, self.program.memory_plan.arena_size)
             else:
                 plan = ({a.value: off for a, off in zip(self._order, offsets, strict=True)}, size)
-            plan = (*plan, self._choose_out(), {})
+            plan = (*plan, self._choose_out(), {}, {})
             self._plans[key] = plan
-        self._offsets, size, use_out, self._static_views = plan
+        self._offsets, size, use_out, self._static_views, self._sizes = plan
         self._code, self._may_see_arena = self._compiled(use_out)
         self._use_out = use_out
         if size > self._arena.numel():
@@ -434,6 +455,42 @@ class Method:
             t = self._static_views[value] = self._new_tensor(value)
         return t
 
+    # ------------------------------------------------------------ planned results (arena mode)
+
+    def _declared_sizes(self, value: int) -> tuple[int, ...] | None:
+        """The value's declared sizes in this run (None: they depend on data), cached per plan."""
+        got = self._sizes.get(value, _FREED)
+        if got is _FREED:
+            try:
+                got = tuple(self._eval(d.expr) if isinstance(d, P.Sym) else d for d in self.program.values[value].sizes)
+            except UnboundSymbolError:
+                got = None
+            self._sizes[value] = got
+        return got
+
+    def _check_results(self, pc: int, outs: Sequence[int], values: list) -> None:
+        """A planned call's results have their declared dtypes and sizes (native_cpp/method.cpp
+        check_results: the same order and messages). An out= kernel that resized its slot's view
+        gets the view's declared shape back before the run stops."""
+        for o in outs:
+            t = values[o]
+            if not isinstance(t, torch.Tensor):
+                raise NativeRuntimeError(f"{self.where(pc)}: returned no tensor for value {o}{_UNDECLARED}")
+            want = SCALAR_TO_DTYPE[schema.ScalarType(self.program.values[o].dtype)]
+            if t.dtype != want:
+                raise NativeRuntimeError(f"{self.where(pc)}: value {o} has dtype {t.dtype}, declared {want}{_UNDECLARED}")
+            sizes = self._declared_sizes(o)
+            if sizes is not None and tuple(t.shape) != sizes:
+                got = list(t.shape)
+                view = self._static_views.get(o)
+                if t is view:
+                    _, strides, _ = self._dims(self.program.values[o])
+                    view.as_strided_(sizes, strides)
+                    ptr = self._arena.data_ptr()  # a grown storage moved the arena
+                    self._arena_span = (ptr, ptr + self._arena.numel())
+                raise NativeRuntimeError(f"{self.where(pc)}: value {o} has sizes {got}, declared {list(sizes)}"
+                                         f"{_UNDECLARED}")
+
     # ------------------------------------------------------------ checks (check=True)
 
     def _check_out(self, pc: int, value: int, got: Any) -> None:
@@ -544,8 +601,137 @@ def _kernel(m: Method, ins: P.KernelCall, pc: int) -> Callable[[list, int], int]
 def _functional(m: Method, ins: P.KernelCall, pc: int, fn: Callable, simple: bool, npos: int, kw_pairs: list,
                 getters: list, store: Callable) -> Callable[[list, int], int]:
     plain = bool(ins.outs) and ins.outs[0] >= 0 and not isinstance(m.program.values[ins.outs[0]], P.List)
+    if pc in m._planned_calls and pc not in m._may_see_arena:
+        fast = _planned_simple(m, ins, pc, ())
+        if fast is not None:
+            return fast
     call = _functional_call(ins, fn, simple, npos, kw_pairs, getters, store, plain)
+    if pc in m._planned_calls:
+        call = _declared(m, ins, call, _judge(m, ins, getters, npos, kw_pairs, store))
     return _guarded(m, pc, call) if pc in m._may_see_arena else call
+
+
+def _declared(m: Method, ins: P.KernelCall, inner: Callable, judge: Callable) -> Callable[[list, int], int]:
+    def checked(values: list, pc: int) -> int:
+        nxt = inner(values, pc)
+        judge(values, pc)
+        return nxt
+    return checked
+
+
+def _judge(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pairs: list, store: Callable
+           ) -> Callable[[list, int], None]:
+    """For a planned call run functionally: a result other than declared is computed again as the C++
+    runtime computes it, out= into a tensor of the declared dtype, sizes and strides (the out=
+    kernel may cast it, resize it or refuse), and then judged (``Method._check_results``)."""
+    vals = m.program.values
+    outs = tuple(ins.outs)
+    dtypes = tuple(SCALAR_TO_DTYPE[schema.ScalarType(vals[o].dtype)] for o in outs)
+    declared = m._declared_sizes
+
+    def redo(values: list, pc: int) -> None:
+        out_fn = m._ops[ins.out_op][0]
+        args = [g(values) for g in getters]
+        kwargs = {k: args[j] for k, j in kw_pairs}
+        for a, o, dtype in zip([a for a in out_fn._schema.arguments if a.is_out], outs, dtypes, strict=True):
+            sizes, strides, _ = m._dims(vals[o])
+            kwargs[a.name] = torch.empty_strided(sizes, strides, dtype=dtype)
+        store(values, out_fn(*args[:npos], **kwargs))
+        m._check_results(pc, outs, values)
+
+    def judge(values: list, pc: int) -> None:
+        for o, dtype in zip(outs, dtypes, strict=True):
+            t, sizes = values[o], declared(o)
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or (sizes is not None and t.shape != sizes):
+                redo(values, pc)
+                return
+    return judge
+
+
+def _planned_simple(m: Method, ins: P.KernelCall, pc: int, frees: tuple[int, ...]) -> Callable | None:
+    """The hot path of a planned call run functionally, with plain arguments and one result: the
+    result's dtype and sizes are compared with the declaration in line (about 0.25 us a call);
+    any doubt goes to ``_judge``."""
+    vals = m.program.values
+    if m.check or len(ins.outs) != 1 or any(isinstance(vals[a], P.List) for a in ins.args):
+        return None
+    o = ins.outs[0]
+    sizes = tuple(vals[o].sizes) if all(isinstance(d, int) for d in vals[o].sizes) else None
+    fn, npos, kw = m._ops[ins.op]
+    idx = tuple(ins.args)
+    npos = len(idx) if npos < 0 else npos
+    getters = [_getter(m, a) for a in idx]
+    kw_pairs = list(zip(kw, range(npos, len(idx)), strict=False))
+    judge = _judge(m, ins, getters, npos, kw_pairs, _storer(m, ins, pc))
+    fn = getattr(fn, "_op", fn)
+    pos, kw_items, step = idx[:npos], tuple(zip(kw, idx[npos:], strict=False)), 1 + len(frees)
+    dtype = SCALAR_TO_DTYPE[schema.ScalarType(vals[o].dtype)]
+    if sizes is None and not kw_items:  # symbolic: this run's, cached per plan
+        declared = m._declared_sizes
+
+        def pd(values: list, pc: int) -> int:
+            r = values[o] = fn(*[values[i] for i in pos])
+            try:
+                if r.dtype is not dtype or r.shape != declared(o):
+                    judge(values, pc)
+            except AttributeError:  # not a tensor
+                judge(values, pc)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return pd
+    if sizes is None:
+        declared = m._declared_sizes
+
+        def pdkw(values: list, pc: int) -> int:
+            r = values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
+            try:
+                if r.dtype is not dtype or r.shape != declared(o):
+                    judge(values, pc)
+            except AttributeError:  # not a tensor
+                judge(values, pc)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return pdkw
+    if kw_items:
+        def pkw(values: list, pc: int) -> int:
+            r = values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
+            try:
+                if r.dtype is not dtype or r.shape != sizes:
+                    judge(values, pc)
+            except AttributeError:  # not a tensor
+                judge(values, pc)
+            for v in frees:
+                values[v] = None
+            return pc + step
+        return pkw
+
+    if len(pos) == 1 and len(frees) == 1:
+        (a,), (f,) = pos, frees
+
+        def p1(values: list, pc: int) -> int:
+            r = values[o] = fn(values[a])
+            try:
+                if r.dtype is not dtype or r.shape != sizes:
+                    judge(values, pc)
+            except AttributeError:  # not a tensor
+                judge(values, pc)
+            values[f] = None
+            return pc + step
+        return p1
+
+    def pn(values: list, pc: int) -> int:
+        r = values[o] = fn(*[values[i] for i in pos])
+        try:
+            if r.dtype is not dtype or r.shape != sizes:
+                judge(values, pc)
+        except AttributeError:  # not a tensor
+            judge(values, pc)
+        for v in frees:
+            values[v] = None
+        return pc + step
+    return pn
 
 
 def _functional_call(ins: P.KernelCall, fn: Callable, simple: bool, npos: int, kw_pairs: list, getters: list,
@@ -715,6 +901,8 @@ def _simple_kernel(m: Method, ins: P.Instruction, pc: int, frees: tuple[int, ...
         return None
     if pc in m._use_out:
         return _static_out(m, ins, frees)
+    if pc in m._planned_calls:
+        return _planned_simple(m, ins, pc, frees)
     fn, npos, kw = m._ops[ins.op]
     vals = m.program.values
     if len(ins.outs) != 1 or ins.outs[0] < 0 \
@@ -773,22 +961,28 @@ def _static_out(m: Method, ins: P.KernelCall, frees: tuple[int, ...]) -> Callabl
     idx, o, step = tuple(ins.args[:npos]), ins.outs[0], 1 + len(frees)
     kw_items = tuple(zip(kw, ins.args[npos:], strict=False))
     if m._dynamic_plan:  # the view changes with the sizes: look it up per run (cached per plan)
-        view_of = m._arena_view
+        view_of, declared = m._arena_view, m._declared_sizes
 
         def outd(values: list, pc: int) -> int:
             kwargs = {k: values[i] for k, i in kw_items}
             kwargs[name] = view_of(o)
-            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            r = values[o] = raw(*[values[i] for i in idx], **kwargs)
+            if r.shape != declared(o):
+                m._check_results(pc, (o,), values)
             for v in frees:
                 values[v] = None
             return pc + step
         return outd
     view = m._arena_view(o)
+    # An out= kernel returns its out= argument, resized when the arguments call for other sizes.
+    sizes = view.shape
     if kw_items:
         def outkw(values: list, pc: int) -> int:
             kwargs = {k: values[i] for k, i in kw_items}
             kwargs[name] = view
-            values[o] = raw(*[values[i] for i in idx], **kwargs)
+            r = values[o] = raw(*[values[i] for i in idx], **kwargs)
+            if r.shape != sizes:
+                m._check_results(pc, (o,), values)
             for v in frees:
                 values[v] = None
             return pc + step
@@ -798,13 +992,17 @@ def _static_out(m: Method, ins: P.KernelCall, frees: tuple[int, ...]) -> Callabl
         (a,), (f,) = idx, frees
 
         def out1(values: list, pc: int) -> int:
-            values[o] = raw(values[a], **kwargs)
+            r = values[o] = raw(values[a], **kwargs)
+            if r.shape != sizes:
+                m._check_results(pc, (o,), values)
             values[f] = None
             return pc + step
         return out1
 
     def outn(values: list, pc: int) -> int:
-        values[o] = raw(*[values[i] for i in idx], **kwargs)
+        r = values[o] = raw(*[values[i] for i in idx], **kwargs)
+        if r.shape != sizes:
+            m._check_results(pc, (o,), values)
         for v in frees:
             values[v] = None
         return pc + step
@@ -826,6 +1024,7 @@ def _out_variant(m: Method, ins: P.KernelCall, getters: list, npos: int, kw_pair
             kwargs[name] = m._arena_view(o)
         res = out_fn(*args[:npos], **kwargs)
         store(values, res)
+        m._check_results(pc, outs, values)
         return pc + 1
     return call_out
 

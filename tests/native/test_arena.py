@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from native import cpp_engine
 from native import program as P
-from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError
+from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError, NativeRuntimeError
 from native.memory import plan_memory, verify_plan
 from native.runtime import OUT_MIN_BYTES, Method
 from native.verify import decode
@@ -258,3 +258,96 @@ def test_identity_table_covers_ops_whose_results_really_alias():
     x = torch.randn(3, 4)
     for name, f in IDENTITY.items():
         assert f(x).untyped_storage().data_ptr() == x.untyped_storage().data_ptr(), name
+
+
+# ---------------------------------------------------------------- planned results are what the program declares
+
+_UNDECLARED = ("; in arena mode every planned result must be what the program declares, so the file is damaged or "
+               "was not written by pt2serde")
+
+
+class _AddRelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x, y):
+        return torch.relu(x + y.float()).sin() + self.w.sum()
+
+
+def _add_relu() -> tuple[P.NativeProgram, int, int]:
+    """The program of _AddRelu (fixed sizes: its add and relu have arena slots), the positions of
+    its add and its relu."""
+    torch.manual_seed(0)
+    ep = torch.export.export(_AddRelu(), (torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float64)))
+    native = emit_ep(ep)
+    p = native.program
+    add, relu = (next(pc for pc, i in enumerate(p.instructions) if isinstance(i, P.KernelCall)
+                      and p.operators[i.op].name == name) for name in ("aten::add", "aten::relu"))
+    from native.memory import out_calls
+
+    assert {add, relu} <= out_calls(p)
+    return native, add, relu
+
+
+def _edited_args(native: P.NativeProgram, pc: int, args: list[int]) -> P.NativeProgram:
+    ins = list(native.program.instructions)
+    ins[pc] = msgspec.structs.replace(ins[pc], args=args)
+    return decode(P.NativeProgram(msgspec.structs.replace(native.program, instructions=ins), native.segment).encode())
+
+
+def _arena_runs(native: P.NativeProgram, *args) -> list:
+    """Each arena runtime's outputs or its error (class and message): Python with small results
+    computed functionally (the default) and with every planned result written out=, and C++."""
+    methods = [lambda: Method(native, arena=True), lambda: Method(native, arena=True, out_min_bytes=0)]
+    if cpp_engine.available():
+        methods.append(lambda: cpp_engine.load(native, arena=True))
+    got = []
+    for make in methods:
+        try:
+            got.append(make().run(*[a.clone() for a in args]))
+        except Exception as e:  # noqa: BLE001 - compared below, class and message
+            got.append(f"{type(e).__name__}: {e}")
+    return got
+
+
+def test_a_planned_result_of_other_sizes_than_declared_stops_the_run_in_both_runtimes():
+    # relu given the [8, 8] weight for its [4, 8] slot: the C++ runtime's out= kernel resized the
+    # slot's view over its neighbours' and the runtimes ended differently. Now every arena run
+    # stops at the call with the same message; a result computed functionally (Python, small
+    # tensors) is computed again out= first, so even the sizes it reports are the same.
+    native, _, relu = _add_relu()
+    p = native.program
+    w = p.state[0].value
+    nat = _edited_args(native, relu, [w])
+    out = p.instructions[relu].outs[0]
+    x, y = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float64)
+    want = (f"NativeRuntimeError: instruction {relu} (aten::relu.default, node 'relu'): value {out} has sizes "
+            f"[8, 8], declared [4, 8]{_UNDECLARED}")
+    runs = _arena_runs(nat, x, y)
+    assert runs == [want] * len(runs)
+    # The slot's view has its declared shape again, and the next run stops the same way.
+    m = Method(nat, arena=True, out_min_bytes=0)
+    for _ in range(2):
+        with pytest.raises(NativeRuntimeError, match=r"has sizes \[8, 8\], declared \[4, 8\]"):
+            m.run(x, y)
+        assert m._arena_view(out).shape == (4, 8)
+
+
+def test_a_planned_result_of_another_dtype_is_cast_as_its_out_kernel_casts_it_in_both_runtimes():
+    # add given the float64 input where the program converted it first: the functional kernel
+    # returns float64 for a float32 slot, the out= kernel computes in float64 and casts into the
+    # slot. Every arena run now gives the out= kernel's result, bit for bit.
+    native, add, _ = _add_relu()
+    p = native.program
+    x, y = (i.value for i in p.inputs)
+    nat = _edited_args(native, add, [x, y, *p.instructions[add].args[2:]])
+    x_in, y_in = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float64)
+    runs = _arena_runs(nat, x_in, y_in)
+    first = runs[0]
+    assert not isinstance(first, str), first
+    for got in runs[1:]:
+        assert not isinstance(got, str), got
+        _bitwise(got, first, "arena runs")
+    weight = Method(native).state_dict()["w"]
+    _bitwise(first, torch.relu((x_in.double() + y_in).float()).sin() + weight.sum(), "the out= kernel's cast")

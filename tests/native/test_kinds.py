@@ -6,7 +6,10 @@ view with a symbolic size, a number times a tensor, a dtype conversion, a ``full
 edited so one argument points at a value of another kind. The kinds the emitter writes beyond a
 parameter's own (numbers for ``aten::mul.Tensor``, ints for dtypes and floats, symbolic sizes,
 trailing defaults left out) load and run alike in both runtimes. A matrix of operators, parameters
-and value kinds shows that the two tables are one table.
+and value kinds shows that the two tables are one table. Outputs and moves have rules of their
+own: one output per return, each of a kind the return may be written to (calls appended to the
+program: a tuple, a list and a symbolic result among them), and a move's destination one that
+holds its source's kind (every pair of kinds the emitter moves is among those taken).
 """
 
 from __future__ import annotations
@@ -360,7 +363,10 @@ def _fitting(op: P.Operator, pool: list[int], program: P.Program) -> tuple[list[
 
 
 def _call_at_end(base: P.Program, segment, op: P.Operator, args: list[int]) -> bytes:
-    call = P.KernelCall(len(base.operators), args, [])
+    """A call of ``op`` at the end of ``base``, its results discarded."""
+    from native.kinds import _signature
+
+    call = P.KernelCall(len(base.operators), args, [-1] * len(_signature(op).returns))
     p = msgspec.structs.replace(base, operators=[*base.operators, op], instructions=[*base.instructions, call],
                                 instruction_handles=[*base.instruction_handles, -1])
     return P.NativeProgram(p, segment).encode()
@@ -426,3 +432,156 @@ def test_both_runtimes_know_the_same_symbolic_signatures(kinds, arity):
         assert verdicts[0] == verdicts[1], (name, arity, verdicts)
         accepted += verdicts[0] == "accepted"
     assert accepted == {1: 12, 2: 19, 3: 1}[arity]
+
+
+# ---------------------------------------------------------------- outputs and moves
+
+
+def _appended(native: P.NativeProgram, instructions: list, values: list[P.Value] = (),
+              operators: list[P.Operator] = ()) -> bytes:
+    """``native``'s file with ``instructions`` run at its end (and ``values`` and ``operators``
+    appended to its tables)."""
+    p = native.program
+    return edited(native, values=[*p.values, *values], operators=[*p.operators, *operators],
+                  instructions=[*p.instructions, *instructions],
+                  instruction_handles=[*p.instruction_handles, *[-1] * len(instructions)])
+
+
+def _with_outs(native: P.NativeProgram, pc: int, outs: list[int], values: list[P.Value] = ()) -> bytes:
+    p = native.program
+    ins = list(p.instructions)
+    ins[pc] = msgspec.structs.replace(ins[pc], outs=outs)
+    return edited(native, values=[*p.values, *values], instructions=ins)
+
+
+def _const(native: P.NativeProgram, kind: type) -> int:
+    return next(i for i, v in enumerate(native.program.values) if type(v) is kind)
+
+
+def test_an_output_of_a_kind_its_return_cannot_be_written_to_is_refused_by_both_runtimes(kinds):
+    # Calls appended at the end (an edit of a call in place would leave its readers unwritten, which
+    # the data-flow check finds first).
+    p = kinds.program
+    x, one, nv, end = p.inputs[0].value, _const(kinds, P.Int), len(p.values), len(p.instructions)
+    gelu = p.instructions[_call(kinds, "aten::gelu.default")]
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(gelu.op, [x, gelu.args[1]], [one])]),
+                        f"instructions[{end}].outs[0]: operator aten::gelu.default return 0 (Tensor) cannot be "
+                        f"written to value {one} (kind Int)")
+    # A size written to a tensor, a tensor to a size.
+    size = p.instructions[_call(kinds, "aten::sym_size.int")]
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(size.op, [x, size.args[1]], [x])]),
+                        f"instructions[{end}].outs[0]: operator aten::sym_size.int return 0 (SymInt) cannot be "
+                        f"written to value {x} (kind Tensor)")
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(gelu.op, [x, gelu.args[1]], [nv])], [P.SymInt()]),
+                        f"instructions[{end}].outs[0]: operator aten::gelu.default return 0 (Tensor) cannot be "
+                        f"written to value {nv} (kind SymInt)")
+    # A symbolic operator's result is a number.
+    mul = p.instructions[_call(kinds, "symbolic::mul.default")]
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(mul.op, [one, one], [x])]),
+                        f"instructions[{end}].outs[0]: operator symbolic::mul.default return 0 (number) cannot be "
+                        f"written to value {x} (kind Tensor)")
+    data = _appended(kinds, [P.KernelCall(mul.op, [one, one], [nv])], [P.SymInt()])
+    assert _verdicts(data) == ["accepted", "accepted"]
+
+
+def test_a_call_must_list_one_output_per_return(kinds):
+    p = kinds.program
+    x, one, nv, end = p.inputs[0].value, _const(kinds, P.Int), len(p.values), len(p.instructions)
+    gelu = p.instructions[_call(kinds, "aten::gelu.default")]
+    t = P.Tensor(int(schema.ScalarType.FLOAT), [4, 3], [3, 1])
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(gelu.op, [x, gelu.args[1]], [nv, -1])], [t]),
+                        f"instructions[{end}]: operator aten::gelu.default returns 1 values, the call lists 2 outputs")
+    add = p.instructions[_call(kinds, "symbolic::add.default")]
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(add.op, [one, one], [])]),
+                        f"instructions[{end}]: operator symbolic::add.default returns 1 values, the call lists 0 "
+                        "outputs")
+    # A tuple-returning operator: aten::max.dim gives (values, indices).
+    t = P.Tensor(int(schema.ScalarType.FLOAT), [4], [1])
+    mx = P.Operator("aten::max", "dim")
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(len(p.operators), [x, one], [nv])], [t], [mx]),
+                        f"instructions[{end}]: operator aten::max.dim returns 2 values, the call lists 1 outputs")
+    _assert_both_refuse(_appended(kinds, [P.KernelCall(len(p.operators), [x, one], [nv, nv + 1])], [t, P.SymInt()],
+                                  [mx]),
+                        f"instructions[{end}].outs[1]: operator aten::max.dim return 1 (Tensor) cannot be written "
+                        f"to value {nv + 1} (kind SymInt)")
+    data = _appended(kinds, [P.KernelCall(len(p.operators), [x, one], [-1, nv])], [t], [mx])
+    assert _verdicts(data) == ["accepted", "accepted"]
+
+
+def test_a_list_result_is_written_item_by_item_and_never_to_a_constant(kinds):
+    p = kinds.program
+    x, one, nv, end = p.inputs[0].value, _const(kinds, P.Int), len(p.values), len(p.instructions)
+    row = P.Tensor(int(schema.ScalarType.FLOAT), [3], [1])
+    unbind = [P.Operator("aten::unbind", "int", [[0]])]
+    call = P.KernelCall(len(p.operators), [x, _const(kinds, P.Int)], [nv + 2])
+    _assert_both_refuse(_appended(kinds, [call], [row, P.SymInt(), P.List([nv, nv + 1])], unbind),
+                        f"instructions[{end}].outs[0]: operator aten::unbind.int return 0 (Tensor[]) cannot be "
+                        f"written to value {nv + 2} (kind List: its items[1] is value {nv + 1}, kind SymInt)")
+    # An empty constant list is an argument of any list type, never a result.
+    call = P.KernelCall(len(p.operators), [x, one], [nv])
+    _assert_both_refuse(_appended(kinds, [call], [P.IntList([])], unbind),
+                        f"instructions[{end}].outs[0]: operator aten::unbind.int return 0 (Tensor[]) cannot be "
+                        f"written to value {nv} (kind IntList)")
+
+
+# (the source's kind, the destination's kind) -> the message's tail, or None: accepted
+_MOVES = {
+    (P.Tensor, P.SymInt): "(kind SymInt), which holds only Int, SymInt",
+    (P.Float, P.SymInt): "(kind SymInt), which holds only Int, SymInt",
+    (P.Int, P.Tensor): "(kind Tensor), which holds only None, Tensor",
+    (P.Int, P.SymBool): "(kind SymBool), which holds only Bool, SymBool",
+    (P.String, P.SymFloat): "(kind SymFloat), which holds only Int, Float, SymInt, SymFloat",
+    (P.NoneValue, P.Tensor): None,  # with_effects' token placeholder
+    (P.Int, P.SymInt): None,  # a loop counter's start
+    (P.Int, P.SymFloat): None,
+    (P.Bool, P.SymBool): None,
+    (P.Tensor, P.Tensor): None,
+}
+
+
+@pytest.mark.parametrize("kinds_of", list(_MOVES), ids=lambda k: f"{kind_name(k[0])}->{kind_name(k[1])}")
+def test_a_move_writes_only_a_value_that_holds_its_source(kinds, kinds_of):
+    src_kind, dst_kind = kinds_of
+    p = kinds.program
+    nv, end = len(p.values), len(p.instructions)
+    src = p.inputs[0].value if src_kind is P.Tensor else _const(kinds, src_kind)
+    dst = {P.Tensor: P.Tensor(int(schema.ScalarType.FLOAT), [2], [1]), P.SymInt: P.SymInt(),
+           P.SymFloat: P.SymFloat(), P.SymBool: P.SymBool()}[dst_kind]
+    data = _appended(kinds, [P.MoveCall(src, nv)], [dst])
+    tail = _MOVES[kinds_of]
+    if tail is None:
+        assert _verdicts(data) == ["accepted", "accepted"]
+        assert edit_outcome(data, _args(), {})[0] == "ok"
+    else:
+        _assert_both_refuse(data, f"instructions[{end}]: moves value {src} (kind {kind_name(src_kind)}) into value "
+                                  f"{nv} {tail}")
+
+
+def test_a_move_never_writes_a_constant_or_a_boxed_list(kinds):
+    p = kinds.program
+    x, end = p.inputs[0].value, len(p.instructions)
+    one = _const(kinds, P.Int)
+    _assert_both_refuse(_appended(kinds, [P.MoveCall(x, one)]),
+                        f"instructions[{end}]: moves value {x} into value {one} (kind Int), which a move never writes "
+                        "(only Tensor, SymInt, SymFloat, SymBool values)")
+    nv = len(p.values)
+    _assert_both_refuse(_appended(kinds, [P.MoveCall(nv, nv + 1)], [P.List([x]), P.List([x])]),
+                        f"instructions[{end}]: moves value {nv} into value {nv + 1} (kind List), which a move never "
+                        "writes (only Tensor, SymInt, SymFloat, SymBool values)")
+
+
+def test_the_moves_and_outputs_the_emitter_writes_are_in_the_tables():
+    # Branches, loops and effect tokens move values; every (source, destination) pair of kinds the
+    # emitter writes for them is one the table holds, and both runtimes load and run the programs.
+    from tests.native._native_util import emitted, inputs_of
+
+    pairs = set()
+    for name in ("cond", "while_loop", "map", "scan", "cond_nested", "effects_and_mutation_aten", "cond_operands",
+                 "sym_scalars", "unbacked_item"):
+        native = emitted(name)
+        p = native.program
+        pairs |= {(kind_name(type(p.values[i.src])), kind_name(type(p.values[i.dst])))
+                  for i in p.instructions if isinstance(i, P.MoveCall)}
+        (a, kw), *_ = inputs_of(name)
+        assert edit_outcome(native.encode(), a, kw)[0] == "ok", name
+    assert {("Int", "SymInt"), ("Tensor", "Tensor"), ("None", "Tensor")} <= pairs, pairs
