@@ -137,3 +137,27 @@ def export_kwargs_order(strict: bool = False) -> torch.export.ExportedProgram:
     return torch.export.export(KwargsOrder(), (T(3),), {"b": T(4), "a": T(5)},
                                dynamic_shapes={"x": None, "a": {0: Dim.AUTO}, "b": {0: Dim.AUTO}},
                                strict=strict)
+
+
+def export_reexported(strict: bool = False) -> torch.export.ExportedProgram:
+    """x and y share a dim (as export_same), exported again from the first export's ep.module(), the
+    pattern after pt2e quantization: the call graph names the '_guards_fn' torch installs there."""
+    d = Dim("d", max=64)
+    return torch.export.export(export_same().module(), (T(3, 2), T(3, 2)),
+                               dynamic_shapes={"x": {0: d}, "y": {0: d}}, strict=strict)
+
+
+class Wraps(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def export_wrapped(strict: bool = False) -> torch.export.ExportedProgram:
+    """x.size(0) % 4 == 0 and x.size(0) > 3 (export_divisible), its ep.module() held as a submodule
+    and exported again: the call graph names 'inner._guards_fn'."""
+    return torch.export.export(Wraps(export_divisible().module()), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}},
+                               strict=strict)

@@ -66,6 +66,12 @@ CASES = [
     Case("kwargs_order", gp.export_kwargs_order,
          [((T(3),), {"b": T(4), "a": T(5)}), ((T(3),), {"b": T(4), "a": T(2)}),
           ((T(3),), {"a": T(6), "b": T(2)}), ((T(3),), {"b": T(9), "a": T(1)})], 2),
+    # exported again from ep.module(): the call graph names torch's '_guards_fn'
+    Case("reexported", gp.export_reexported,
+         [((T(3, 2), T(3, 2)), {}), ((T(3, 2), T(4, 2)), {}), ((T(64, 2), T(64, 2)), {}),
+          ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {})], 3),
+    Case("wrapped", gp.export_wrapped,
+         [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(16),), {}), ((T(2),), {})], 3),
 ]
 # The same programs exported with strict=True, whose guards torch writes against
 # L['flat_args'][i] (the i-th flattened input, args then kwargs, nested containers included).
@@ -340,6 +346,22 @@ def test_a_parameter_named_flat_args_is_refused_when_the_readings_differ(tmp_pat
     assert any("L['flat_args'][2]" in c for c in ep._guards_code), ep._guards_code
     with pytest.raises(UnsupportedConstructError, match=r"which is ambiguous: .* rename that parameter"):
         serde.save(ep, tmp_path / "a.pt2s")
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")  # torch's unflatten
+@pytest.mark.parametrize("export", [gp.export_reexported, gp.export_wrapped], ids=lambda f: f.__name__)
+def test_reexported_program_keeps_the_guard_entry_torch_keeps(export, tmp_path: Path) -> None:
+    # The entry for the '_guards_fn' of the re-exported ep.module() survives as in torch's own load:
+    # the same call graph, and unflatten builds the same (empty) module there.
+    ep = export()
+    assert any(e.fqn.split(".")[-1] == "_guards_fn" for e in ep.module_call_graph)
+    torch.export.save(ep, tmp_path / "a.pt2")
+    serde.save(ep, tmp_path / "a.pt2s")
+    theirs, ours = torch.export.load(tmp_path / "a.pt2"), serde.load(tmp_path / "a.pt2s")
+    assert [e.fqn for e in ours.module_call_graph] == [e.fqn for e in theirs.module_call_graph]
+    assert_programs_equal(ep, ours)
+    mods = [dict(torch.export.unflatten(p).named_modules()) for p in (theirs, ours)]
+    assert {k: type(m).__name__ for k, m in mods[0].items()} == {k: type(m).__name__ for k, m in mods[1].items()}
 
 
 def test_program_without_guards_stores_none(tmp_path: Path) -> None:
