@@ -2,6 +2,7 @@
 them) and of native (the runtime enforces them).
 
 Each ``export_*`` function exports one fresh program; the guards it carries are named in its docstring.
+With ``strict=True`` torch writes the same guards against ``L['flat_args'][i]``, the i-th flattened input.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class Nested(torch.nn.Module):
         return x * 2
 
 
+class KwargsOrder(torch.nn.Module):
+    def forward(self, x, a=None, b=None):
+        if a.shape[0] > 2:
+            return x.sum() + a.sum() * 2 + b.sum()
+        return x.sum()
+
+
 class IntInput(torch.nn.Module):
     def forward(self, x, n):
         if n > x.shape[0]:
@@ -70,47 +78,86 @@ class IntInput(torch.nn.Module):
         return x - n
 
 
-def export_derived() -> torch.export.ExportedProgram:
+def export_derived(strict: bool = False) -> torch.export.ExportedProgram:
     """y.size(0) == x.size(0) + 1 (a derived dim)."""
     dx = Dim("dx")
-    return torch.export.export(Derived(), (T(4), T(5)), dynamic_shapes={"x": {0: dx}, "y": {0: dx + 1}})
+    return torch.export.export(Derived(), (T(4), T(5)), dynamic_shapes={"x": {0: dx}, "y": {0: dx + 1}},
+                               strict=strict)
 
 
-def export_doubled() -> torch.export.ExportedProgram:
+def export_doubled(strict: bool = False) -> torch.export.ExportedProgram:
     """w.size(0) == 2 * x.size(0), 2 <= x.size(0) <= 10."""
     d = Dim("d", min=2, max=10)
-    return torch.export.export(Doubled(), (T(4), T(8)), dynamic_shapes={"x": {0: d}, "w": {0: 2 * d}})
+    return torch.export.export(Doubled(), (T(4), T(8)), dynamic_shapes={"x": {0: d}, "w": {0: 2 * d}},
+                               strict=strict)
 
 
-def export_same() -> torch.export.ExportedProgram:
+def export_same(strict: bool = False) -> torch.export.ExportedProgram:
     """x and y share a dim of at most 64."""
     d = Dim("d", max=64)
-    return torch.export.export(Same(), (T(3, 2), T(3, 2)), dynamic_shapes={"x": {0: d}, "y": {0: d}})
+    return torch.export.export(Same(), (T(3, 2), T(3, 2)), dynamic_shapes={"x": {0: d}, "y": {0: d}},
+                               strict=strict)
 
 
-def export_divisible() -> torch.export.ExportedProgram:
+def export_divisible(strict: bool = False) -> torch.export.ExportedProgram:
     """x.size(0) % 4 == 0 and x.size(0) > 3, found by export from the branch."""
-    return torch.export.export(Divisible(), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}})
+    return torch.export.export(Divisible(), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}}, strict=strict)
 
 
-def export_bounded() -> torch.export.ExportedProgram:
+def export_bounded(strict: bool = False) -> torch.export.ExportedProgram:
     """3 <= x.size(0) <= 6."""
-    return torch.export.export(Bounded(), (T(4),), dynamic_shapes={"x": {0: Dim("b", min=3, max=6)}})
+    return torch.export.export(Bounded(), (T(4),), dynamic_shapes={"x": {0: Dim("b", min=3, max=6)}},
+                               strict=strict)
 
 
-def export_auto_relations() -> torch.export.ExportedProgram:
+def export_auto_relations(strict: bool = False) -> torch.export.ExportedProgram:
     """Relations between automatic dims of two inputs."""
     return torch.export.export(AutoRelations(), (T(2, 3), T(3, 5)),
-                               dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}, "y": {0: Dim.AUTO, 1: Dim.AUTO}})
+                               dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}, "y": {0: Dim.AUTO, 1: Dim.AUTO}},
+                               strict=strict)
 
 
-def export_nested() -> torch.export.ExportedProgram:
+def export_nested(strict: bool = False) -> torch.export.ExportedProgram:
     """A guard between a positional input and a tensor nested in a keyword input."""
     return torch.export.export(
         Nested(), (T(4),), cfg(6, 5),
-        dynamic_shapes={"x": {0: Dim.AUTO}, "cfg": {"a": [{0: Dim.AUTO}, {0: Dim.AUTO}], "b": None}})
+        dynamic_shapes={"x": {0: Dim.AUTO}, "cfg": {"a": [{0: Dim.AUTO}, {0: Dim.AUTO}], "b": None}},
+        strict=strict)
 
 
-def export_int_input() -> torch.export.ExportedProgram:
+def export_int_input(strict: bool = False) -> torch.export.ExportedProgram:
     """A guard on an int input against a tensor size."""
-    return torch.export.export(IntInput(), (T(3), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO})
+    return torch.export.export(IntInput(), (T(3), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO},
+                               strict=strict)
+
+
+def export_kwargs_order(strict: bool = False) -> torch.export.ExportedProgram:
+    """a.size(0) > 2, with the keyword inputs passed in another order than forward declares them
+    (b before a: strict export's L['flat_args'][2] is a)."""
+    return torch.export.export(KwargsOrder(), (T(3),), {"b": T(4), "a": T(5)},
+                               dynamic_shapes={"x": None, "a": {0: Dim.AUTO}, "b": {0: Dim.AUTO}},
+                               strict=strict)
+
+
+def export_reexported(strict: bool = False) -> torch.export.ExportedProgram:
+    """x and y share a dim (as export_same), exported again from the first export's ep.module(), the
+    pattern after pt2e quantization: the call graph names the '_guards_fn' torch installs there."""
+    d = Dim("d", max=64)
+    return torch.export.export(export_same().module(), (T(3, 2), T(3, 2)),
+                               dynamic_shapes={"x": {0: d}, "y": {0: d}}, strict=strict)
+
+
+class Wraps(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def export_wrapped(strict: bool = False) -> torch.export.ExportedProgram:
+    """x.size(0) % 4 == 0 and x.size(0) > 3 (export_divisible), its ep.module() held as a submodule
+    and exported again: the call graph names 'inner._guards_fn'."""
+    return torch.export.export(Wraps(export_divisible().module()), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}},
+                               strict=strict)

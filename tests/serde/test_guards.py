@@ -7,18 +7,22 @@ the exported program, of ``torch.export.load(torch.export.save(ep))`` and of
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import pytest
 import torch
+from torch.export import Dim
 
 import serde
 from serde.archive.artifact import read_artifact
+from serde.bridge.treespec import serialize_treespec
 from serde.core import schema
-from serde.core.guards import canonical_guards, guards_from_code, guards_to_code
+from serde.core.guards import canonical_guards, guards_from_code, guards_to_code, input_paths, source_resolver
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from serde.testing import ProgramMismatch, assert_programs_equal
@@ -59,7 +63,20 @@ CASES = [
     Case("int_input", gp.export_int_input,
          [((T(3), 5), {}), ((T(3), 4), {}), ((T(3), 3), {}), ((T(6), 5), {}), ((T(2), 3), {}),
           ((T(3), 2), {})], 3),
+    Case("kwargs_order", gp.export_kwargs_order,
+         [((T(3),), {"b": T(4), "a": T(5)}), ((T(3),), {"b": T(4), "a": T(2)}),
+          ((T(3),), {"a": T(6), "b": T(2)}), ((T(3),), {"b": T(9), "a": T(1)})], 2),
+    # exported again from ep.module(): the call graph names torch's '_guards_fn'
+    Case("reexported", gp.export_reexported,
+         [((T(3, 2), T(3, 2)), {}), ((T(3, 2), T(4, 2)), {}), ((T(64, 2), T(64, 2)), {}),
+          ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {})], 3),
+    Case("wrapped", gp.export_wrapped,
+         [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(16),), {}), ((T(2),), {})], 3),
 ]
+# The same programs exported with strict=True, whose guards torch writes against
+# L['flat_args'][i] (the i-th flattened input, args then kwargs, nested containers included).
+CASES += [Case(f"{c.name}_strict", functools.partial(c.export, strict=True), c.inputs, c.min_rejected)
+          for c in CASES]
 
 
 def _outcome(module: torch.nn.Module, args: tuple, kwargs: dict) -> str:
@@ -95,9 +112,39 @@ def test_loaded_program_rejects_what_the_exported_one_rejects(programs) -> None:
 
 def test_loaded_guards_are_the_exported_ones(programs) -> None:
     case, _, ours = programs
-    # Printed by us from the tree, they parse to the same trees as torch's own text.
+    # Printed by us from the tree, they parse to the same trees as torch's own text, its sources
+    # read as ep.module() reads them (a strict export's L['flat_args'][i] as that input's path).
     exported = case.export()
-    assert guards_from_code(ours._guards_code) == guards_from_code(exported._guards_code)
+    assert guards_from_code(ours._guards_code) == _stored_guards(exported)
+
+
+def _stored_guards(ep: torch.export.ExportedProgram) -> schema.InputGuards | None:
+    sig = ep.module_call_graph[0].signature
+    flat = input_paths(serialize_treespec(sig.in_spec), sig.forward_arg_names)
+    return guards_from_code(ep._guards_code, resolve=source_resolver(flat))
+
+
+# Programs torch records the same guards for under strict=True as without (derived dims differ).
+_SAME_GUARDS_STRICT = [gp.export_same, gp.export_doubled, gp.export_divisible, gp.export_auto_relations,
+                       gp.export_nested, gp.export_int_input, gp.export_kwargs_order]
+
+
+@pytest.mark.parametrize("export", _SAME_GUARDS_STRICT, ids=lambda f: f.__name__)
+def test_strict_export_stores_the_guards_of_the_non_strict_one(export, tmp_path: Path) -> None:
+    strict, plain = export(strict=True), export()
+    assert all("L['flat_args']" in c for c in strict._guards_code), strict._guards_code
+    serde.save(strict, tmp_path / "strict.pt2s")
+    serde.save(plain, tmp_path / "plain.pt2s")
+    stored = [read_artifact(tmp_path / f).program.guards for f in ("strict.pt2s", "plain.pt2s")]
+    assert stored[0] is not None
+    assert msgspec.json.encode(stored[0]) == msgspec.json.encode(stored[1])
+
+
+def test_strict_guard_error_names_the_input(tmp_path: Path) -> None:
+    # torch's error for the exported program names y; the loaded one's must too, not flat_args.
+    serde.save(gp.export_same(strict=True), tmp_path / "a.pt2s")
+    with pytest.raises(AssertionError, match=r"Guard failed: y\.size\(\)\[0\] == x\.size\(\)\[0\]"):
+        serde.load(tmp_path / "a.pt2s").module()(T(3, 2), T(4, 2))
 
 
 def test_derived_dim_guard_error_matches_torch(tmp_path: Path) -> None:
@@ -139,7 +186,10 @@ def test_guards_are_canonical_whatever_the_input_order() -> None:
     "torch._sym_sqrt(L['f']) <= math.inf",
     "round(L['f']) == round(L['f'], 0)",
 ])
-def test_print_parse_round_trip(code: str) -> None:
+def test_print_parse_round_trip(code: str, monkeypatch) -> None:
+    # Fresh memos: a full memo forgets everything, and one that filled up between parsing g and
+    # canonicalizing it (earlier tests' guards count) would no longer know g as numbered.
+    _fresh_guard_memos(monkeypatch)
     g = guards_from_code([code])
     printed = guards_to_code(g)
     assert guards_from_code(printed) == g
@@ -239,6 +289,84 @@ def test_save_refuses_a_guard_that_names_no_input(tmp_path: Path) -> None:
         serde.save(ep, tmp_path / "a.pt2s")
 
 
+def test_save_refuses_a_strict_guard_on_no_flattened_input(tmp_path: Path) -> None:
+    ep = gp.export_same(strict=True)
+    ep._guards_code = [*ep._guards_code, "L['flat_args'][2].size()[0] == 3"]
+    with pytest.raises(UnsupportedConstructError,
+                       match=r"reads L\['flat_args'\]\[2\]\.size\(\)\[0\], which is not one of the "
+                             r"program's 2 flattened inputs"):
+        serde.save(ep, tmp_path / "a.pt2s")
+    assert not (tmp_path / "a.pt2s").exists()
+
+
+class _Pair(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class _TakesPair(torch.nn.Module):
+    def forward(self, x, p):
+        return x + p.a * p.b
+
+
+def test_save_refuses_a_strict_guard_on_a_namedtuple_field(tmp_path: Path) -> None:
+    # Non-strict export writes L['p'].a, which save refuses too: no guard path names a field.
+    ep = torch.export.export(_TakesPair(), (T(3), _Pair(T(3), T(3))), strict=True,
+                             dynamic_shapes=({0: Dim.AUTO}, _Pair({0: Dim.AUTO}, {0: Dim.AUTO})))
+    with pytest.raises(UnsupportedConstructError, match=r"flattened input 1, which sits inside a namedtuple"):
+        serde.save(ep, tmp_path / "a.pt2s")
+
+
+class _FlatArgsParam(torch.nn.Module):
+    """A forward parameter named like the one strict export traces with."""
+
+    def forward(self, flat_args, y):
+        if flat_args[1].shape[0] > 2:
+            return flat_args[1] * 2 + y
+        return flat_args[0].sum() + y
+
+
+_FLAT_ARGS_INPUTS = ([T(2), T(4)], T(4))
+_FLAT_ARGS_SHAPES = ([None, {0: Dim.AUTO}], {0: Dim.AUTO})
+
+
+def test_a_parameter_named_flat_args_is_stored_when_both_readings_agree(tmp_path: Path) -> None:
+    # L['flat_args'][1] is flattened input 1 and the parameter's item 1 alike.
+    ep = torch.export.export(_FlatArgsParam(), _FLAT_ARGS_INPUTS, dynamic_shapes=_FLAT_ARGS_SHAPES)
+    assert any("L['flat_args'][1]" in c for c in ep._guards_code), ep._guards_code
+    serde.save(ep, tmp_path / "a.pt2s")
+    torch.export.save(ep, tmp_path / "a.pt2")
+    mods = [ep.module(), torch.export.load(tmp_path / "a.pt2").module(), serde.load(tmp_path / "a.pt2s").module()]
+    inputs = [([T(2), T(5)], T(5)), ([T(2), T(8)], T(8)), ([T(2), T(2)], T(2)), ([T(2), T(5)], T(4))]
+    rows = [[_outcome(m, a, {}) for a in inputs] for m in mods]
+    assert rows[0] == rows[1] == rows[2] and rows[0].count("ok") == 2, rows
+
+
+def test_a_parameter_named_flat_args_is_refused_when_the_readings_differ(tmp_path: Path) -> None:
+    # Strict: L['flat_args'][2] is y as a flattened input, but no item of the parameter; ep.module()
+    # reads an index and the stored form a path, so storing either would make them disagree.
+    ep = torch.export.export(_FlatArgsParam(), _FLAT_ARGS_INPUTS, dynamic_shapes=_FLAT_ARGS_SHAPES, strict=True)
+    assert any("L['flat_args'][2]" in c for c in ep._guards_code), ep._guards_code
+    with pytest.raises(UnsupportedConstructError, match=r"which is ambiguous: .* rename that parameter"):
+        serde.save(ep, tmp_path / "a.pt2s")
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")  # torch's unflatten
+@pytest.mark.parametrize("export", [gp.export_reexported, gp.export_wrapped], ids=lambda f: f.__name__)
+def test_reexported_program_keeps_the_guard_entry_torch_keeps(export, tmp_path: Path) -> None:
+    # The entry for the '_guards_fn' of the re-exported ep.module() survives as in torch's own load:
+    # the same call graph, and unflatten builds the same (empty) module there.
+    ep = export()
+    assert any(e.fqn.split(".")[-1] == "_guards_fn" for e in ep.module_call_graph)
+    torch.export.save(ep, tmp_path / "a.pt2")
+    serde.save(ep, tmp_path / "a.pt2s")
+    theirs, ours = torch.export.load(tmp_path / "a.pt2"), serde.load(tmp_path / "a.pt2s")
+    assert [e.fqn for e in ours.module_call_graph] == [e.fqn for e in theirs.module_call_graph]
+    assert_programs_equal(ep, ours)
+    mods = [dict(torch.export.unflatten(p).named_modules()) for p in (theirs, ours)]
+    assert {k: type(m).__name__ for k, m in mods[0].items()} == {k: type(m).__name__ for k, m in mods[1].items()}
+
+
 def test_program_without_guards_stores_none(tmp_path: Path) -> None:
     ep = torch.export.export(Bounded(), (T(4),))
     assert ep._guards_code == []
@@ -264,6 +392,17 @@ def test_program_comparer_catches_a_lost_guard(tmp_path: Path) -> None:
     loaded = serde.load(tmp_path / "a.pt2s")
     assert_programs_equal(ep, loaded, run=False)
     loaded._guards_code = loaded._guards_code[:1]
+    with pytest.raises(ProgramMismatch, match="guards"):
+        assert_programs_equal(ep, loaded, run=False)
+
+
+def test_program_comparer_reads_strict_sources_as_saved(tmp_path: Path) -> None:
+    # The exported program's guards read L['flat_args'][i], the loaded one's the inputs' names.
+    ep = gp.export_nested(strict=True)
+    serde.save(ep, tmp_path / "a.pt2s")
+    loaded = serde.load(tmp_path / "a.pt2s")
+    assert_programs_equal(ep, loaded, run=False)
+    loaded._guards_code = loaded._guards_code[1:]
     with pytest.raises(ProgramMismatch, match="guards"):
         assert_programs_equal(ep, loaded, run=False)
 

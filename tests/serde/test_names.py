@@ -41,6 +41,39 @@ def test_module_call_graph_fqns_allow_the_root_and_call_indices() -> None:
         check_fqn("blocks.0@01", "f", root=True, call_index=True)
 
 
+@pytest.fixture(scope="module")
+def reexported(tmp_path_factory) -> schema.ExportedProgram:
+    """A saved program whose call graph names the _guards_fn torch installs on ep.module()."""
+    x = torch.randn(4, 3)
+    ep = torch.export.export(torch.export.export(torch.nn.Linear(3, 2), (x,)).module(), (x,))
+    path = tmp_path_factory.mktemp("reexported") / "a.pt2s"
+    serde.save(ep, path)
+    p = read_artifact(path).program
+    assert [e.fqn for e in p.graph_module.module_call_graph] == ["", "_guards_fn"]
+    return p
+
+
+def _with_call_entry(p: schema.ExportedProgram, fqn: str, signed: bool) -> schema.ExportedProgram:
+    calls = p.graph_module.module_call_graph
+    entry = schema.ModuleCallEntry(fqn=fqn, signature=calls[0].signature if signed else None)
+    gm = msgspec.structs.replace(p.graph_module, module_call_graph=[calls[0], entry])
+    return msgspec.structs.replace(p, graph_module=gm)
+
+
+@pytest.mark.parametrize("fqn", ["_guards_fn", "inner._guards_fn", "blocks.0._guards_fn"])
+def test_call_graph_may_name_torchs_guard_function_without_a_signature(reexported, fqn: str) -> None:
+    # As torch.export.export(ep.module()) records it, for ep.module() itself or held as a submodule.
+    check_program(_with_call_entry(reexported, fqn, signed=False))
+
+
+@pytest.mark.parametrize("fqn, signed", [("_guards_fn", True), ("inner._guards_fn", True), ("_guards_fn.w", False),
+                                         ("_guards_fn@1", False), ("._guards_fn", False), ("forward._guards_fn", False),
+                                         ("a._guards_fn.b._guards_fn", False)])
+def test_guard_function_name_stays_reserved_everywhere_else(reexported, fqn: str, signed: bool) -> None:
+    with pytest.raises(UnsafeNameError, match=r"^module_call_graph\[1\]\.fqn: "):
+        check_program(_with_call_entry(reexported, fqn, signed))
+
+
 @pytest.mark.parametrize("name", ["x", "input", "max", "__and__", "sum_1", "_x"])
 def test_local_names_torch_export_writes_pass(name: str) -> None:
     assert check_local_name(name, "n") == name

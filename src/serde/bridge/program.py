@@ -15,12 +15,14 @@ from serde.core import schema
 from serde.core.guards import (
     SourceKey,
     failing_guard,
+    flat_input_paths,
     guards_from_code,
     guards_to_code,
     input_arguments,
     input_leaves,
     source_key,
     source_problem,
+    source_resolver,
     source_text,
 )
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -240,20 +242,15 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
     if not codes:
         return None
     leaves = input_leaves(gm)
+    stored = source_resolver(flat_input_paths(gm) or [])
 
     def resolve(k: SourceKey) -> SourceKey:
-        path = k[0]
-        # ep.module() names a *args parameter's items args_0, args_1 (as torch's own
-        # _force_gm_signature_match does when it compiles guards): store that form.
-        if path not in leaves and len(path) >= 2 and isinstance(path[1], int):
-            merged = (f"{path[0]}_{path[1]}", *path[2:])
-            if merged in leaves:
-                path = merged
-        why = source_problem(path, k[1], k[2], leaves)
+        out = stored(k)
+        why = source_problem(*out, leaves)
         if why:
             raise UnsupportedConstructError(
                 f"guards: a guard reads {source_text(k)}, which {why}; pt2serde cannot tie it to an input")
-        return path, k[1], k[2]
+        return out
 
     return guards_from_code(codes, where="guards", resolve=resolve)
 

@@ -30,8 +30,8 @@ from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
     "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
-    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "input_arguments", "input_leaves",
-    "source_problem", "failing_guard",
+    "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "flat_input_paths",
+    "STRICT_FLAT_ARGS", "source_resolver", "input_arguments", "input_leaves", "source_problem", "failing_guard",
 ]
 
 E = schema.Expr
@@ -229,14 +229,68 @@ def input_paths(in_spec: schema.TreeSpec, arg_names: list[str], *, where: str = 
     return out
 
 
+def flat_input_paths(gm: schema.GraphModule) -> list[tuple | None] | None:
+    """:func:`input_paths` of ``gm``'s root call, one per flat user input in flattening order
+    (``None`` without a root module call signature)."""
+    root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
+    if root is None:
+        return None
+    return input_paths(root.in_spec, list(root.forward_arg_names or []),
+                       where="graph_module.module_call_graph[<root>].signature.in_spec")
+
+
+# The parameter of the function strict export traces (torch 2.13): it takes the flattened
+# (args, kwargs) as *flat_args, so its guards read L['flat_args'][i], the i-th leaf.
+STRICT_FLAT_ARGS = "flat_args"
+
+
+def source_resolver(flat: list[tuple | None]) -> Callable[[SourceKey], SourceKey]:
+    """How saving stores a source torch wrote, given the :func:`flat_input_paths` of the program:
+    the path ``ep.module()`` checks it at, so a strict and a non-strict export of one program
+    store the same sources. A source that names no input is returned unchanged (the caller says why).
+
+    * ``L['flat_args'][i]`` (strict export) is the i-th flattened input's path, as ep.module() reads
+      it (torch.export._unlift maps flat_args[i] to that leaf whatever the tracer).
+    * When a forward parameter is itself called flat_args, ``L['flat_args'][i]`` could mean either,
+      and the stored path is read as a path (by the native runtime, by loading's checks) while
+      ep.module() reads it as an index: it is stored only when both name the same input.
+    * ``L['args'][0]`` is ``L['args_0']`` where forward's ``*args`` items are named so, the form
+      ep.module() compiles guards with (torch's _force_gm_signature_match).
+
+    Raises:
+        UnsupportedConstructError: ``L['flat_args'][i]`` names no flattened input, or one inside
+            a namedtuple or registered class, which no guard path can name, or it is ambiguous.
+    """
+    named = {p for p in flat if p is not None}
+    shadowed = any(p[0] == STRICT_FLAT_ARGS for p in named)
+
+    def resolve(k: SourceKey) -> SourceKey:
+        path = k[0]
+        if path[:1] == (STRICT_FLAT_ARGS,):
+            if not shadowed:
+                return _flat_leaf_path(k, flat), k[1], k[2]
+            i = path[1] if len(path) == 2 and type(path[1]) is int else -1
+            if path not in named or not 0 <= i < len(flat) or flat[i] != path:
+                raise UnsupportedConstructError(
+                    f"guards: a guard reads {source_text(k)}, which is ambiguous: torch names the "
+                    f"flattened inputs of a strict export {STRICT_FLAT_ARGS}, and so does a forward "
+                    "parameter of this program, and the two readings name different inputs; rename "
+                    "that parameter to save this program")
+        elif path not in named and len(path) >= 2 and type(path[1]) is int:
+            merged = (f"{path[0]}_{path[1]}", *path[2:])
+            if merged in named:
+                path = merged
+        return path, k[1], k[2]
+
+    return resolve
+
+
 def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
     """Nameable user inputs by guard path -> the graph input they are (empty without a root
     module call signature, so that every guard source is then "not an input")."""
-    root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
-    if root is None:
+    paths = flat_input_paths(gm)
+    if paths is None:
         return {}
-    paths = input_paths(root.in_spec, list(root.forward_arg_names or []),
-                        where="graph_module.module_call_graph[<root>].signature.in_spec")
     user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=False)
             if spec.kind in ("user_input", "constant_input")]
     if len(paths) != len(user):
@@ -268,6 +322,22 @@ def source_problem(path: tuple, prop: int, dim: int, leaves: Mapping[tuple, int 
     if prop != P.STORAGE_OFFSET and not 0 <= dim < rank:
         return f"names dim {dim} of a rank-{rank} tensor"
     return None
+
+
+def _flat_leaf_path(k: SourceKey, flat: list[tuple | None]) -> tuple:
+    """The path of the input a strict-export source ``L['flat_args'][i]`` reads."""
+    i = k[0][1] if len(k[0]) == 2 else None
+    if type(i) is not int or not 0 <= i < len(flat):
+        raise UnsupportedConstructError(
+            f"guards: a guard reads {source_text(k)}, which is not one of the program's {len(flat)} "
+            "flattened inputs; pt2serde cannot tie it to an input (report the export that made it)")
+    path = flat[i]
+    if path is None:
+        raise UnsupportedConstructError(
+            f"guards: a guard reads {source_text(k)}, flattened input {i}, which sits inside a "
+            "namedtuple or registered class (or is a positional input without a name), where no "
+            "guard can name it; pass that input in a tuple, list or dict to save this program")
+    return path
 
 
 def _sort_key_path(path: tuple) -> tuple:

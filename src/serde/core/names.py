@@ -272,8 +272,8 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
     known = _Known()  # the module call graph's arguments repeat the graph's value names
     for i, e in enumerate(gm.module_call_graph):
         where = f"module_call_graph[{i}]"
-        check_fqn(e.fqn, f"{where}.fqn", limits, root=True, call_index=True)
         s = e.signature
+        _check_call_fqn(e.fqn, s, f"{where}.fqn", limits)
         if s is None:
             continue
         for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
@@ -287,6 +287,28 @@ def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) ->
         _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits,
                           as_names=s.forward_arg_names is None and e.fqn == "")
         _check_input_spec_keys(s.in_spec, f"{where}.signature.in_spec", limits)
+
+
+# Re-exporting ep.module() (torch.export.export(ep.module(), args), as after pt2e quantization)
+# records the guard function torch installs on it as a call graph entry without a signature:
+# "_guards_fn", or "inner._guards_fn" for an ep.module() held as a submodule; torch's own load keeps
+# it. The name is reserved because torch takes an attribute _guards_fn of ep.module() for its guard
+# function (its input pre-hook then skips the input checks, inductor deletes it), so a weight, node
+# target or stack path must never create one. A call graph entry creates no attribute of
+# ep.module(); without a signature, unflatten only adds an empty module at its path (as after
+# torch's load), and no module unflatten builds has an attribute _guards_fn of its own to shadow.
+_GUARDS_FN = "_guards_fn"
+
+
+def _check_call_fqn(fqn: object, signature: object, where: str, limits: Limits) -> None:
+    """A call graph entry's FQN; its last segment may be torch's guard function when the entry has
+    no signature (see _GUARDS_FN)."""
+    if signature is None and isinstance(fqn, str) and (fqn == _GUARDS_FN or fqn.endswith("." + _GUARDS_FN)):
+        _string(fqn, where, limits)
+        if fqn != _GUARDS_FN:
+            check_fqn(fqn[: -len(_GUARDS_FN) - 1], where, limits)
+        return
+    check_fqn(fqn, where, limits, root=True, call_index=True)
 
 
 def check_weight_names(w: schema.Weights, limits: Limits = DEFAULT_LIMITS) -> None:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import copy
 import io
 import operator
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sympy
@@ -41,9 +40,9 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from canonical.canonicalize import ASSERT_MESSAGE
-from serde.core.guards import guards_from_code
+from serde.core.guards import SourceKey, guards_from_code, input_paths, source_resolver
 from serde.core.symbolic import as_sympy
-from serde.errors import UnsupportedConstructError
+from serde.errors import SerializeError, UnsupportedConstructError
 
 # Hypothesis strategies live in serde.testing.strategies (hypothesis is a test dependency): loaded on use.
 _STRATEGIES = ("exported_programs", "program_specs", "build_program", "export_spec", "schema_structs")
@@ -408,9 +407,9 @@ class _Comparer:
     def guards(self, a: ExportedProgram, b: ExportedProgram) -> None:
         # Compared as trees: a loaded program's text is printed by us, not torch, so it may differ
         # in spacing and parentheses while meaning the same checks.
-        ga, gb = (_varargs_named(p, list(getattr(p, "_guards_code", None) or [])) for p in (a, b))
+        ga, gb = (list(getattr(p, "_guards_code", None) or []) for p in (a, b))
         try:
-            ta, tb = guards_from_code(ga), guards_from_code(gb)
+            ta, tb = (guards_from_code(g, resolve=_stored_sources(p)) for g, p in ((ga, a), (gb, b)))
         except UnsupportedConstructError:
             ta, tb = sorted(set(ga)), sorted(set(gb))
         if ta != tb:
@@ -718,14 +717,17 @@ def _assert_close(x: Any, y: Any, where: str, rtol: float | None, atol: float | 
             raise ProgramMismatch(f"{where}[{i}]: {p!r} != {q!r}")
 
 
-def _varargs_named(ep: ExportedProgram, codes: list[str]) -> list[str]:
-    """``L['xs'][1]`` as ``L['xs_1']`` where forward's *xs are named so: the form ep.module() uses
-    (and the form save stores)."""
+def _stored_sources(ep: ExportedProgram) -> Callable[[SourceKey], SourceKey] | None:
+    """How saving stores the sources of ``ep``'s guards (strict export's ``L['flat_args'][i]`` as
+    the input's path, ``L['xs'][1]`` as ``L['xs_1']``...), the form ep.module() checks; None when
+    ``ep`` has no root call signature to read input paths from."""
+    from serde.bridge.treespec import serialize_treespec
+
     sig = ep.module_call_graph[0].signature if ep.module_call_graph else None
-    names = set(getattr(sig, "forward_arg_names", None) or [])
-
-    def sub(m: re.Match) -> str:
-        merged = f"{m.group(1)}_{m.group(2)}"
-        return f"L['{merged}']" if merged in names else m.group(0)
-
-    return [re.sub(r"L\['([A-Za-z_][A-Za-z0-9_]*)'\]\[([0-9]+)\]", sub, c) for c in codes]
+    if sig is None:
+        return None
+    try:
+        flat = input_paths(serialize_treespec(sig.in_spec), list(sig.forward_arg_names or []))
+    except SerializeError:  # an input structure save refuses anyway: compare the text as it is
+        return None
+    return source_resolver(flat)
