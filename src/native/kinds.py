@@ -253,9 +253,7 @@ def _check_call(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, val
         bad = _misfit(takes, values, a)
         if bad is None:
             continue
-        path, w = bad
-        got = f"{a} (kind {kind_name(type(values[a]))}" + (
-            f": its {path} is value {w}, kind {kind_name(type(values[w]))})" if path else ")")
+        got = _described(values, a, *bad)
         raise damaged(what, f"instructions[{pc}].args[{j}]", f"operator {op.name}.{op.overload} parameter "
                                                              f"{params[j].name} ({params[j].type}) cannot take value {got}")
     for param in params[len(args):]:
@@ -278,11 +276,15 @@ def _check_outputs(pc: int, ins: P.KernelCall, op: P.Operator, sig: _Signature, 
         bad = _unwritable(gives, values, o)
         if bad is None:
             continue
-        path, w = bad
-        got = f"{o} (kind {kind_name(type(values[o]))}" + (
-            f": its {path} is value {w}, kind {kind_name(type(values[w]))})" if path else ")")
+        got = _described(values, o, *bad)
         raise damaged(what, f"instructions[{pc}].outs[{j}]", f"operator {op.name}.{op.overload} return {j} "
                                                              f"({returns[j].type}) cannot be written to value {got}")
+
+
+def _described(values: list, v: int, path: str, w: int) -> str:
+    """Value ``v`` and its kind, and where ``path`` names an item of it, that item ``w`` and its kind."""
+    inner = f": its {path} is value {w}, kind {kind_name(type(values[w]))}" if path else ""
+    return f"{v} (kind {kind_name(type(values[v]))}{inner})"
 
 
 def _unwritable(gives: _Takes, values: list, v: int) -> tuple[str, int] | None:

@@ -666,39 +666,13 @@ def _planned_simple(m: Method, ins: P.KernelCall, pc: int, frees: tuple[int, ...
     fn = getattr(fn, "_op", fn)
     pos, kw_items, step = idx[:npos], tuple(zip(kw, idx[npos:], strict=False)), 1 + len(frees)
     dtype = SCALAR_TO_DTYPE[schema.ScalarType(vals[o].dtype)]
-    if sizes is None and not kw_items:  # symbolic: this run's, cached per plan
+    if sizes is None or kw_items:  # keywords, or sizes of this run's (cached per plan)
         declared = m._declared_sizes
 
-        def pd(values: list, pc: int) -> int:
-            r = values[o] = fn(*[values[i] for i in pos])
-            try:
-                if r.dtype is not dtype or r.shape != declared(o):
-                    judge(values, pc)
-            except AttributeError:  # not a tensor
-                judge(values, pc)
-            for v in frees:
-                values[v] = None
-            return pc + step
-        return pd
-    if sizes is None:
-        declared = m._declared_sizes
-
-        def pdkw(values: list, pc: int) -> int:
-            r = values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
-            try:
-                if r.dtype is not dtype or r.shape != declared(o):
-                    judge(values, pc)
-            except AttributeError:  # not a tensor
-                judge(values, pc)
-            for v in frees:
-                values[v] = None
-            return pc + step
-        return pdkw
-    if kw_items:
         def pkw(values: list, pc: int) -> int:
             r = values[o] = fn(*[values[i] for i in pos], **{k: values[i] for k, i in kw_items})
             try:
-                if r.dtype is not dtype or r.shape != sizes:
+                if r.dtype is not dtype or r.shape != (sizes if sizes is not None else declared(o)):
                     judge(values, pc)
             except AttributeError:  # not a tensor
                 judge(values, pc)
