@@ -114,3 +114,63 @@ def export_nested() -> torch.export.ExportedProgram:
 def export_int_input() -> torch.export.ExportedProgram:
     """A guard on an int input against a tensor size."""
     return torch.export.export(IntInput(), (T(3), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO})
+
+
+class Squared(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] ** 2 > 20:
+            return x * 2
+        return x
+
+
+class NotFive(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] != 5:
+            return x * 2
+        return x
+
+
+class MaxMin(torch.nn.Module):
+    def forward(self, x, y):
+        if torch.sym_max(x.shape[0], y.shape[0]) > 5 and torch.sym_min(x.shape[0], y.shape[0]) < 4:
+            return x.sum() + y.sum()
+        return x.sum()
+
+
+class Halved(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] / 3 > 1.5:
+            return x * 2
+        return x
+
+
+class Summed(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] + y.shape[0] > 7:
+            return x.sum() + y.sum()
+        return x.sum()
+
+
+def export_squared() -> torch.export.ExportedProgram:
+    """x.size(0) * x.size(0) > 20 (a power)."""
+    return torch.export.export(Squared(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}})
+
+
+def export_not_five() -> torch.export.ExportedProgram:
+    """x.size(0) != 5."""
+    return torch.export.export(NotFive(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}})
+
+
+def export_max_min() -> torch.export.ExportedProgram:
+    """max(y.size(0), x.size(0)) > 5 and min(...) < 4, with what export derives from them."""
+    return torch.export.export(MaxMin(), (T(6), T(3)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}})
+
+
+def export_halved() -> torch.export.ExportedProgram:
+    """x.size(0) / 3 > 1.5 (a true division compared with a float)."""
+    return torch.export.export(Halved(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}})
+
+
+def export_summed() -> torch.export.ExportedProgram:
+    """y.size(0) + x.size(0) > 7 (a sum of two inputs' sizes)."""
+    return torch.export.export(Summed(), (T(4), T(5)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}})
