@@ -40,7 +40,6 @@ __all__ = [
     "unregister_custom_object",
     "class_fqn_of",
     "UnknownCustomObjectError",
-    "UnknownNamedTupleError",
     "register_extension",
     "save_tree",
     "load_tree",
@@ -56,8 +55,6 @@ _LAZY = {
     "register_custom_object": "bridge.custom_objects", "register_json_custom_object": "bridge.custom_objects",
     "unregister_custom_object": "bridge.custom_objects", "class_fqn_of": "bridge.custom_objects",
     "UnknownCustomObjectError": "bridge.custom_objects",
-    # namedtuple classes of inputs, found by name and never imported
-    "UnknownNamedTupleError": "bridge.treespec",
     # call targets outside torch.ops
     "register_extension": "bridge.operators",
     # pickle-free files of tensors and scalars (inputs/outputs of `pt2serde run`, fixtures' io.json)

@@ -227,26 +227,28 @@ def test_an_input_namedtuple_registered_with_pytree_round_trips(tmp_path):
     assert torch.equal(loaded.module()(*ep.example_inputs[0]), ep.module()(*ep.example_inputs[0]))
 
 
-def test_an_input_namedtuple_whose_module_is_not_imported_is_refused_at_load(tmp_path, monkeypatch):
-    # A real module the saving process has and the loading one has not imported (pt2serde never imports
-    # one a file names): the loaded program would reject every real Pair, so loading says what to import.
+def test_an_input_namedtuple_is_found_again_only_in_a_process_that_has_its_class(tmp_path, monkeypatch):
+    # A real module the saving process has and the loading one may not have imported (pt2serde never
+    # imports one a file names).
     mod = types.ModuleType("pt2serde_test_pairs")
     mod.Pair = collections.namedtuple("Pair", ["p", "q"], module=mod.__name__)
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     ep = _pair_program(mod.Pair)
     serde.save(ep, tmp_path / "a.pt2s")
-    monkeypatch.delitem(sys.modules, mod.__name__)
-    with pytest.raises(serde.UnknownNamedTupleError) as e:
-        serde.load(tmp_path / "a.pt2s")
-    assert str(e.value).startswith(
-        "module_call_graph[0] ('').in_spec: input pair is a namedtuple of class pt2serde_test_pairs.Pair, which this "
-        "process does not have")
-    assert "Import the module that defines it (pt2serde_test_pairs) before loading" in str(e.value)
-    # Once imported, the very class comes back and the loaded program takes real Pairs.
-    monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    loaded = serde.load(tmp_path / "a.pt2s")
     args = (torch.arange(2.0), mod.Pair(torch.full((2,), 3.0), torch.ones(2)))
+    # Imported before loading: the very class comes back and the loaded program takes real Pairs.
+    loaded = serde.load(tmp_path / "a.pt2s")
+    assert loaded.call_spec.in_spec.children()[0].children()[1].context is mod.Pair
     assert torch.equal(loaded.module()(*args), ep.module()(*args))
+    # Not imported: a look-alike class stands in. The program runs on its own example inputs (built
+    # with it); a real Pair does not match the spec, and torch says so, naming the spec.
+    monkeypatch.delitem(sys.modules, mod.__name__)
+    stranger = serde.load(tmp_path / "a.pt2s")
+    cls = stranger.call_spec.in_spec.children()[0].children()[1].context
+    assert cls is not mod.Pair and cls._fields == ("p", "q")
+    assert torch.equal(stranger.module()(*stranger.example_inputs[0]), ep.module()(*ep.example_inputs[0]))
+    with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
+        stranger.module()(*args)
 
 
 class _GivesPair(torch.nn.Module):

@@ -15,7 +15,6 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .treespec import (
     check_input_classes,
-    check_loaded_input_classes,
     deserialize_treespec,
     serialize_treespec,
 )
@@ -232,9 +231,6 @@ def deserialize_module_call_graph(entries: list[schema.ModuleCallEntry]) -> list
             out_spec=deserialize_treespec(s.out_spec, f"{where}.out_spec"),
             forward_arg_names=None if s.forward_arg_names is None else list(s.forward_arg_names),
         )))
-        if out[-1].signature is not None and e.fqn == "":
-            check_loaded_input_classes(out[-1].signature.in_spec, out[-1].signature.forward_arg_names,
-                                       f"{where}.in_spec")
     return out
 
 

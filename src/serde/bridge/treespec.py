@@ -10,8 +10,10 @@ from the pytree registry, else from an already-imported module (``sys.modules``,
 else a look-alike namedtuple class is created so that outputs still unflatten. A program's inputs
 are matched against its input spec by class, so a look-alike there would make the loaded program
 reject the very inputs the exported one accepts: saving refuses an input namedtuple that cannot be
-found again by its name (:func:`check_input_classes`), and loading one whose class this process
-does not have raises :class:`UnknownNamedTupleError` (:func:`check_loaded_input_classes`).
+found again by its name (:func:`check_input_classes`). A process that loads one without having its
+class (its module not imported, or not registered) gets the look-alike: the program then runs on
+its own example inputs, built with that class, but rejects instances of the real one; import the
+module before loading.
 
 torch's named results (``torch.return_types.max``, what ``torch.max(x, 0)``, ``topk`` or ``svd``
 return) are "structseq" with the same context. torch registers them with pytree without a
@@ -31,12 +33,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from serde.core import schema
-from serde.errors import MalformedArtifactError, UnknownOperatorError, UnsupportedConstructError
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-__all__ = [
-    "serialize_treespec", "deserialize_treespec", "check_input_classes", "check_loaded_input_classes",
-    "UnknownNamedTupleError", "LEAF",
-]
+__all__ = ["serialize_treespec", "deserialize_treespec", "check_input_classes", "LEAF"]
 
 LEAF = "*"
 # Deeper specs would exhaust the interpreter's stack in pytree's own recursive code; real inputs and
@@ -62,11 +61,6 @@ _FACTORIES: dict[str, Any] = {"list": list, "dict": dict, "int": int, "float": f
 _FACTORY_NAMES = {v: k for k, v in _FACTORIES.items()}
 # Cache of look-alike namedtuple classes so that repeated loads give the same class.
 _SYNTHETIC_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
-
-
-class UnknownNamedTupleError(UnknownOperatorError):
-    """A program input is a namedtuple whose class is neither registered with pytree nor defined
-    in a module this process has imported (loading never imports a module a file names)."""
 
 
 def _dump(obj: Any) -> str:
@@ -222,26 +216,6 @@ def check_input_classes(in_spec: pytree.TreeSpec, arg_names: list[str] | None, w
                 f"under the name it is bound to ({name} = namedtuple({name!r}, ...)), or register it with "
                 "pytree where it is saved and where it is loaded: "
                 f"torch.utils._pytree._register_namedtuple({name}, serialized_type_name={qual!r})"
-            )
-
-
-def check_loaded_input_classes(in_spec: pytree.TreeSpec, arg_names: list[str] | None,
-                               where: str = "in_spec") -> None:
-    """Refuse a loaded input spec holding a look-alike namedtuple class (see :func:`check_input_classes`).
-
-    Raises:
-        UnknownNamedTupleError: names the input and the class, and what to import or register.
-    """
-    made_up = set(_SYNTHETIC_NAMEDTUPLES.values())
-    for path, cls in _input_namedtuples(in_spec, arg_names):
-        if cls in made_up:
-            qual = f"{cls.__module__}.{cls.__qualname__}"
-            raise UnknownNamedTupleError(
-                f"{where}: input {path} is a namedtuple of class {qual}, which this process does not "
-                "have: torch matches inputs by class, so the loaded program would reject every real "
-                f"{cls.__name__}. Import the module that defines it ({cls.__module__}) before loading, or "
-                f"register the class: torch.utils._pytree._register_namedtuple(cls, serialized_type_name={qual!r}); "
-                "pt2serde never imports a module a file names"
             )
 
 
