@@ -161,3 +161,68 @@ def export_wrapped(strict: bool = False) -> torch.export.ExportedProgram:
     and exported again: the call graph names 'inner._guards_fn'."""
     return torch.export.export(Wraps(export_divisible().module()), (T(8),), dynamic_shapes={"x": {0: Dim.AUTO}},
                                strict=strict)
+
+
+class Squared(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] ** 2 > 20:
+            return x * 2
+        return x
+
+
+class NotFive(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] != 5:
+            return x * 2
+        return x
+
+
+class MaxMin(torch.nn.Module):
+    def forward(self, x, y):
+        if torch.sym_max(x.shape[0], y.shape[0]) > 5 and torch.sym_min(x.shape[0], y.shape[0]) < 4:
+            return x.sum() + y.sum()
+        return x.sum()
+
+
+class Halved(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] / 3 > 1.5:
+            return x * 2
+        return x
+
+
+class Summed(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] + y.shape[0] > 7:
+            return x.sum() + y.sum()
+        return x.sum()
+
+
+def export_squared(strict: bool = False) -> torch.export.ExportedProgram:
+    """x.size(0) * x.size(0) > 20 (a power)."""
+    return torch.export.export(Squared(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}},
+                               strict=strict)
+
+
+def export_not_five(strict: bool = False) -> torch.export.ExportedProgram:
+    """x.size(0) != 5."""
+    return torch.export.export(NotFive(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}},
+                               strict=strict)
+
+
+def export_max_min(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(y.size(0), x.size(0)) > 5 and min(...) < 4, with what export derives from them."""
+    return torch.export.export(MaxMin(), (T(6), T(3)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}},
+                               strict=strict)
+
+
+def export_halved(strict: bool = False) -> torch.export.ExportedProgram:
+    """x.size(0) / 3 > 1.5 (a true division compared with a float)."""
+    return torch.export.export(Halved(), (T(6),), dynamic_shapes={"x": {0: Dim.AUTO}},
+                               strict=strict)
+
+
+def export_summed(strict: bool = False) -> torch.export.ExportedProgram:
+    """y.size(0) + x.size(0) > 7 (a sum of two inputs' sizes)."""
+    return torch.export.export(Summed(), (T(4), T(5)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}},
+                               strict=strict)

@@ -7,6 +7,7 @@ the exported program, of ``torch.export.load(torch.export.save(ep))`` and of
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import msgspec
 import pytest
 import torch
 from torch.export import Dim
+from torch.export.passes import move_to_device_pass
 
 import serde
 from serde.archive.artifact import read_artifact
@@ -49,7 +51,7 @@ CASES = [
           ((T(4), T(9)), {}), ((T(4), T(7)), {}), ((T(5), T(10)), {})], 3),
     Case("same_dim", gp.export_same,
          [((T(3, 2), T(3, 2)), {}), ((T(3, 2), T(4, 2)), {}), ((T(64, 2), T(64, 2)), {}),
-          ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {})], 3),
+          ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {}), ((T(1, 2), T(1, 2)), {})], 3),
     Case("divisible", gp.export_divisible,
          [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(16),), {}), ((T(2),), {})], 3),
     Case("min_max", gp.export_bounded,
@@ -72,6 +74,12 @@ CASES = [
           ((T(65, 2), T(65, 2)), {}), ((T(5, 2), T(5, 3)), {})], 3),
     Case("wrapped", gp.export_wrapped,
          [((T(8),), {}), ((T(12),), {}), ((T(6),), {}), ((T(4),), {}), ((T(16),), {}), ((T(2),), {})], 3),
+    Case("power", gp.export_squared, [((T(6),), {}), ((T(5),), {}), ((T(4),), {}), ((T(3),), {})], 2),
+    Case("not_equal", gp.export_not_five, [((T(6),), {}), ((T(5),), {}), ((T(4),), {})], 1),
+    Case("max_min", gp.export_max_min,
+         [((T(6), T(3)), {}), ((T(2), T(3)), {}), ((T(6), T(5)), {}), ((T(7), T(2)), {})], 2),
+    Case("true_div", gp.export_halved, [((T(6),), {}), ((T(4),), {}), ((T(5),), {})], 1),
+    Case("sum", gp.export_summed, [((T(4), T(5)), {}), ((T(2), T(3)), {}), ((T(3), T(5)), {})], 1),
 ]
 # The same programs exported with strict=True, whose guards torch writes against
 # L['flat_args'][i] (the i-th flattened input, args then kwargs, nested containers included).
@@ -88,7 +96,9 @@ def _outcome(module: torch.nn.Module, args: tuple, kwargs: dict) -> str:
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: c.name)
-def programs(request, tmp_path_factory) -> tuple[Case, dict[str, torch.nn.Module], torch.export.ExportedProgram]:
+def programs(request, tmp_path_factory
+             ) -> tuple[Case, dict[str, torch.nn.Module], torch.export.ExportedProgram, torch.export.ExportedProgram]:
+    """(case, the modules of each program, our loaded program, the exported program)."""
     case: Case = request.param
     torch.manual_seed(0)
     ep = case.export()
@@ -97,11 +107,11 @@ def programs(request, tmp_path_factory) -> tuple[Case, dict[str, torch.nn.Module
     serde.save(ep, d / "ours.pt2s")
     ours = serde.load(d / "ours.pt2s")
     mods = {"exported": ep.module(), "torch": torch.export.load(d / "torch.pt2").module(), "ours": ours.module()}
-    return case, mods, ours
+    return case, mods, ours, ep
 
 
 def test_loaded_program_rejects_what_the_exported_one_rejects(programs) -> None:
-    case, mods, _ = programs
+    case, mods, _, _ = programs
     rows = {name: [_outcome(m, a, k) for a, k in case.inputs] for name, m in mods.items()}
     assert rows["ours"] == rows["exported"], rows
     # torch's own round trip is the reference for what a loaded program should do
@@ -111,7 +121,7 @@ def test_loaded_program_rejects_what_the_exported_one_rejects(programs) -> None:
 
 
 def test_loaded_guards_are_the_exported_ones(programs) -> None:
-    case, _, ours = programs
+    case, _, ours, _ = programs
     # Printed by us from the tree, they parse to the same trees as torch's own text, its sources
     # read as ep.module() reads them (a strict export's L['flat_args'][i] as that input's path).
     exported = case.export()
@@ -154,6 +164,76 @@ def test_derived_dim_guard_error_matches_torch(tmp_path: Path) -> None:
     loaded = serde.load(tmp_path / "a.pt2s")
     with pytest.raises(AssertionError, match=r"Guard failed: x\.size\(\)\[0\] == -1 \+ y\.size\(\)\[0\]"):
         loaded.module()(T(4), T(7))
+
+
+def _decomposed(p: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    return p.run_decompositions()
+
+
+# torch's ways of making a new program out of one: each builds a new ExportedProgram, whose guards
+# torch computes from the graph's ShapeEnv (not from the program it came from).
+DERIVATIONS: dict[str, Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram]] = {
+    "run_decompositions": _decomposed,
+    "run_decompositions_twice": lambda p: p.run_decompositions().run_decompositions(),
+    "deepcopy": lambda p: copy.deepcopy(p).run_decompositions(),
+    "move_to_device_pass": lambda p: move_to_device_pass(p, "cpu").run_decompositions(),
+}
+
+
+@pytest.fixture(scope="module")
+def decomposed(programs) -> tuple[Case, torch.export.ExportedProgram, torch.export.ExportedProgram]:
+    """(case, the exported program decomposed, our loaded program decomposed)."""
+    case, _, ours, ep = programs
+    return case, _decomposed(ep), _decomposed(ours)
+
+
+def test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_rejects(decomposed) -> None:
+    case, exported, ours = decomposed
+    want = [_outcome(exported.module(), a, k) for a, k in case.inputs]
+    got = [_outcome(ours.module(), a, k) for a, k in case.inputs]
+    assert got == want
+    assert sum(r != "ok" for r in want) >= case.min_rejected, want
+
+
+@pytest.mark.parametrize("derive", list(DERIVATIONS.values()), ids=list(DERIVATIONS))
+def test_every_derivation_keeps_the_guards(derive, tmp_path: Path) -> None:
+    ep = gp.export_derived()
+    serde.save(ep, tmp_path / "a.pt2s")
+    derived = derive(serde.load(tmp_path / "a.pt2s"))
+    assert sorted(derived._guards_code) == sorted(derive(ep)._guards_code)
+    with pytest.raises(AssertionError, match=r"Guard failed: x\.size\(\)\[0\] == -1 \+ y\.size\(\)\[0\]"):
+        derived.module()(T(4), T(7))
+    derived.module()(T(4), T(5))
+
+
+def _commutative_sorted(e: schema.Expr) -> bytes:
+    """``e`` with the operands of +, *, max, min, and, or in one order, as bytes."""
+    kind = e.kind
+    v = getattr(e, kind)
+    if isinstance(v, list):
+        kids = [_commutative_sorted(x) for x in v]
+        if kind in ("add", "mul", "max", "min", "logical_and", "logical_or"):
+            kids.sort()
+        return kind.encode() + b"[" + b",".join(kids) + b"]"
+    return msgspec.json.encode(e)
+
+
+# Sums and max/min of two inputs' sizes: sympy orders their operands by symbol name, and the loaded
+# graph's symbols are not named as torch named the exported one's.
+OPERAND_ORDER_MAY_DIFFER = {"max_min", "sum"}
+
+
+def test_saved_derived_program_stores_the_exported_derivations_guards(decomposed, tmp_path: Path) -> None:
+    case, exported, ours = decomposed
+    serde.save(exported, tmp_path / "exported.pt2s")
+    serde.save(ours, tmp_path / "loaded.pt2s")
+    want, got = (read_artifact(tmp_path / f"{n}.pt2s").program.guards for n in ("exported", "loaded"))
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert got.sources == want.sources
+        assert sorted(map(_commutative_sorted, got.checks)) == sorted(map(_commutative_sorted, want.checks))
+    if case.name.removesuffix("_strict") not in OPERAND_ORDER_MAY_DIFFER:
+        assert (tmp_path / "loaded.pt2s").read_bytes() == (tmp_path / "exported.pt2s").read_bytes()
 
 
 # ---------------------------------------------------------------- the text <-> tree layer (torch-free)

@@ -8,6 +8,8 @@ import collections
 import dataclasses
 import io
 import json
+import sys
+import types
 
 import pytest
 import torch
@@ -178,3 +180,85 @@ def test_a_dataclass_registered_with_a_name_round_trips():
     loaded = serde.load(buf)
     x = _Named(torch.arange(2.0), torch.ones(2))
     assert torch.equal(loaded.module()(x), ep.module()(x))
+
+
+# ---------------------------------------------------------------- namedtuple inputs, found by name
+
+# The class is named other than the variable it is bound to (a common idiom): its recorded name,
+# tests.serde.test_treespec.RenamedT, finds nothing.
+_Renamed = collections.namedtuple("RenamedT", ["p", "q"])
+_Registered = collections.namedtuple("RegisteredT", ["p", "q"])
+pytree._register_namedtuple(_Registered, serialized_type_name="tests.serde.test_treespec.RegisteredT")
+
+
+class _TakesPair(torch.nn.Module):
+    def forward(self, x, pair):
+        return x + pair.p - pair.q
+
+
+def _pair_program(cls: type) -> torch.export.ExportedProgram:
+    return torch.export.export(_TakesPair(), (torch.ones(2), cls(torch.ones(2), torch.zeros(2))))
+
+
+def test_an_input_namedtuple_named_other_than_its_variable_is_refused_at_save(tmp_path):
+    with pytest.raises(UnsupportedConstructError) as e:
+        serde.save(_pair_program(_Renamed), tmp_path / "a.pt2s")
+    assert str(e.value).startswith(
+        "module_call_graph[0] ('').in_spec: input pair is a namedtuple of class tests.serde.test_treespec.RenamedT, "
+        "which loading cannot find by that name (it is bound to tests.serde.test_treespec._Renamed, another name)")
+    assert "_Renamed = namedtuple('_Renamed', ...)" in str(e.value)
+    assert "_register_namedtuple(_Renamed, serialized_type_name='tests.serde.test_treespec.RenamedT')" in str(e.value)
+    assert not (tmp_path / "a.pt2s").exists()
+
+
+def test_an_input_namedtuple_defined_in_a_function_is_refused_at_save(tmp_path):
+    local = collections.namedtuple("Local", ["p", "q"])
+    with pytest.raises(UnsupportedConstructError, match=r"input pair is a namedtuple of class "
+                       r"tests\.serde\.test_treespec\.Local, .*has no attribute 'Local', e\.g\. it is defined in a function"):
+        serde.save(_pair_program(local), tmp_path / "a.pt2s")
+
+
+def test_an_input_namedtuple_registered_with_pytree_round_trips(tmp_path):
+    ep = _pair_program(_Registered)
+    serde.save(ep, tmp_path / "a.pt2s")
+    loaded = serde.load(tmp_path / "a.pt2s")
+    args = (torch.arange(2.0), _Registered(torch.full((2,), 3.0), torch.ones(2)))
+    assert torch.equal(loaded.module()(*args), ep.module()(*args))
+    assert torch.equal(loaded.module()(*ep.example_inputs[0]), ep.module()(*ep.example_inputs[0]))
+
+
+def test_an_input_namedtuple_is_found_again_only_in_a_process_that_has_its_class(tmp_path, monkeypatch):
+    # A real module the saving process has and the loading one may not have imported (pt2serde never
+    # imports one a file names).
+    mod = types.ModuleType("pt2serde_test_pairs")
+    mod.Pair = collections.namedtuple("Pair", ["p", "q"], module=mod.__name__)
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    ep = _pair_program(mod.Pair)
+    serde.save(ep, tmp_path / "a.pt2s")
+    args = (torch.arange(2.0), mod.Pair(torch.full((2,), 3.0), torch.ones(2)))
+    # Imported before loading: the very class comes back and the loaded program takes real Pairs.
+    loaded = serde.load(tmp_path / "a.pt2s")
+    assert loaded.call_spec.in_spec.children()[0].children()[1].context is mod.Pair
+    assert torch.equal(loaded.module()(*args), ep.module()(*args))
+    # Not imported: a look-alike class stands in. The program runs on its own example inputs (built
+    # with it); a real Pair does not match the spec, and torch says so, naming the spec.
+    monkeypatch.delitem(sys.modules, mod.__name__)
+    stranger = serde.load(tmp_path / "a.pt2s")
+    cls = stranger.call_spec.in_spec.children()[0].children()[1].context
+    assert cls is not mod.Pair and cls._fields == ("p", "q")
+    assert torch.equal(stranger.module()(*stranger.example_inputs[0]), ep.module()(*ep.example_inputs[0]))
+    with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
+        stranger.module()(*args)
+
+
+class _GivesPair(torch.nn.Module):
+    def forward(self, x):
+        return _Renamed(x + 1, x - 1)
+
+
+def test_an_output_namedtuple_of_a_class_not_found_still_unflattens(tmp_path):
+    # Outputs are built from the spec, not matched against it: a look-alike class still serves.
+    ep = torch.export.export(_GivesPair(), (torch.ones(2),))
+    serde.save(ep, tmp_path / "a.pt2s")
+    out = serde.load(tmp_path / "a.pt2s").module()(torch.ones(2))
+    assert out._fields == ("p", "q") and torch.equal(out.p, torch.full((2,), 2.0))

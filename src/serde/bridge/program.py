@@ -38,6 +38,7 @@ from .consistency import (
 )
 from .custom_objects import decode_constants
 from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
+from .guard_env import record_guards
 from .metadata import deserialize_custom, serialize_custom
 from .signature import (
     constant_input_names,
@@ -142,7 +143,21 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     ep._guards_code = deserialize_guards(p.guards, gm_s)
+    # Programs torch derives from this one compute their guards from the graph's ShapeEnv.
+    record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s))
     return ep
+
+
+def _input_values(graph: torch.fx.Graph, gm: schema.GraphModule) -> dict[tuple, Any]:
+    """Each nameable user input's value in the loaded graph, by guard path (see input_arguments)."""
+    nodes = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    out: dict[tuple, Any] = {}
+    for path, arg in input_arguments(gm).items():
+        v = getattr(arg, arg.kind)
+        name = v.name if arg.kind == "as_tensor" else getattr(v, "as_name", None)
+        node = nodes.get(name) if isinstance(name, str) else None
+        out[path] = node.meta.get("val") if node is not None else getattr(v, "as_int", v)
+    return out
 
 
 def _set_example_inputs(ep: ExportedProgram, example_inputs: Any) -> None:

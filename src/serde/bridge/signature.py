@@ -13,7 +13,11 @@ import torch.export.graph_signature as gs
 from serde.core import schema
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-from .treespec import deserialize_treespec, serialize_treespec
+from .treespec import (
+    check_input_classes,
+    deserialize_treespec,
+    serialize_treespec,
+)
 
 __all__ = [
     "serialize_signature", "deserialize_signature", "serialize_argument_spec", "deserialize_argument_spec",
@@ -202,6 +206,9 @@ def serialize_module_call_graph(entries: list[epm.ModuleCallEntry]) -> list[sche
     for i, e in enumerate(entries):
         where = f"module_call_graph[{i}] ({e.fqn!r})"
         sig = e.signature
+        if sig is not None and e.fqn == "":
+            # The root call's spec is matched against the caller's inputs, class by class.
+            check_input_classes(sig.in_spec, sig.forward_arg_names, f"{where}.in_spec")
         out.append(schema.ModuleCallEntry(fqn=e.fqn, signature=None if sig is None else schema.ModuleCallSignature(
             inputs=[serialize_argument_spec(a, f"{where}.inputs[{j}]") for j, a in enumerate(sig.inputs)],
             outputs=[serialize_argument_spec(a, f"{where}.outputs[{j}]") for j, a in enumerate(sig.outputs)],

@@ -7,7 +7,13 @@ through that registry, never by importing a module named in the artifact.
 
 Namedtuples store ``{"name": "module.QualName", "fields": [...]}``. On load the class is taken
 from the pytree registry, else from an already-imported module (``sys.modules``, no import),
-else a look-alike namedtuple class is created so that outputs still unflatten.
+else a look-alike namedtuple class is created so that outputs still unflatten. A program's inputs
+are matched against its input spec by class, so a look-alike there would make the loaded program
+reject the very inputs the exported one accepts: saving refuses an input namedtuple that cannot be
+found again by its name (:func:`check_input_classes`). A process that loads one without having its
+class (its module not imported, or not registered) gets the look-alike: the program then runs on
+its own example inputs, built with that class, but rejects instances of the real one; import the
+module before loading.
 
 torch's named results (``torch.return_types.max``, what ``torch.max(x, 0)``, ``topk`` or ``svd``
 return) are "structseq" with the same context. torch registers them with pytree without a
@@ -29,7 +35,7 @@ import torch.utils._pytree as pytree
 from serde.core import schema
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-__all__ = ["serialize_treespec", "deserialize_treespec", "LEAF"]
+__all__ = ["serialize_treespec", "deserialize_treespec", "check_input_classes", "LEAF"]
 
 LEAF = "*"
 # Deeper specs would exhaust the interpreter's stack in pytree's own recursive code; real inputs and
@@ -186,6 +192,66 @@ def deserialize_treespec(s: schema.TreeSpec, where: str = "treespec", _depth: in
     raise MalformedArtifactError(f"{where}: unknown pytree type {s.type!r}")
 
 
+def check_input_classes(in_spec: pytree.TreeSpec, arg_names: list[str] | None, where: str = "in_spec") -> None:
+    """Refuse an input namedtuple whose class loading would not find again by its recorded name.
+
+    ``in_spec`` is the (args, kwargs) spec of the program's call. torch checks each call's inputs
+    against it, class by class; a class found under another name (or made up) on load would reject
+    the very inputs this program accepts.
+
+    Raises:
+        UnsupportedConstructError: names the input and the class, and says how to make it findable.
+    """
+    for path, cls in _input_namedtuples(in_spec, arg_names):
+        qual = f"{cls.__module__}.{cls.__qualname__}"
+        if _find_namedtuple(qual, tuple(cls._fields)) is not cls:
+            module = sys.modules.get(cls.__module__)
+            bound = [k for k, v in vars(module).items() if v is cls] if module is not None else []
+            name = bound[0] if bound else cls.__name__
+            why = (f"it is bound to {cls.__module__}.{name}, another name" if bound else
+                   f"module {cls.__module__!r} has no attribute {cls.__qualname__!r}, e.g. it is defined in a function")
+            raise UnsupportedConstructError(
+                f"{where}: input {path} is a namedtuple of class {qual}, which loading cannot find by that "
+                f"name ({why}); the loaded program would reject such inputs. Define it at module level "
+                f"under the name it is bound to ({name} = namedtuple({name!r}, ...)), or register it with "
+                "pytree where it is saved and where it is loaded: "
+                f"torch.utils._pytree._register_namedtuple({name}, serialized_type_name={qual!r})"
+            )
+
+
+def _input_namedtuples(in_spec: pytree.TreeSpec, arg_names: list[str] | None) -> list[tuple[str, type]]:
+    """(readable path, class) of every namedtuple in an (args, kwargs) spec, outermost first."""
+    out: list[tuple[str, type]] = []
+    if in_spec.is_leaf() or in_spec.num_children != 2:
+        return out
+    args, kwargs = in_spec.children()
+    names = list(arg_names or [])
+    for i, c in enumerate(args.children()):
+        _walk_namedtuples(c, names[i] if i < len(names) else f"args[{i}]", out, 0)
+    if kwargs.type in (dict, collections.OrderedDict):
+        for k, c in zip(kwargs.context, kwargs.children(), strict=True):
+            _walk_namedtuples(c, str(k), out, 0)
+    return out
+
+
+def _walk_namedtuples(spec: pytree.TreeSpec, path: str, out: list, depth: int) -> None:
+    if spec.is_leaf() or depth > MAX_DEPTH:
+        return
+    typ, ctx = spec.type, spec.context
+    cls = ctx if typ is collections.namedtuple else typ if pytree.is_namedtuple_class(typ) else None
+    if isinstance(cls, type):
+        out.append((path, cls))
+        keys = [f".{f}" for f in cls._fields]
+    elif typ in (dict, collections.OrderedDict):
+        keys = [f"[{k!r}]" for k in ctx]
+    elif typ is collections.defaultdict:
+        keys = [f"[{k!r}]" for k in ctx[1]]
+    else:
+        keys = [f"[{i}]" for i in range(spec.num_children)]
+    for k, c in zip(keys, spec.children(), strict=False):
+        _walk_namedtuples(c, path + k, out, depth + 1)
+
+
 def _load(s: schema.TreeSpec, where: str) -> Any:
     if s.context is None:
         return None
@@ -241,11 +307,32 @@ def _structseq_class(name: str, fields: list, n_children: int, where: str) -> ty
 
 
 def _namedtuple_class(qualname: str, fields: tuple[str, ...], where: str) -> type:
+    found = _find_namedtuple(qualname, fields)
+    if found is not None:
+        return found
+    module, _, attr_path = qualname.rpartition(".")
+    key = (qualname, fields)
+    cls = _SYNTHETIC_NAMEDTUPLES.get(key)
+    if cls is None:
+        for f in fields:
+            if not (isinstance(f, str) and f.isidentifier() and not f.startswith("_")):
+                raise MalformedArtifactError(f"{where}: namedtuple field {f!r} is not a valid name")
+        short = attr_path.rsplit(".", 1)[-1] or "NamedTuple"
+        cls = collections.namedtuple(short if short.isidentifier() else "NamedTuple", fields)
+        cls.__module__ = module or "__main__"
+        cls.__qualname__ = attr_path or short
+        _SYNTHETIC_NAMEDTUPLES[key] = cls
+    return cls
+
+
+def _find_namedtuple(qualname: str, fields: tuple[str, ...]) -> type | None:
+    """The namedtuple class ``qualname`` with these fields: registered with pytree, else an attribute
+    path in an already-imported module; None when this process has no such class. Saving asks the
+    same question (check_input_classes), so what it accepts, loading finds."""
     for cls in pytree.SUPPORTED_SERIALIZED_TYPES:
         if (isinstance(cls, type) and pytree.is_namedtuple_class(cls)
                 and f"{cls.__module__}.{cls.__qualname__}" == qualname and tuple(cls._fields) == fields):
             return cls
-    module, _, attr_path = qualname.rpartition(".")
     # Longest already-imported module prefix; never import anything named by the artifact.
     parts = qualname.split(".")
     for i in range(len(parts) - 1, 0, -1):
@@ -260,15 +347,4 @@ def _namedtuple_class(qualname: str, fields: tuple[str, ...], where: str) -> typ
         if isinstance(obj, type) and pytree.is_namedtuple_class(obj) and tuple(obj._fields) == fields:
             return obj
         break
-    key = (qualname, fields)
-    cls = _SYNTHETIC_NAMEDTUPLES.get(key)
-    if cls is None:
-        for f in fields:
-            if not (isinstance(f, str) and f.isidentifier() and not f.startswith("_")):
-                raise MalformedArtifactError(f"{where}: namedtuple field {f!r} is not a valid name")
-        short = attr_path.rsplit(".", 1)[-1] or "NamedTuple"
-        cls = collections.namedtuple(short if short.isidentifier() else "NamedTuple", fields)
-        cls.__module__ = module or "__main__"
-        cls.__qualname__ = attr_path or short
-        _SYNTHETIC_NAMEDTUPLES[key] = cls
-    return cls
+    return None

@@ -1,0 +1,243 @@
+"""A loaded program's input guards, recorded in its ShapeEnv the way tracing records them.
+
+torch derives programs from a program (``run_decompositions``, ``ExportedProgram._update`` and
+the passes built on it) by constructing a new ExportedProgram, and that constructor computes
+``_guards_code`` afresh from the ShapeEnv it finds in the graph's values: every guard the env
+recorded (``shape_env.guards``), printed over the sources its symbols were created from
+(``shape_env.var_to_sources``). A loaded program's ShapeEnv is built from the file, so unless the
+stored guards are recorded in it, every program derived from a loaded one has no guards, accepts
+inputs the exported program rejects, and saves none.
+
+So loading records them as tracing would have: each source a guard reads gets a symbol with that
+source (the graph's own symbol when the input's value is that symbol, as it is for a traced input;
+a symbol of its own when the value is an expression of others, as torch keeps a derived
+dimension's symbol beside its replacement), and each stored check becomes the sympy expression
+torch prints back to the same text. Every input dimension that is a symbol gets its source, and
+the assumption tracing made of it (at least 2), so that what a derivation records anew is what it
+records for the exported program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._sympy.functions as tf
+from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, TensorPropertySource
+from torch._guards import ShapeGuard, SLoc
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+from serde.core import schema
+from serde.core.guards import source_key
+from serde.core.symbolic import as_sympy
+from serde.errors import MalformedArtifactError
+
+__all__ = ["record_guards"]
+
+P = schema.GuardProperty
+
+# Where a recorded guard says it came from (torch prints this when a guard fails to simplify).
+_SLOC = SLoc(framework_loc="pt2serde: guards stored in the artifact", maybe_user_loc=None)
+
+
+def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Mapping[tuple, Any],
+                  *, where: str = "guards") -> None:
+    """Give ``shape_env``, the ShapeEnv of a loaded graph, its inputs' sources and the stored guards ``g``.
+
+    ``values`` maps each nameable user input's path (as :func:`serde.core.guards.input_arguments`
+    keys them) to its value in the loaded graph (a fake tensor, SymInt, int...). ``g`` must already
+    be validated (:func:`serde.bridge.program.deserialize_guards`).
+
+    Every input dimension (and int or float input) that is a symbol gets its source, as tracing
+    gives it: a guard torch records while deriving a program (a decomposition may add one, as it
+    would for the exported program) is then printed over the inputs instead of being dropped.
+
+    Raises:
+        MalformedArtifactError: a check torch cannot build as a symbolic expression.
+    """
+    owned: dict[tuple, sympy.Symbol] = {}
+    for path, value in values.items():
+        if isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.size()):
+                _own(shape_env, as_sympy(size), (path, int(P.SIZE), d), owned, size=True)
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            _own(shape_env, as_sympy(value), (path, int(P.VALUE), -1), owned, size=False)
+    if g is None:
+        return
+    symbols: dict[str, sympy.Symbol] = {}
+    kinds: dict[str, str] = {}
+    for i, s in enumerate(g.sources):
+        key = source_key(s)
+        path, prop, dim = key
+        value = _read(values[path], prop, dim)
+        kinds[s.symbol] = _kind_of(value)
+        sym = owned.get(key)
+        if sym is None:
+            # The input is another input's symbol, an expression of symbols, or a number: tracing made
+            # this source a symbol of its own (then replaced it, as for a derived dimension). A name no
+            # ShapeEnv makes, so that it never meets one of the env's symbols.
+            expr = as_sympy(value)
+            sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
+            shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
+        symbols[s.symbol] = sym
+    for i, check in enumerate(g.checks):
+        w = f"{where}.checks[{i}]"
+        expr, _ = _Builder(symbols, kinds, w).build(check)
+        if isinstance(expr, sympy.logic.boolalg.BooleanAtom) or not isinstance(expr, sympy.logic.boolalg.Boolean):
+            # Decided without any input (deserialize_guards found it true at the example values):
+            # torch records no such guard.
+            continue
+        shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
+        # What tracing derives from a guard it records: facts later evaluations use.
+        shape_env.axioms.update(dict(shape_env.get_implications(shape_env.simplify(expr))))
+    # The env caches answers that depend on its guards and ranges; tell it they changed.
+    bump = getattr(shape_env, "_update_version_counter", None)
+    if callable(bump):
+        bump()
+
+
+def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Symbol], *, size: bool) -> None:
+    """Make ``expr`` the symbol of the input source ``key`` when it is a symbol no source has yet."""
+    if not isinstance(expr, sympy.Symbol) or expr in shape_env.var_to_sources:
+        return
+    shape_env.var_to_sources[expr] = [_torch_source(*key)]
+    owned[key] = expr
+    if size and symbol_is_type(expr, SymT.SIZE):
+        # Tracing assumes a dynamic size is at least 2 (sizes 0 and 1 specialize; the program's
+        # range constraints may still admit them), and a derived program is traced under that
+        # assumption: without it, deriving one records guards (size != 1) the exported program's
+        # derivation never does, and rejects inputs that one accepts.
+        vr = shape_env.var_to_range.get(expr)
+        hint = shape_env.backed_var_to_val.get(expr) if hasattr(shape_env, "backed_var_to_val") else None
+        if vr is not None and vr.upper >= 2 and vr.lower < 2 and (hint is None or hint >= 2):
+            shape_env.constrain_symbol_range(expr, compiler_min=2, compiler_max=vr.upper)
+
+
+def _read(value: Any, prop: int, dim: int) -> Any:
+    if prop == P.VALUE:
+        return value
+    if prop == P.SIZE:
+        return value.size()[dim]
+    if prop == P.STRIDE:
+        return value.stride()[dim]
+    return value.storage_offset()
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(value, (float, torch.SymFloat)):
+        return "float"
+    return "int"
+
+
+def _assumptions(expr: Any, kind: str) -> dict[str, bool]:
+    """What torch assumes of a symbol standing for ``expr`` (a size: a positive integer...)."""
+    if kind == "float":
+        return {"real": True}
+    if kind == "bool":
+        return {}
+    out = {"integer": True}
+    if getattr(expr, "is_positive", None):
+        out["positive"] = True
+    elif getattr(expr, "is_nonnegative", None):
+        out["nonnegative"] = True
+    return out
+
+
+def _torch_source(path: tuple, prop: int, dim: int) -> Any:
+    """The source tracing gives an input at ``path``: its ``name`` is the text guards print."""
+    base: Any = LocalSource(path[0])
+    for k in path[1:]:
+        base = GetItemSource(base, k)
+    if prop == P.VALUE:
+        return base
+    if prop == P.STORAGE_OFFSET:
+        return TensorPropertySource(base, TensorProperty.STORAGE_OFFSET)
+    return TensorPropertySource(base, TensorProperty.SIZE if prop == P.SIZE else TensorProperty.STRIDE, dim)
+
+
+_CONSTANTS: dict[schema.ExprConstant, tuple[Any, str]] = {
+    schema.ExprConstant.TRUE: (sympy.true, "bool"), schema.ExprConstant.FALSE: (sympy.false, "bool"),
+    schema.ExprConstant.INFINITY: (sympy.oo, "float"), schema.ExprConstant.NEG_INFINITY: (-sympy.oo, "float"),
+    schema.ExprConstant.NAN: (sympy.nan, "float"),
+}
+
+
+# Guard tree member -> (sympy function, kind of its value), where the printed text alone decides
+# the function; "%", "/" and "**" depend on their operands (see _Builder.build).
+_FUNCTIONS: dict[str, tuple[Any, str | None]] = {
+    "add": (sympy.Add, None), "mul": (sympy.Mul, None), "floor_div": (tf.FloorDiv, None),
+    "bitwise_and": (tf.BitwiseFn_bitwise_and, "int"), "bitwise_or": (tf.BitwiseFn_bitwise_or, "int"),
+    "bitwise_xor": (tf.BitwiseFn_bitwise_xor, "int"),
+    "eq": (sympy.Eq, "bool"), "ne": (sympy.Ne, "bool"), "lt": (sympy.Lt, "bool"), "le": (sympy.Le, "bool"),
+    "gt": (sympy.Gt, "bool"), "ge": (sympy.Ge, "bool"), "logical_and": (sympy.And, "bool"),
+    "logical_or": (sympy.Or, "bool"), "logical_not": (sympy.Not, "bool"),
+    "round_decimal": (tf.RoundDecimal, "float"), "abs": (sympy.Abs, None), "max": (tf.Max, None),
+    "min": (tf.Min, None), "floor_to_int": (tf.FloorToInt, "int"), "ceil_to_int": (tf.CeilToInt, "int"),
+    "trunc_to_int": (tf.TruncToInt, "int"), "round_to_int": (tf.RoundToInt, "int"),
+    "to_float": (tf.ToFloat, "float"),
+}
+
+
+class _Builder:
+    """The sympy expression torch would have recorded for a validated guard tree.
+
+    Python text does not say which sympy function made it; torch chose by the operands, and so does
+    this, with torch's rules (torch.fx.experimental.sym_node): ``a % b`` is Mod when both are
+    known non-negative and PythonMod otherwise, ``a / b`` IntTrueDiv of two ints and FloatTrueDiv
+    otherwise, ``a ** b`` PowByNatural of an int to a natural power and FloatPow otherwise.
+    """
+
+    def __init__(self, symbols: Mapping[str, sympy.Symbol], kinds: Mapping[str, str], where: str) -> None:
+        self.symbols, self.kinds, self.where = symbols, kinds, where
+
+    def build(self, e: schema.Expr) -> tuple[Any, str]:
+        """(expression, "int" | "float" | "bool")."""
+        kind = e.kind
+        v = getattr(e, kind)
+        if kind == "symbol":
+            return self.symbols[v], self.kinds[v]
+        if kind == "integer":
+            return sympy.Integer(v), "int"
+        if kind == "floating":
+            return sympy.Float(schema.from_f64(v)), "float"
+        if kind == "constant":
+            if v not in _CONSTANTS:
+                raise MalformedArtifactError(f"{self.where}: constant {v.name} does not occur in guards")
+            return _CONSTANTS[v]
+        if kind == "opaque_unary":
+            fn = getattr(tf, f"OpaqueUnaryFn_{v.fn}", None)
+            if fn is None:
+                raise MalformedArtifactError(f"{self.where}: function {v.fn!r} does not occur in guards")
+            return self._make(fn, [self.build(v.arg)[0]]), "float"
+        kids = [self.build(x) for x in v]
+        args = [a for a, _ in kids]
+        ks = [k for _, k in kids]
+        numeric = "float" if "float" in ks else "int"
+        if kind == "ite":
+            return self._make(sympy.Piecewise, [(args[1], args[0]), (args[2], True)]), ks[1]
+        if kind == "python_mod":
+            a, b = args
+            mod = tf.Mod if a.is_nonnegative and b.is_nonnegative else tf.PythonMod
+            return self._make(mod, args), numeric
+        if kind == "float_true_div":
+            return self._make(tf.IntTrueDiv if numeric == "int" else tf.FloatTrueDiv, args), "float"
+        if kind == "pow":
+            natural = numeric == "int" and v[1].kind == "integer" and v[1].integer >= 0
+            return self._make(tf.PowByNatural if natural else tf.FloatPow, args), "int" if natural else "float"
+        if kind not in _FUNCTIONS:
+            raise MalformedArtifactError(f"{self.where}: expression member {kind!r} does not occur in guards")
+        fn, out = _FUNCTIONS[kind]
+        return self._make(fn, args), out or (ks[0] if kind == "abs" else numeric)
+
+    def _make(self, fn: Any, args: list) -> Any:
+        try:
+            return fn(*args)
+        except Exception as err:  # sympy/torch refuse the operands: a damaged check, not a bug here
+            raise MalformedArtifactError(
+                f"{self.where}: torch cannot build {getattr(fn, '__name__', fn)} of "
+                f"{', '.join(str(a)[:40] for a in args)}: {type(err).__name__}; the artifact is damaged") from None
