@@ -195,6 +195,18 @@ def test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_reje
     assert sum(r != "ok" for r in want) >= case.min_rejected, want
 
 
+def test_a_second_load_records_the_same_guards_as_the_first(tmp_path: Path) -> None:
+    """What a load records in its ShapeEnv is remembered per process; a load that reuses it (the
+    second) must give derived programs the same guards as one that computed it (memos emptied)."""
+    from serde.core.memo import forget_all
+
+    serde.save(gp.export_derived(), tmp_path / "m.pt2s")
+    forget_all()
+    first = _decomposed(serde.load(tmp_path / "m.pt2s"))
+    second = _decomposed(serde.load(tmp_path / "m.pt2s"))
+    assert first._guards_code and second._guards_code == first._guards_code
+
+
 @pytest.mark.parametrize("derive", list(DERIVATIONS.values()), ids=list(DERIVATIONS))
 def test_every_derivation_keeps_the_guards(derive, tmp_path: Path) -> None:
     ep = gp.export_derived()

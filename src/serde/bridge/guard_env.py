@@ -29,9 +29,11 @@ from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, Ten
 from torch._guards import ShapeGuard, SLoc
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._sympy.symbol import SymT, symbol_is_type
+from torch.utils._sympy.value_ranges import ValueRanges
 
-from serde.core import schema
+from serde.core import schema, wire
 from serde.core.guards import source_key
+from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
 
@@ -66,6 +68,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
         elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             _own(shape_env, as_sympy(value), (path, int(P.VALUE), -1), owned, size=False)
     if g is None:
+        _bump(shape_env)
         return
     symbols: dict[str, sympy.Symbol] = {}
     kinds: dict[str, str] = {}
@@ -83,6 +86,21 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
             shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
         symbols[s.symbol] = sym
+    # Building the checks and what tracing derives from them is sympy work worth a good part of a
+    # small load: remembered per process by everything it depends on (the stored guards, the symbols
+    # they stand for with their assumptions and ranges; an env with replacements is not remembered).
+    key = None
+    if not shape_env.replacements:
+        key = (wire.encode(g), tuple((k, sym.name, tuple(sorted(sym.assumptions0.items())), kinds[k],
+                                      _range_key(shape_env, sym)) for k, sym in symbols.items()))
+        done = _RECORDED.get(key)
+        if done is not None:
+            for expr, implied in done:
+                shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
+                shape_env.axioms.update(implied)
+            _bump(shape_env)
+            return
+    recorded = []
     for i, check in enumerate(g.checks):
         w = f"{where}.checks[{i}]"
         expr, _ = _Builder(symbols, kinds, w).build(check)
@@ -92,8 +110,25 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             continue
         shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
         # What tracing derives from a guard it records: facts later evaluations use.
-        shape_env.axioms.update(dict(shape_env.get_implications(shape_env.simplify(expr))))
-    # The env caches answers that depend on its guards and ranges; tell it they changed.
+        implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
+        shape_env.axioms.update(implied)
+        recorded.append((expr, implied))
+    if key is not None:
+        _RECORDED.remember(key, recorded)
+    _bump(shape_env)
+
+
+# (stored guards, their symbols) -> [(check, what it implies)] (see record_guards)
+_RECORDED = Memo(1 << 10)
+
+
+def _range_key(shape_env: ShapeEnv, sym: sympy.Symbol) -> tuple:
+    vr = shape_env.var_to_range.get(sym)
+    return (None, None) if vr is None else (vr.lower, vr.upper)
+
+
+def _bump(shape_env: ShapeEnv) -> None:
+    """The env caches answers that depend on its guards and ranges: tell it they changed."""
     bump = getattr(shape_env, "_update_version_counter", None)
     if callable(bump):
         bump()
@@ -113,7 +148,13 @@ def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Sy
         vr = shape_env.var_to_range.get(expr)
         hint = shape_env.backed_var_to_val.get(expr) if hasattr(shape_env, "backed_var_to_val") else None
         if vr is not None and vr.upper >= 2 and vr.lower < 2 and (hint is None or hint >= 2):
-            shape_env.constrain_symbol_range(expr, compiler_min=2, compiler_max=vr.upper)
+            # What constrain_symbol_range(min=2) leaves, set directly: its intersection of the two
+            # ranges (sympy Max/Min) cost more than the rest of this step. record_guards tells the
+            # env that its ranges changed.
+            shape_env.var_to_range[expr] = ValueRanges(sympy.Integer(2), vr.upper)
+            sloc = shape_env.var_to_range_sloc.get(expr)
+            if sloc is not None:
+                sloc.lower = _SLOC
 
 
 def _read(value: Any, prop: int, dim: int) -> Any:
