@@ -547,3 +547,33 @@ def test_a_refused_guard_is_refused_on_every_save() -> None:
             guards_from_code(codes[:1], resolve=nowhere)
     with pytest.raises(UnsupportedConstructError, match=r"guards\[1\]: .*must be text"):
         guards_from_code(["L['x'] > 1", 7])
+
+
+@pytest.mark.parametrize(("power", "copies", "refused"), [
+    (64, 1, "guards.checks[0]: the check expands to more than 128 terms"),  # ((x + y + 1) ** 64) ** 64
+    (3, 600, "too many over all the checks"),
+    (2, 1, None),
+])
+def test_checks_that_expand_past_a_bound_are_refused_at_load(tmp_path: Path, power: int, copies: int,
+                                                              refused: str | None) -> None:
+    """A load records every check in sympy, which multiplies powers of sums out: a hostile file's
+    nested powers would take it hours and many large checks minutes. Bounded, with a typed error."""
+    from serde.core.limits import IntegerTooLargeError
+    from tests.serde.attacks._attack_kit import rewrite_artifact
+
+    serde.save(gp.export_summed(), tmp_path / "m.pt2s")
+
+    def change(p: dict) -> None:
+        (op, (left, right)), = p["guards"]["checks"][0].items()
+        base = lambda j: {"add": [left, {"integer": j + 1}]}  # noqa: E731
+        term = (lambda j: {"pow": [{"pow": [base(j), {"integer": power}]}, {"integer": power}]}) if copies == 1 \
+            else (lambda j: {"pow": [base(j), {"integer": power}]})
+        p["guards"]["checks"] = [{op: [term(j), right]} for j in range(copies)]
+
+    data = rewrite_artifact((tmp_path / "m.pt2s").read_bytes(), change)
+    if refused is None:
+        assert serde.load(data)._guards_code
+        return
+    with pytest.raises(IntegerTooLargeError) as e:
+        serde.load(data)
+    assert refused in str(e.value)

@@ -19,6 +19,7 @@ records for the exported program.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from torch.utils._sympy.value_ranges import ValueRanges
 
 from serde.core import schema, wire
 from serde.core.guards import source_key
+from serde.core.limits import IntegerTooLargeError
 from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
@@ -101,13 +103,30 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             _bump(shape_env)
             return
     recorded = []
-    for i, check in enumerate(g.checks):
+    work = 0
+    # Building a check in sympy takes a millisecond or more (its comparison asks sympy's assumption
+    # system), so a file with ten thousand checks would take tens of seconds: only the first
+    # _MAX_RECORDED are recorded. The loaded program itself keeps every guard (_guards_code); a
+    # program derived from one with more checks keeps only those, far more than torch writes.
+    for i, check in enumerate(g.checks[:_MAX_RECORDED]):
         w = f"{where}.checks[{i}]"
         expr, _ = _Builder(symbols, kinds, w).build(check)
         if isinstance(expr, sympy.logic.boolalg.BooleanAtom) or not isinstance(expr, sympy.logic.boolalg.Boolean):
             # Decided without any input (deserialize_guards found it true at the example values):
             # torch records no such guard.
             continue
+        terms = _expanded_terms(expr)
+        work += terms * terms
+        if terms > _MAX_TERMS or work > _MAX_WORK:
+            # torch expands every guard it records (simplify) and compares its terms pairwise, and a
+            # derivation simplifies them again: ((x + y + 1) ** 64) ** 64 has millions of terms,
+            # and even a few hundred take a tenth of a second. The guards torch writes expand to a
+            # handful of terms each.
+            raise IntegerTooLargeError(
+                f"{w}: the check expands to {terms if terms <= _MAX_TERMS else f'more than {_MAX_TERMS}'} terms "
+                f"(powers of sums){'' if terms > _MAX_TERMS else ', too many over all the checks'}; at most "
+                f"{_MAX_TERMS} per check and {_MAX_WORK} for the squares of all checks' terms. The artifact "
+                "is damaged or was written by a faulty tool")
         shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
         # What tracing derives from a guard it records: facts later evaluations use.
         implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
@@ -116,6 +135,32 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
     if key is not None:
         _RECORDED.remember(key, recorded)
     _bump(shape_env)
+
+
+# At most this many terms in a check once its powers of sums are multiplied out, and at most this
+# sum of their squares over all the checks of a program (see record_guards): a few seconds of sympy
+# at the most, against a few terms per check in what torch writes.
+_MAX_TERMS = 128
+_MAX_WORK = 20_000
+_MAX_RECORDED = 512
+
+
+def _expanded_terms(e: Any) -> int:
+    """How many terms ``e`` has once multiplied out, or a number above ``_MAX_TERMS`` (other
+    functions count as the terms of their arguments)."""
+    if isinstance(e, sympy.Symbol) or not e.args:
+        return 1
+    if isinstance(e, sympy.Pow):
+        base, exp = e.args
+        k = _expanded_terms(base)
+        if exp.is_Integer and k > 1:  # a sum of k terms to the n-th: C(k + n - 1, n) terms
+            n = min(abs(int(exp)), 2 * _MAX_TERMS)
+            return min(math.comb(k + n - 1, n), _MAX_TERMS + 1)
+        return min(k + _expanded_terms(exp), _MAX_TERMS + 1)
+    parts = [_expanded_terms(a) for a in e.args]
+    if isinstance(e, sympy.Mul):
+        return min(math.prod(parts), _MAX_TERMS + 1)
+    return min(sum(parts), _MAX_TERMS + 1)
 
 
 # (stored guards, their symbols) -> [(check, what it implies)] (see record_guards)
