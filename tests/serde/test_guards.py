@@ -577,3 +577,18 @@ def test_checks_that_expand_past_a_bound_are_refused_at_load(tmp_path: Path, pow
     with pytest.raises(IntegerTooLargeError) as e:
         serde.load(data)
     assert refused in str(e.value)
+
+
+def test_a_check_torch_cannot_reason_about_is_refused_with_our_error(tmp_path: Path) -> None:
+    """(x > 1) == (y < 100) reads fine and holds at the example values, but sympy cannot simplify a
+    comparison of comparisons: a typed error naming the check, not sympy's TypeError."""
+    from tests.serde.attacks._attack_kit import rewrite_artifact
+
+    serde.save(gp.export_summed(), tmp_path / "m.pt2s")
+
+    def change(p: dict) -> None:
+        g0, g1 = {"symbol": "g0"}, {"symbol": "g1"}
+        p["guards"]["checks"] = [{"eq": [{"gt": [g0, {"integer": 1}]}, {"lt": [g1, {"integer": 100}]}]}]
+
+    with pytest.raises(MalformedArtifactError, match=r"guards\.checks\[0\]: torch cannot simplify the check"):
+        serde.load(rewrite_artifact((tmp_path / "m.pt2s").read_bytes(), change))

@@ -129,7 +129,12 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
                 "is damaged or was written by a faulty tool")
         shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
         # What tracing derives from a guard it records: facts later evaluations use.
-        implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
+        try:
+            implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
+        except Exception as err:  # sympy/torch cannot reason about it (a comparison of comparisons...)
+            raise MalformedArtifactError(
+                f"{w}: torch cannot simplify the check {str(expr)[:80]}: {type(err).__name__}; the artifact is "
+                "damaged") from None
         shape_env.axioms.update(implied)
         recorded.append((expr, implied))
     if key is not None:
