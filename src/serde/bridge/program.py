@@ -143,8 +143,10 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     ep._guards_code = deserialize_guards(p.guards, gm_s)
-    # Programs torch derives from this one compute their guards from the graph's ShapeEnv.
-    record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s))
+    # Programs torch derives from this one compute their guards from the graph's ShapeEnv (a
+    # program without guards or symbols has nothing to record there).
+    if p.guards is not None or ctx.shape_env.var_to_range:
+        record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s))
     return ep
 
 
