@@ -401,10 +401,18 @@ std::set<int64_t> declared_aliases(const c10::FunctionSchema& s, const c10::Argu
 }
 }  // namespace
 
+namespace {
+// serde.bridge.effects.UNANNOTATED_VIEWS: kernels (every overload) that may return an argument or a
+// view of it although their schemas declare fresh results.
+const std::set<std::string> kUnannotatedViews = {"aten::_unsafe_view", "aten::unsafe_split",
+                                                 "aten::unsafe_split_with_sizes", "aten::unsafe_chunk",
+                                                 "aten::dequantize"};
+}  // namespace
+
 void Method::check_aliases(const std::vector<std::optional<c10::OperatorHandle>>& handles) const {
   // native.runtime._check_aliases: a plan built on fewer aliases than this process's kernels may
-  // produce could hand live memory to another tensor. Composite-implicit kernels and _unsafe_view
-  // may return any tensor argument (kernels.actual_aliases).
+  // produce could hand live memory to another tensor. Composite-implicit kernels and those of
+  // kUnannotatedViews may return any tensor argument (kernels.actual_aliases).
   const Program& p = lp_.program;
   std::vector<char> called(p.operators.size(), 0);
   for (const Instruction& ins : p.instructions) if (ins.kind == IK::Kernel) called[size_t(ins.k.op)] = 1;
@@ -412,7 +420,7 @@ void Method::check_aliases(const std::vector<std::optional<c10::OperatorHandle>>
     if (!called[i] || !handles[i]) continue;
     const Operator& op = p.operators[i];
     const c10::FunctionSchema& s = handles[i]->schema();
-    bool any_tensor = op.name == "aten::_unsafe_view" ||
+    bool any_tensor = kUnannotatedViews.count(op.name) ||
                       handles[i]->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
     for (size_t j = 0; j < s.returns().size(); ++j) {
       std::set<int64_t> may = declared_aliases(s, s.returns()[j]);

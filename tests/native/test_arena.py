@@ -129,6 +129,31 @@ def test_unsafe_views_declare_their_aliases_and_run_in_arena_mode():
                       "aten::unsafe_chunk": [[0]], "aten::_unsafe_view": [[0]]}
 
 
+class _Dequantize(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.aten.dequantize.self(x * 2).sin()
+
+
+@pytest.mark.parametrize(("model", "name"), [
+    (_UnsafeViews, "aten::unsafe_split"), (_UnsafeViews, "aten::unsafe_split_with_sizes"),
+    (_UnsafeViews, "aten::unsafe_chunk"), (_UnsafeViews, "aten::_unsafe_view"), (_Dequantize, "aten::dequantize"),
+])
+def test_both_runtimes_refuse_a_file_hiding_an_unannotated_view(model, name):
+    """Kernels that return views their schemas hide: a file declaring their results fresh is refused
+    in arena mode by both loaders alike (one list, serde.bridge.effects.UNANNOTATED_VIEWS, and its
+    C++ copy)."""
+    native = emit_ep(torch.export.export(model(), (torch.randn(4, 3),)))
+    k = next(i for i, op in enumerate(native.program.operators) if op.name == name and op.overload != "out")
+    assert native.program.operators[k].returns_alias == [[0]]
+    lying = decode(P.NativeProgram(_as_if_fresh(native.program, k), native.segment).encode())
+    want = rf"operators\[{k}\] \({name}\.\w+\): return 0 may share storage with arguments \[0\]"
+    with pytest.raises(NativeFormatError, match=want):
+        Method(lying, arena=True)
+    if cpp_engine.available():
+        with pytest.raises(NativeFormatError, match=want):
+            cpp_engine.load(lying, arena=True)
+
+
 def _sandwich() -> P.NativeProgram:
     torch.manual_seed(0)
     return emit_ep(torch.export.export(_DropoutSandwich().eval(), (torch.randn(4, 16),)))

@@ -48,7 +48,8 @@ UNANNOTATED_WRITES = frozenset({"running_mean", "running_var"})
 # "unsafe" whose results share their input's storage (views their schemas hide from autograd on
 # purpose; the others, such as _unsafe_index, compute fresh results), and ``dequantize``, which
 # returns a tensor that is not quantized as it is. The native runtime's check mode verifies on
-# every call of its OpInfo sweep that no other kernel does so.
+# every call of its OpInfo sweep that no other kernel does so. native_cpp/method.cpp
+# (kUnannotatedViews) holds the same list.
 UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes",
                                "aten::unsafe_chunk", "aten::dequantize"})
 
