@@ -26,11 +26,11 @@ gets no edges at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from serde.core import schema
 from serde.core.opfacts import OpFacts
-from serde.core.walk import argument_names, output_leaves
+from serde.core.walk import argument_names
 
 __all__ = ["effect_edges"]
 
@@ -40,13 +40,15 @@ _INPUTS = "(graph inputs)"
 _ONE_INPUT_ROOT = (_INPUTS,)
 
 
-def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]) -> list[list[int]]:
-    """Per node (stored index), the nodes it must follow although it uses none of their values."""
+def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts], inputs: Collection[str]
+                 ) -> list[list[int]]:
+    """Per node (stored index), the nodes it must follow although it uses none of their values
+    (``inputs``: the names of the graph's inputs)."""
     n = len(nodes)
     extra: list[list[int]] = [[] for _ in range(n)]
     if not any(f.has_effect for f in facts):
         return extra
-    reads, writes = _storage_access(nodes, facts)
+    reads, writes = _storage_access(nodes, facts, inputs)
     written = set().union(*writes)
     last_write: dict[str, int] = {}
     reads_since: dict[str, list[int]] = {}
@@ -87,17 +89,14 @@ def effect_edges(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]) -> list
     return [sorted(set(e)) for e in extra]
 
 
-def _storage_access(nodes: Sequence[schema.Node], facts: Sequence[OpFacts]
+def _storage_access(nodes: Sequence[schema.Node], facts: Sequence[OpFacts], inputs: Collection[str]
                     ) -> tuple[list[set[str]], list[set[str]]]:
     """Per node, the storage roots it reads and those it writes (roots are value names, and
     ``_INPUTS`` for every graph input)."""
-    # Every name no node defines is a graph input (the caller has checked that each is defined).
-    roots: dict[str, tuple[str, ...]] = {}
-    produced = {name for node in nodes for _, _, name in output_leaves(node.outputs)}
+    roots: dict[str, tuple[str, ...]] = dict.fromkeys(inputs, _ONE_INPUT_ROOT)
 
     def roots_of(a: schema.Argument) -> set[str]:
-        return {r for name in argument_names(a)
-                for r in roots.get(name, (name,) if name in produced else _ONE_INPUT_ROOT)}
+        return {r for name in argument_names(a) for r in roots.get(name, (name,))}
 
     reads: list[set[str]] = []
     writes: list[set[str]] = []

@@ -64,9 +64,11 @@ class GraphIndex:
         # value name -> producing node index, or -(input position + 1) for a graph input.
         self.producer: dict[str, int] = {}
         self.leaf_index: dict[str, int] = {}
+        input_names: list[str] = []
         for pos, a in enumerate(g.inputs):
             for name in argument_names(a):
                 self._define(name, -(pos + 1), 0, f"{where}.inputs[{pos}]")
+                input_names.append(name)
         self.leaves: list[list[tuple[int, str, str]]] = []
         producer, leaf_index = self.producer, self.leaf_index
         # (the location strings of the errors are only built when one is raised)
@@ -117,7 +119,7 @@ class GraphIndex:
         # listed by stored index, and the walk's visiting order must not depend on it.
         # (a node with order-only edges gets a new list; the others share theirs)
         self.data_preds = list(self.preds)
-        for i, extra in enumerate(effect_edges(g.nodes, facts)):
+        for i, extra in enumerate(effect_edges(g.nodes, facts, input_names)):
             if extra:
                 self.preds[i] = self.preds[i] + [p for p in extra if p not in self.preds[i]]
         self.output_refs: list[str] = []
