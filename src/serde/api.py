@@ -20,6 +20,7 @@ from serde.bridge.weights import deserialize_weights, saved_devices, serialize_w
 from serde.core.gcpause import paused_gc
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.names import check_program, check_weight_names
+from serde.core.version import SUPPORTED_TORCH, torch_release
 
 from . import archive
 from .archive import payload_name
@@ -27,27 +28,29 @@ from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError,
 
 __all__ = ["save", "load", "to_artifact_parts", "from_artifact", "TESTED_TORCH"]
 
-# The torch release the test suite runs against. pt2serde reads torch internals (op schemas, fx
-# metadata, the export verifier), so another release may work but has not been checked.
-TESTED_TORCH = (2, 13)
+# The torch releases the test suite runs under (serde.core.version.SUPPORTED_TORCH): pt2serde
+# reads torch internals (op schemas, fx metadata, the export verifier), so a release outside them
+# may work but has not been checked.
+TESTED_TORCH = SUPPORTED_TORCH
+_torch_checked = False
 
 
 def _warn_if_untested_torch() -> None:
+    """Once per process, on the first save or load: warn when this torch is outside the tested range,
+    pointing at the caller's line (save/load -> here -> warn)."""
+    global _torch_checked
+    if _torch_checked:
+        return
+    _torch_checked = True
+    if torch_release(str(torch.__version__)) in SUPPORTED_TORCH:
+        return
     import warnings
 
-    version = str(torch.__version__).split("+")[0].split(".")
-    try:
-        major_minor = (int(version[0]), int(version[1]))
-    except (IndexError, ValueError):
-        major_minor = None
-    if major_minor != TESTED_TORCH:
-        warnings.warn(
-            f"pt2serde is tested with torch {TESTED_TORCH[0]}.{TESTED_TORCH[1]}.x, this is torch "
-            f"{torch.__version__}: run your round-trip tests (serde.testing.assert_roundtrip) before "
-            "relying on it", stacklevel=3)
+    tested = ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TORCH)
+    warnings.warn(
+        f"pt2serde is tested with torch {tested}; this is torch {torch.__version__}: run your round-trip "
+        "tests (serde.testing.assert_roundtrip) before relying on it", stacklevel=3)
 
-
-_warn_if_untested_torch()
 
 PathOrFile = str | os.PathLike | BinaryIO
 
@@ -75,6 +78,7 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
             names the node and the construct.
         SerializeError: any other failure, e.g. the file cannot be written.
     """
+    _warn_if_untested_torch()
     programs = _programs_to_save(ep)
     extras = _encode_extra_files(extra_files)
     start = _position(f)
@@ -207,6 +211,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
         SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
         UnknownOperatorError: an operator is not registered in this process.
     """
+    _warn_if_untested_torch()
     _check_not_at_end(f)
     with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
         # A member's xxh3 (its sha256 before schema 2.4) covers its bytes; the sha256 of members

@@ -6,7 +6,7 @@ The version history (date, what changed, compatibility) is kept in one place: th
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION"]
+__all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION", "SUPPORTED_TORCH", "torch_release"]
 
 SCHEMA_VERSION: tuple[int, int] = (2, 5)
 # Oldest schema version this reader still loads (through upgraders/).
@@ -15,3 +15,20 @@ MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # 2 adds extra/<name> members (written as 1 when there are none); 3 holds several programs under
 # programs/<name>/ (written only for those).
 FORMAT_VERSION: int = 3
+
+# The torch releases (major, minor) the whole test suite runs under, every patch release of each
+# included (`make test` on the first, `make test-torch TORCH=<version>` on each other; CI runs
+# both). Artifacts written under any of them load under every other, in both directions: see the
+# README's "Compatibility across torch releases". Adding a release means its lane passes, its
+# operator-schema snapshot is committed, and every operator change since the previous one has an
+# upgrader or a listed refusal.
+SUPPORTED_TORCH: tuple[tuple[int, int], ...] = ((2, 13), (2, 14))
+
+
+def torch_release(version: str) -> tuple[int, int] | None:
+    """``"2.14.1+cu130"`` -> ``(2, 14)``; None for text that is not a torch version."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
