@@ -1,15 +1,25 @@
-# Every target creates .venv on first use: torch==2.13.0 (CPU wheel) first, then this package.
+# Every target creates its venv on first use: torch first (so pip never pulls another build), then
+# this package with a constraint that keeps that torch. `make test` uses torch $(TORCH) in .venv;
+# `make test-torch TORCH=2.14.1` builds .venv-torch-2.14.1 (and build/native-torch-2.14.1) and
+# runs the same fast suite under that torch.
 PYTHON ?= python3
-VENV := .venv
+TORCH ?= 2.13.0
+# The torch releases the suite supports (serde.core.version.SUPPORTED_TORCH): `make test-all` runs the
+# thorough suite under each.
+SUPPORTED_TORCH_VERSIONS := 2.13.0 2.14.1
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+NATIVE_BUILD ?= build/native
+export PT2SERDE_NATIVE_BUILD := $(abspath $(NATIVE_BUILD))
 
-.PHONY: demo test test-all bench lint contracts schema-check clean browser native
+.PHONY: demo test test-all test-thorough test-torch test-cross bench lint contracts schema-check clean browser native
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet torch==$(TORCH)
+	echo "torch==$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install --quiet -c $(VENV)/torch-constraint.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -20,13 +30,30 @@ demo: $(STAMP)
 XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 
 test: $(STAMP) schema-check contracts native
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(XDIST)
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(XDIST) $(TESTS)
+
+# The fast suite (or TESTS=...) under another torch release, in its own venv and C++ build.
+test-torch:
+	$(MAKE) test TORCH=$(TORCH) VENV=.venv-torch-$(TORCH) NATIVE_BUILD=build/native-torch-$(TORCH)
+
+# What CI runs beside `make test`: the tests that read artifacts written by the other supported
+# releases, the checks whose subject differs between releases (operators, guards), and the C++
+# runtime, under CROSS_TORCH.
+CROSS_TORCH ?= $(lastword $(SUPPORTED_TORCH_VERSIONS))
+CROSS_TESTS ?= tests/compat tests/serde/test_guards.py tests/native/test_cpp_engine.py
+test-cross:
+	$(MAKE) test-torch TORCH=$(CROSS_TORCH) TESTS="$(CROSS_TESTS)"
 
 schema-check: $(STAMP)
 	$(VENV)/bin/pt2serde schema check
 
-test-all: $(STAMP) browser native
-	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider $(XDIST)
+# The thorough suite (slow tests and the thorough hypothesis profile) under every supported torch.
+test-all: test-thorough
+	@for t in $(filter-out $(TORCH),$(SUPPORTED_TORCH_VERSIONS)); do \
+	  $(MAKE) test-thorough TORCH=$$t VENV=.venv-torch-$$t NATIVE_BUILD=build/native-torch-$$t || exit 1; done
+
+test-thorough: $(STAMP) browser native
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(TESTS)
 
 # The page tests of `pt2serde view` open the pages in a real headless Chromium.
 browser:
@@ -42,7 +69,6 @@ bench: $(STAMP) native
 # extension behind native.load(..., engine="cpp"). Build tools and the two header libraries are
 # installed with apt-get when missing and root; without a compiler it says so, and the C++ tests
 # skip with the same message.
-NATIVE_BUILD := build/native
 native: $(STAMP)
 	@pyinc=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
 	  missing=""; for t in c++ cmake ninja; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
@@ -74,4 +100,4 @@ contracts: $(STAMP)
 	PYTHONPATH=src:. $(VENV)/bin/lint-imports --no-logo
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) .venv-torch-* build src/*.egg-info
