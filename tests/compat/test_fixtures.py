@@ -25,7 +25,7 @@ from serde.archive.artifact import read_artifact
 from serde.bridge.bundle import load_tree
 from serde.bridge.program import serialize_program
 from serde.core import wire
-from serde.core.version import SCHEMA_VERSION
+from serde.core.version import SCHEMA_VERSION, torch_release
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.parent for p in ROOT.glob("v*/*/model.pt2s"))
@@ -94,7 +94,19 @@ def _fresh_canonical(name: str) -> bytes:
     return wire.encode(program)
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=_id)
+def _written_by_this_release(fixture: Path) -> list:
+    """A fresh export may differ legitimately between torch releases (torch 2.14 exports flex_attention
+    with two more nodes than 2.13), so a fixture is compared with a fresh save only under the release
+    that wrote it; fixtures/torch/<release>/ holds artifacts of every supported release, compared
+    under their own (tests/compat/test_torch_corpus.py) and run under every other."""
+    writer = torch_release(read_artifact(fixture / "model.pt2s").manifest.torch_version)
+    if writer == torch_release(str(torch.__version__)):
+        return []
+    return [pytest.mark.skip(reason=f"written by torch {writer[0]}.{writer[1]}: a fresh export under "
+                                    f"{torch.__version__} may differ legitimately")]
+
+
+@pytest.mark.parametrize("fixture", [pytest.param(f, id=_id(f), marks=_written_by_this_release(f)) for f in FIXTURES])
 def test_upgraded_canonical_form_equals_fresh_save(fixture: Path):
     from canonical.canonicalize import canonicalize
     from serde.bridge.effects import op_facts
