@@ -226,3 +226,33 @@ def export_summed(strict: bool = False) -> torch.export.ExportedProgram:
     """y.size(0) + x.size(0) > 7 (a sum of two inputs' sizes)."""
     return torch.export.export(Summed(), (T(4), T(5)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}},
                                strict=strict)
+
+
+class MaxMinOfThree(torch.nn.Module):
+    def forward(self, x, y, z):
+        sizes = x.shape[0], y.shape[0], z.shape[0]
+        if torch.sym_max(sizes[0], torch.sym_max(sizes[1], sizes[2])) > 5 and min(*sizes) < 3:
+            return x.sum() + y.sum() + z.sum()
+        return x.sum()
+
+
+class MaxOfConstant(torch.nn.Module):
+    def forward(self, x, n):
+        if torch.sym_max(4, x.shape[0]) > 5 and torch.sym_min(n, x.shape[0]) < 7:
+            return x * n
+        return x
+
+
+def export_max_min_of_three(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(x, y, z sizes) > 5 and min(...) < 3: torch 2.13 writes max(a, b, c), 2.14 the nested
+    torch.sym_max(a, torch.sym_max(b, c))."""
+    auto = {0: Dim.AUTO}
+    return torch.export.export(MaxMinOfThree(), (T(6), T(3), T(2)),
+                               dynamic_shapes={"x": auto, "y": auto, "z": auto}, strict=strict)
+
+
+def export_max_of_constant(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(4, x.size(0)) > 5 and min(n, x.size(0)) < 7, with an int input n."""
+    return torch.export.export(MaxOfConstant(), (T(6), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO},
+                               strict=strict)
+

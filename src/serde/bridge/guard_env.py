@@ -19,6 +19,7 @@ records for the exported program.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +29,7 @@ import torch
 import torch.utils._sympy.functions as tf
 from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, TensorPropertySource
 from torch._guards import ShapeGuard, SLoc
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, ShapeGuardPythonPrinter
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 from torch.utils._sympy.value_ranges import ValueRanges
 
@@ -39,12 +40,30 @@ from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
 
-__all__ = ["record_guards"]
+__all__ = ["guard_spelling", "record_guards"]
 
 P = schema.GuardProperty
 
 # Where a recorded guard says it came from (torch prints this when a guard fails to simplify).
 _SLOC = SLoc(framework_loc="pt2serde: guards stored in the artifact", maybe_user_loc=None)
+
+
+@functools.cache
+def guard_spelling() -> str:
+    """How the running torch prints max and min in guards (one of serde.core.guards.SPELLINGS).
+
+    Asked of torch's own guard printer rather than read off its version: torch 2.13 prints
+    ``max(a, b)``, 2.14 ``torch.sym_max(a, b)``, and a loaded program's guards must compile and fail
+    there as the exported program's do.
+    """
+    a, b = sympy.symbols("pt2serde_a pt2serde_b", integer=True, positive=True)
+    sources = {a: [LocalSource("a")], b: [LocalSource("b")]}
+    try:
+        printer = ShapeGuardPythonPrinter(sources, lambda s: s.name, sources)
+        text = printer.doprint(tf.Max(a, b))
+    except Exception:  # a torch whose printer takes other arguments: the spelling of 2.13
+        return "builtin"
+    return "sym" if text.startswith("torch.sym_max(") else "builtin"
 
 
 def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Mapping[tuple, Any],
