@@ -11,8 +11,8 @@ inputs the exported program rejects, and saves none.
 So loading records them as tracing would have: each source a guard reads gets a symbol with that
 source (the graph's own symbol when the input's value is that symbol, as it is for a traced input;
 a symbol of its own when the value is an expression of others, as torch keeps a derived
-dimension's symbol beside its replacement), and each stored check becomes the sympy expression
-torch prints back to the same text. Every input dimension that is a symbol gets its source, and
+dimension's symbol beside its replacement) and the value range of what it stands for, and each
+stored check becomes the sympy expression torch prints back to the same text. Every input dimension that is a symbol gets its source, and
 the assumption tracing made of it (at least 2), so that what a derivation records anew is what it
 records for the exported program.
 """
@@ -31,7 +31,7 @@ from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, Ten
 from torch._guards import ShapeGuard, SLoc
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, ShapeGuardPythonPrinter
 from torch.utils._sympy.symbol import SymT, symbol_is_type
-from torch.utils._sympy.value_ranges import ValueRanges
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from serde.core import schema, wire
 from serde.core.guards import source_key
@@ -106,6 +106,12 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             expr = as_sympy(value)
             sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
             shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
+            # Its values are those of the expression it stands for: torch reasons about a check
+            # from the ranges of its symbols and refuses one with a symbol it has no range for
+            # (H = W = 32*h: each dim's source is a symbol of its own, ranged by h's range).
+            shape_env.var_to_range[sym] = _range_of(expr, kinds[s.symbol], shape_env)
+        elif sym not in shape_env.var_to_range:  # not in the range constraints (unbacked)
+            shape_env.var_to_range[sym] = _range_of(sym, kinds[s.symbol], shape_env)
         symbols[s.symbol] = sym
     # Building the checks and what tracing derives from them is sympy work worth a good part of a
     # small load: remembered per process by everything it depends on (the stored guards, the symbols
@@ -224,6 +230,20 @@ def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Sy
             sloc = shape_env.var_to_range_sloc.get(expr)
             if sloc is not None:
                 sloc.lower = _SLOC
+
+
+def _range_of(expr: Any, kind: str, shape_env: ShapeEnv) -> ValueRanges:
+    """The values ``expr`` takes over the ranges ``shape_env`` knows (a number: itself)."""
+    if kind == "bool":
+        return ValueRanges(sympy.false, sympy.true) if not isinstance(expr, sympy.logic.boolalg.BooleanAtom) \
+            else ValueRanges.wrap(expr)
+    try:
+        vr = bound_sympy(expr, shape_env.var_to_range)
+    except Exception:  # an expression sympy cannot bound: any value of its kind
+        vr = None
+    if vr is None or vr.is_bool:
+        return ValueRanges.unknown_int() if kind == "int" else ValueRanges.unknown()
+    return vr
 
 
 def _read(value: Any, prop: int, dim: int) -> Any:
