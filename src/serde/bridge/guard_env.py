@@ -158,8 +158,8 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
         except Exception as err:  # sympy/torch cannot reason about it (a comparison of comparisons...)
             raise MalformedArtifactError(
-                f"{w}: torch cannot simplify the check {str(expr)[:80]}: {type(err).__name__}; the artifact is "
-                "damaged") from None
+                f"{w}: torch cannot simplify the check {str(expr)[:80]}: {type(err).__name__}; torch.export "
+                "records only checks it simplifies, so the guards were edited or written by another tool") from None
         shape_env.axioms.update(implied)
         recorded.append((expr, implied))
     if key is not None:
