@@ -226,3 +226,115 @@ def export_summed(strict: bool = False) -> torch.export.ExportedProgram:
     """y.size(0) + x.size(0) > 7 (a sum of two inputs' sizes)."""
     return torch.export.export(Summed(), (T(4), T(5)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}},
                                strict=strict)
+
+
+class MaxMinOfThree(torch.nn.Module):
+    def forward(self, x, y, z):
+        sizes = x.shape[0], y.shape[0], z.shape[0]
+        if torch.sym_max(sizes[0], torch.sym_max(sizes[1], sizes[2])) > 5 and min(*sizes) < 3:
+            return x.sum() + y.sum() + z.sum()
+        return x.sum()
+
+
+class MaxOfConstant(torch.nn.Module):
+    def forward(self, x, n):
+        if torch.sym_max(4, x.shape[0]) > 5 and torch.sym_min(n, x.shape[0]) < 7:
+            return x * n
+        return x
+
+
+def export_max_min_of_three(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(x, y, z sizes) > 5 and min(...) < 3: torch 2.13 writes max(a, b, c), 2.14 the nested
+    torch.sym_max(a, torch.sym_max(b, c))."""
+    auto = {0: Dim.AUTO}
+    return torch.export.export(MaxMinOfThree(), (T(6), T(3), T(2)),
+                               dynamic_shapes={"x": auto, "y": auto, "z": auto}, strict=strict)
+
+
+def export_max_of_constant(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(4, x.size(0)) > 5 and min(n, x.size(0)) < 7, with an int input n."""
+    return torch.export.export(MaxOfConstant(), (T(6), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO},
+                               strict=strict)
+
+
+# ---------------------------------------------------------------- conv nets: strides make floor divisions
+#
+# A stride-s conv or pool maps a size H to (H + 2p - k) // s + 1; the strides of the contiguous
+# results are products of such sizes, clamped by max(1, ...). Export writes guards over those,
+# and an input whose dims share a derived dim (H = W = 32*h) gives each dim a symbol of its own.
+
+
+class ChannelsLastNorm(torch.nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW map, through a channels-last permute (as ConvNeXt's)."""
+
+    def forward(self, x):
+        x = torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias)
+        return x.permute(0, 3, 1, 2)
+
+
+class ConvNeXtBlock(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc = torch.nn.Linear(c, c)
+
+    def forward(self, x):
+        y = self.fc(self.norm(self.dw(x).permute(0, 2, 3, 1)))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class TinyConvNeXt(torch.nn.Module):
+    """ConvNeXt's shape: a stride-4 stem, then three stages that downsample by stride-2 convs."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, c, 4, stride=4), ChannelsLastNorm(c))
+        stages = [ConvNeXtBlock(c)]
+        for _ in range(3):
+            stages.append(torch.nn.Sequential(ChannelsLastNorm(c), torch.nn.Conv2d(c, c, 2, stride=2),
+                                              ConvNeXtBlock(c)))
+        self.stages = torch.nn.Sequential(*stages)
+
+    def forward(self, x):
+        return self.stages(self.stem(x)).mean((2, 3))
+
+
+class PooledSkip(torch.nn.Module):
+    """A stride-2 conv and a padded stride-2 max pool downsample x by 4, added to a second input y of
+    a quarter of x's size, as a skip connection does, then normalized over the channels."""
+
+    def __init__(self, c: int = 4) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, c, 3, stride=2, padding=1)
+        self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+        self.norm = ChannelsLastNorm(c)
+
+    def forward(self, x, y):
+        return self.norm(self.pool(self.conv(x)) + y).mean((2, 3))
+
+
+def export_convnext(strict: bool = False) -> torch.export.ExportedProgram:
+    """H = W = 32*h, 1 <= h <= 4: one input's two dims share a derived dim, and the guards hold
+    floor divisions of each and max(1, ...) of them (the strides of the downsampled maps)."""
+    torch.manual_seed(0)
+    h = Dim("h32", min=1, max=4)
+    return torch.export.export(TinyConvNeXt().eval(), (torch.randn(1, 3, 64, 64),),
+                               dynamic_shapes={"x": {2: 32 * h, 3: 32 * h}}, strict=strict)
+
+
+def export_convnext_hw(strict: bool = False) -> torch.export.ExportedProgram:
+    """H = 32*h and W = 32*w, each a derived dim of its own."""
+    torch.manual_seed(0)
+    h, w = Dim("h32", min=1, max=4), Dim("w32", min=1, max=4)
+    return torch.export.export(TinyConvNeXt().eval(), (torch.randn(1, 3, 64, 96),),
+                               dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}}, strict=strict)
+
+
+def export_pooled_skip(strict: bool = False) -> torch.export.ExportedProgram:
+    """x of H = W = 8*h and y of 2*h: derived dims over two inputs, through a conv and a pool."""
+    torch.manual_seed(0)
+    h = Dim("h", min=1, max=8)
+    return torch.export.export(PooledSkip().eval(), (torch.randn(2, 3, 16, 16), torch.randn(2, 4, 4, 4)),
+                               dynamic_shapes={"x": {2: 8 * h, 3: 8 * h}, "y": {2: 2 * h, 3: 2 * h}},
+                               strict=strict)

@@ -11,14 +11,15 @@ inputs the exported program rejects, and saves none.
 So loading records them as tracing would have: each source a guard reads gets a symbol with that
 source (the graph's own symbol when the input's value is that symbol, as it is for a traced input;
 a symbol of its own when the value is an expression of others, as torch keeps a derived
-dimension's symbol beside its replacement), and each stored check becomes the sympy expression
-torch prints back to the same text. Every input dimension that is a symbol gets its source, and
+dimension's symbol beside its replacement) and the value range of what it stands for, and each
+stored check becomes the sympy expression torch prints back to the same text. Every input dimension that is a symbol gets its source, and
 the assumption tracing made of it (at least 2), so that what a derivation records anew is what it
 records for the exported program.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,9 +29,9 @@ import torch
 import torch.utils._sympy.functions as tf
 from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, TensorPropertySource
 from torch._guards import ShapeGuard, SLoc
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, ShapeGuardPythonPrinter
 from torch.utils._sympy.symbol import SymT, symbol_is_type
-from torch.utils._sympy.value_ranges import ValueRanges
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from serde.core import schema, wire
 from serde.core.guards import source_key
@@ -39,12 +40,30 @@ from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
 
-__all__ = ["record_guards"]
+__all__ = ["guard_spelling", "record_guards"]
 
 P = schema.GuardProperty
 
 # Where a recorded guard says it came from (torch prints this when a guard fails to simplify).
 _SLOC = SLoc(framework_loc="pt2serde: guards stored in the artifact", maybe_user_loc=None)
+
+
+@functools.cache
+def guard_spelling() -> str:
+    """How the running torch prints max and min in guards (one of serde.core.guards.SPELLINGS).
+
+    Asked of torch's own guard printer rather than read off its version: torch 2.13 prints
+    ``max(a, b)``, 2.14 ``torch.sym_max(a, b)``, and a loaded program's guards must compile and fail
+    there as the exported program's do.
+    """
+    a, b = sympy.symbols("pt2serde_a pt2serde_b", integer=True, positive=True)
+    sources = {a: [LocalSource("a")], b: [LocalSource("b")]}
+    try:
+        printer = ShapeGuardPythonPrinter(sources, lambda s: s.name, sources)
+        text = printer.doprint(tf.Max(a, b))
+    except Exception:  # a torch whose printer takes other arguments: the spelling of 2.13
+        return "builtin"
+    return "sym" if text.startswith("torch.sym_max(") else "builtin"
 
 
 def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Mapping[tuple, Any],
@@ -87,6 +106,12 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             expr = as_sympy(value)
             sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
             shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
+            # Its values are those of the expression it stands for: torch reasons about a check
+            # from the ranges of its symbols and refuses one with a symbol it has no range for
+            # (H = W = 32*h: each dim's source is a symbol of its own, ranged by h's range).
+            shape_env.var_to_range[sym] = _range_of(expr, kinds[s.symbol], shape_env)
+        elif sym not in shape_env.var_to_range:  # not in the range constraints (unbacked)
+            shape_env.var_to_range[sym] = _range_of(sym, kinds[s.symbol], shape_env)
         symbols[s.symbol] = sym
     # Building the checks and what tracing derives from them is sympy work worth a good part of a
     # small load: remembered per process by everything it depends on (the stored guards, the symbols
@@ -133,8 +158,8 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             implied = dict(shape_env.get_implications(shape_env.simplify(expr)))
         except Exception as err:  # sympy/torch cannot reason about it (a comparison of comparisons...)
             raise MalformedArtifactError(
-                f"{w}: torch cannot simplify the check {str(expr)[:80]}: {type(err).__name__}; the artifact is "
-                "damaged") from None
+                f"{w}: torch cannot simplify the check {str(expr)[:80]}: {type(err).__name__}; torch.export "
+                "records only checks it simplifies, so the guards were edited or written by another tool") from None
         shape_env.axioms.update(implied)
         recorded.append((expr, implied))
     if key is not None:
@@ -205,6 +230,20 @@ def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Sy
             sloc = shape_env.var_to_range_sloc.get(expr)
             if sloc is not None:
                 sloc.lower = _SLOC
+
+
+def _range_of(expr: Any, kind: str, shape_env: ShapeEnv) -> ValueRanges:
+    """The values ``expr`` takes over the ranges ``shape_env`` knows (a number: itself)."""
+    if kind == "bool":
+        return ValueRanges(sympy.false, sympy.true) if not isinstance(expr, sympy.logic.boolalg.BooleanAtom) \
+            else ValueRanges.wrap(expr)
+    try:
+        vr = bound_sympy(expr, shape_env.var_to_range)
+    except Exception:  # an expression sympy cannot bound: any value of its kind
+        vr = None
+    if vr is None or vr.is_bool:
+        return ValueRanges.unknown_int() if kind == "int" else ValueRanges.unknown()
+    return vr
 
 
 def _read(value: Any, prop: int, dim: int) -> Any:

@@ -38,7 +38,7 @@ from .consistency import (
 )
 from .custom_objects import decode_constants
 from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
-from .guard_env import record_guards
+from .guard_env import guard_spelling, record_guards
 from .metadata import deserialize_custom, serialize_custom
 from .signature import (
     constant_input_names,
@@ -284,7 +284,8 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
     """
     if g is None:
         return []
-    codes = guards_to_code(g, where="guards")  # validates keys before anything else reads them
+    # validates keys before anything else reads them; max/min as the running torch prints them
+    codes = guards_to_code(g, where="guards", spelling=guard_spelling())
     arguments = input_arguments(gm)
     leaves = input_leaves(gm, arguments)
     for i, s in enumerate(g.sources):

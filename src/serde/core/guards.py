@@ -29,7 +29,7 @@ from .memo import Memo
 from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
-    "MAX_GUARDS", "MAX_GUARD_CHARS", "SourceKey", "guards_from_code", "guards_to_code",
+    "MAX_GUARDS", "MAX_GUARD_CHARS", "SPELLINGS", "SourceKey", "guards_from_code", "guards_to_code",
     "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "flat_input_paths",
     "STRICT_FLAT_ARGS", "source_resolver", "input_arguments", "input_leaves", "source_problem", "failing_guard",
 ]
@@ -63,16 +63,27 @@ _CMPOPS: dict[type, str] = {
     ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
 }
 # Functions torch's ShapeGuardPythonPrinter emits, with their Expr member and arity (min, max).
+# torch 2.13 prints sympy's Max/Min as the builtins, n-ary; 2.14 as torch.sym_max/sym_min, binary
+# and nested to the right (max(a, b, c) is torch.sym_max(a, torch.sym_max(b, c))), since the
+# builtins fail on unbacked sizes. Both spellings parse to one n-ary tree (nested max/min of the
+# same kind are merged), so an artifact's bytes do not depend on the torch that wrote it.
 _CALLS: dict[str, tuple[str, int, int]] = {
     "abs": ("abs", 1, 1), "max": ("max", 2, 64), "min": ("min", 2, 64),
+    "torch.sym_max": ("max", 2, 2), "torch.sym_min": ("min", 2, 2),
     "math.floor": ("floor_to_int", 1, 1), "math.ceil": ("ceil_to_int", 1, 1),
     "math.trunc": ("trunc_to_int", 1, 1), "torch.sym_float": ("to_float", 1, 1),
     "round": ("round_to_int", 1, 1),
 }
+_MAX_MIN_ARITY = 64
+# How max/min print: "builtin" as torch 2.13 writes them, "sym" as torch 2.14 does. A loaded
+# program's guards are printed the way the running torch prints its own, so that its guard
+# function compiles there and fails with the message torch's would.
+SPELLINGS = ("builtin", "sym")
+_MAX_MIN_TEXT = {"builtin": {"max": "max", "min": "min"}, "sym": {"max": "torch.sym_max", "min": "torch.sym_min"}}
 _OPAQUE: dict[str, str] = {"torch._sym_sqrt": "sqrt", **{f"math.{f}": f for f in (
     "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")}}
 _OPAQUE_TEXT = {fn: text for text, fn in _OPAQUE.items()}
-_CALL_TEXT = {m: text for text, (m, _, _) in _CALLS.items()}
+_CALL_TEXT = {m: text for text, (m, _, _) in _CALLS.items() if m not in ("max", "min")}
 _NAMED_CONSTANTS = {"math.inf": schema.ExprConstant.INFINITY, "math.nan": schema.ExprConstant.NAN}
 _CONSTANT_TEXT = {
     schema.ExprConstant.TRUE: "True", schema.ExprConstant.FALSE: "False",
@@ -125,20 +136,23 @@ def guards_from_code(codes: list[str], *, where: str = "guards",
     return out
 
 
-def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]:
+def guards_to_code(g: schema.InputGuards, *, where: str = "guards", spelling: str = "builtin") -> list[str]:
     """Validated Python text of every check, in stored order, the way torch writes guards.
+
+    ``spelling`` (one of SPELLINGS) says how max and min are written: the loader passes the one
+    the running torch prints (``serde.bridge``), torch-free readers keep the default.
 
     Raises:
         UnsafeArtifactError: a source key is not a plain identifier or index.
         MalformedArtifactError: any other inconsistency (unknown symbol, bad dim, an Expr member
             guards never use, too deep, ...).
     """
-    key = wire.encode(g)
+    key = (spelling, wire.encode(g))
     done = _PRINTED.get(key)
     if done is not None:
         return list(done)
     out = []
-    for w, text in _printed_checks(g, where):
+    for w, text in _printed_checks(g, where, spelling):
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
         if text not in _REVALIDATED:
             _revalidate(_Parser(w), text, w)
@@ -154,12 +168,12 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards") -> list[str]
 _PRINTED = Memo(1 << 10)
 
 
-def _printed_checks(g: schema.InputGuards, where: str) -> Iterator[tuple[str, str]]:
+def _printed_checks(g: schema.InputGuards, where: str, spelling: str = "builtin") -> Iterator[tuple[str, str]]:
     """(location, printed Python text) of every check, in stored order."""
     names = _source_names(g, where)
     for i, e in enumerate(g.checks):
         w = f"{where}.checks[{i}]"
-        yield w, _Printer(names, w).expr(e, 0)
+        yield w, _Printer(names, w, spelling).expr(e, 0)
 
 
 def _revalidate(parser: _Parser, text: str, where: str) -> schema.Expr:
@@ -471,6 +485,11 @@ class _Parser:
             member, lo, hi = _CALLS[name]
             if not lo <= len(args) <= hi:
                 self._refuse(self.text, f"{name} takes {lo}..{hi} arguments, got {len(args)}")
+            if member in ("max", "min"):
+                # max(a, max(b, c)) is max(a, b, c): torch 2.14 nests what 2.13 writes flat
+                args = [x for a in args for x in (getattr(a, member) if a.kind == member else [a])]
+                if len(args) > _MAX_MIN_ARITY:
+                    self._refuse(self.text, f"{member} of more than {_MAX_MIN_ARITY} arguments")
             return E(**{member: args})
         if name in _OPAQUE and len(args) == 1:
             return E(opaque_unary=schema.OpaqueUnary(fn=_OPAQUE[name], arg=args[0]))
@@ -659,10 +678,13 @@ def _source_names(g: schema.InputGuards, where: str) -> dict[str, str]:
 
 
 class _Printer:
-    """Fully parenthesised Python text; only Expr members the parser produces are accepted."""
+    """Fully parenthesised Python text; only Expr members the parser produces are accepted.
+    ``spelling`` is one of SPELLINGS: how max and min are printed."""
 
-    def __init__(self, names: Mapping[str, str], where: str) -> None:
+    def __init__(self, names: Mapping[str, str], where: str, spelling: str = "builtin") -> None:
         self.names, self.where = names, where
+        self.max_min = _MAX_MIN_TEXT[spelling]
+        self.fold = spelling == "sym"
 
     def expr(self, e: schema.Expr, depth: int) -> str:
         if depth > MAX_EXPR_DEPTH:
@@ -701,6 +723,15 @@ class _Printer:
             return f"({self.expr(v[1], d)} if {self.expr(v[0], d)} else {self.expr(v[2], d)})"
         if kind == "round_decimal" and len(v) == 2:
             return f"round({self.expr(v[0], d)}, {self.expr(v[1], d)})"
+        if kind in self.max_min and 2 <= len(v) <= _MAX_MIN_ARITY:
+            fn = self.max_min[kind]
+            args = [self.expr(x, d) for x in v]
+            if not self.fold:
+                return f"{fn}({', '.join(args)})"
+            text = args[-1]
+            for a in reversed(args[:-1]):  # as torch 2.14 folds an n-ary Max into binary calls
+                text = f"{fn}({a}, {text})"
+            return text
         if kind in _CALL_TEXT:
             _, lo, hi = _CALLS[_CALL_TEXT[kind]]
             if lo <= len(v) <= hi:
