@@ -238,6 +238,15 @@ def _resolve_op(name: str, where: str) -> Callable:
     except RuntimeError:
         if "__" in op_name:
             raise _unsafe(name, where, " (double underscores)") from None
+        if _namespace_known(ns):
+            # Then no import would help: this torch (or the loaded library) defines the namespace
+            # without this operator, as when a torch release removed an aten operator.
+            raise UnknownOperatorError(
+                f"{where}: operator {qualname}.{overload} is not in this torch ({torch.__version__}), although "
+                f"namespace {ns!r} is: it was removed or renamed after the torch that wrote the artifact, or "
+                "is newer than this torch. Load the artifact under the torch that wrote it (`pt2serde check "
+                "FILE` prints that version)."
+            ) from None
         raise UnknownOperatorError(
             f"{where}: operator {qualname}.{overload} is not registered in this process. Import "
             f"the Python library that defines namespace {ns!r} (e.g. the module with its "
@@ -251,6 +260,11 @@ def _resolve_op(name: str, where: str) -> Callable:
     if not isinstance(op, torch._ops.OpOverload):
         raise _unsafe(name, where, " (does not resolve to an OpOverload)")
     return op
+
+
+def _namespace_known(ns: str) -> bool:
+    prefix = f"{ns}::"
+    return any(s.name.startswith(prefix) for s in torch._C._jit_get_all_schemas())
 
 
 def _resolve_extension(prefix: str, resolve: Callable[[str], Callable], name: str, where: str) -> Callable:
