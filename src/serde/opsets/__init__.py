@@ -4,10 +4,18 @@ wrote an artifact to the torch that reads it. Torch-free."""
 
 from .changes import KINDS, Change, diff_snapshots
 from .schemas import OpSchema, Snapshot, UnknownReleaseError, load_snapshot, release_of, snapshot_releases
-from .upgrade import STEPS, Conversion, convert, convert_for_target, upgrade_operators
+from .upgrade import (
+    STEPS,
+    Conversion,
+    Handling,
+    convert,
+    convert_for_target,
+    step_handling,
+    upgrade_operators,
+)
 
 __all__ = [
     "KINDS", "Change", "diff_snapshots",
     "OpSchema", "Snapshot", "UnknownReleaseError", "load_snapshot", "release_of", "snapshot_releases",
-    "STEPS", "Conversion", "convert", "convert_for_target", "upgrade_operators",
+    "STEPS", "Conversion", "Handling", "convert", "convert_for_target", "step_handling", "upgrade_operators",
 ]

@@ -22,7 +22,7 @@ from serde.core import schema
 from serde.errors import OperatorChangeError
 
 from . import torch_2_13_to_2_14
-from .changes import diff_snapshots
+from .changes import Change, diff_snapshots
 from .helpers import Refusal, Rewrite, StepContext
 from .schemas import (
     OpSchema,
@@ -36,7 +36,8 @@ from .schemas import (
     target_key,
 )
 
-__all__ = ["STEPS", "Conversion", "convert", "upgrade_operators", "convert_for_target", "NO_OLDER_EQUIVALENT"]
+__all__ = ["STEPS", "Conversion", "convert", "upgrade_operators", "convert_for_target", "NO_OLDER_EQUIVALENT",
+           "Handling", "step_handling"]
 
 # One module per pair of consecutive supported releases, oldest first.
 STEPS: tuple[ModuleType, ...] = (torch_2_13_to_2_14,)
@@ -129,7 +130,45 @@ def convert_for_target(program: schema.ExportedProgram, running: str, target: st
     return msgspec.structs.replace(done.program, torch_version=load_snapshot(t).torch_version)
 
 
+@dataclass(frozen=True)
+class Handling:
+    """How one step handles one change, in each direction (None: not handled, a gap)."""
+
+    change: Change
+    up: str | None
+    down: str | None
+
+
+def step_handling(step: ModuleType) -> list[Handling]:
+    """Every change the checker finds between ``step``'s two releases, with what the step does about
+    it going up (an artifact of the older release read by the newer) and going down."""
+    out = []
+    for c in diff_snapshots(load_snapshot(step.OLDER), load_snapshot(step.NEWER)):
+        new = c.kind in ("new-operator", "new-higher-order-op")
+        removed = c.kind in ("removed-operator", "removed-higher-order-op")
+        if c.op in step.UPGRADE:
+            up = "rewritten" + _rewrites_to(step.UPGRADE[c.op])
+        elif c.op in step.REFUSED_UP:
+            up = f"refused: {step.REFUSED_UP[c.op]}"
+        else:
+            up = "nothing to do: an older artifact cannot use it" if new else None
+        if c.op in step.DOWNGRADE:
+            down = "rewritten" + _rewrites_to(step.DOWNGRADE[c.op])
+        elif c.op in step.REFUSED_DOWN:
+            down = f"refused: {step.REFUSED_DOWN[c.op]}"
+        elif new:
+            down = f"refused: {NO_OLDER_EQUIVALENT}"
+        else:
+            down = "nothing to do: a newer artifact cannot use it" if removed else None
+        out.append(Handling(c, up, down))
+    return out
+
+
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _rewrites_to(rewrite: Rewrite) -> str:
+    return "" if rewrite.new_target is None else f" to {target_key(rewrite.new_target)}"
 
 
 def _chain(a: Release, b: Release) -> list[tuple[ModuleType, bool]]:
