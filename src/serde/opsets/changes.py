@@ -49,14 +49,14 @@ def diff_snapshots(old: Snapshot, new: Snapshot) -> list[Change]:
     """Every change from ``old`` to ``new``, sorted by operator then kind."""
     out: list[Change] = []
     o, n = release_text(old.release), release_text(new.release)
-    for key in sorted(old.ops.keys() | new.ops.keys()):
-        a, b = old.ops.get(key), new.ops.get(key)
+    for key in sorted(old.ops.texts.keys() | new.ops.texts.keys()):
+        a, b = old.ops.texts.get(key), new.ops.texts.get(key)
         if b is None:
-            out.append(Change("removed-operator", key, f"torch {n} no longer has it", a.text, None))
+            out.append(Change("removed-operator", key, f"torch {n} no longer has it", a, None))
         elif a is None:
-            out.append(Change("new-operator", key, f"introduced in torch {n}", None, b.text))
-        elif a.text != b.text:
-            out += [Change(kind, key, detail, a.text, b.text) for kind, detail in _schema_changes(a, b)]
+            out.append(Change("new-operator", key, f"introduced in torch {n}", None, b))
+        elif a != b:
+            out += [Change(kind, key, detail, a, b) for kind, detail in _schema_changes(old.ops[key], new.ops[key])]
     for hop in sorted(old.higher_order_ops - new.higher_order_ops):
         out.append(Change("removed-higher-order-op", hop, f"torch {n} no longer has it", hop, None))
     for hop in sorted(new.higher_order_ops - old.higher_order_ops):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 from serde.errors import SerializeError
 
-__all__ = ["Arg", "OpSchema", "Snapshot", "Release", "release_of", "release_text", "parse_schema",
+__all__ = ["Arg", "OpSchema", "Schemas", "Snapshot", "Release", "release_of", "release_text", "parse_schema",
            "snapshot_releases", "load_snapshot", "parse_snapshot", "op_key", "target_key",
            "UnknownReleaseError"]
 
@@ -67,6 +68,30 @@ class OpSchema:
         return next((a for a in self.args if a.name == name), None)
 
 
+class Schemas(Mapping):
+    """key -> :class:`OpSchema`, each parsed when first asked for (a release has over 4,000, and a
+    program uses a few dozen); ``texts`` holds the schema text of every key."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+        self._parsed: dict[str, OpSchema] = {}
+
+    def __getitem__(self, key: str) -> OpSchema:
+        s = self._parsed.get(key)
+        if s is None:
+            s = self._parsed[key] = parse_schema(self.texts[key])
+        return s
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.texts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.texts)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The operators of one torch release."""
@@ -74,7 +99,7 @@ class Snapshot:
     release: Release
     torch_version: str           # the exact release it was taken from, e.g. "2.14.1"
     build: str                   # "cpu", "cu130", ...: CUDA builds register a few more namespaces
-    ops: dict[str, OpSchema]     # key -> schema
+    ops: Schemas                 # key -> schema
     higher_order_ops: frozenset[str]
 
 
@@ -129,11 +154,11 @@ def parse_snapshot(text: str) -> Snapshot:
     release = release_of(doc["torch"])
     if release is None:
         raise UnknownReleaseError(f"operator snapshot names torch {doc['torch']!r}, which is not a version")
-    ops = {}
+    texts = {}
     for line in doc["schemas"]:
-        s = parse_schema(line)
-        ops[s.key] = s
-    return Snapshot(release, doc["torch"], doc.get("build", ""), ops, frozenset(doc["higher_order_ops"]))
+        qualname, _, overload = line[:line.index("(")].partition(".")
+        texts[op_key(qualname, overload)] = line
+    return Snapshot(release, doc["torch"], doc.get("build", ""), Schemas(texts), frozenset(doc["higher_order_ops"]))
 
 
 def parse_schema(text: str) -> OpSchema:

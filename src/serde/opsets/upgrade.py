@@ -240,7 +240,7 @@ class _Step:
             self._refuse(where, key, self.refused_ops[key])
         elif key not in self.target.ops:
             self._refuse(where, key, self._absent_reason(key))
-        elif self.target.ops[key].text != self.source.ops[key].text:
+        elif self.target.ops.texts[key] != self.source.ops.texts[key]:
             self._refuse(where, key, f"its schema changed ({'; '.join(self._change_details(key))}) and no "
                                      "upgrader covers that")
         return n
@@ -266,7 +266,7 @@ class _Step:
             return
         if key not in self.target.ops:
             self._refuse(where, key, self._absent_reason(key) + " (it is an operand here, not a call)")
-        elif self.target.ops[key].text != self.source.ops[key].text:
+        elif self.target.ops.texts[key] != self.source.ops.texts[key]:
             self._refuse(where, key, f"its schema changed ({'; '.join(self._change_details(key))}), and an "
                                      "operator passed as an operand is not rewritten")
 
