@@ -476,3 +476,21 @@ def test_an_aten_operator_this_torch_lacks_is_not_blamed_on_a_missing_import():
     msg = str(info.value)
     assert "graph.nodes['x']: operator aten::pt2serde_absent.default is not in this torch" in msg
     assert "although namespace 'aten' is" in msg and "Import the Python library" not in msg
+
+
+def test_a_renamed_argument_from_a_torch_without_snapshot_is_not_called_damaged():
+    import dataclasses
+
+    from serde.api import from_artifact
+    from serde.bridge.consistency import InconsistentProgramError
+
+    # The other release's spelling of _cdist_backward's first argument, from a torch pt2serde has no
+    # snapshot of (so no upgrader runs): the binding check says what may have happened.
+    other = AT_214 if RUNNING == (2, 13) else AT_213
+    a = read_artifact(other / "cdist_backward.pt2s")
+    a = dataclasses.replace(a, program=msgspec.structs.replace(a.program, torch_version="2.99.0"))
+    with pytest.raises(InconsistentProgramError) as info:
+        from_artifact(a)
+    msg = str(info.value)
+    assert "graph.nodes['_cdist_backward" in msg and "positional argument 0 of torch.ops.aten._cdist_backward" in msg
+    assert "written by a torch whose schema of this operator differs" in msg and "damaged" not in msg
