@@ -286,6 +286,10 @@ def test_the_same_release_is_left_alone():
     assert serde.opsets.upgrade_operators(program, "2.13.7") is program
     # A release without a snapshot is left to the operator resolution, which names what it lacks.
     assert convert(program, program.torch_version, "2.99.0").program is program
+    # A program that uses none of the changed operators comes back as it was.
+    plain = _program_with([_call_of(load_snapshot((2, 13)).ops["aten::relu.default"], "relu")], "2.13.0")
+    done = convert(plain, "2.13.0", "2.14.1")
+    assert done.program is plain and done.applied == done.refused == [] and done.frm == (2, 13)
 
 
 # ---------------------------------------------------------------- helpers

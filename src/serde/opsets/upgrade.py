@@ -50,18 +50,14 @@ _HOP_PREFIX = "torch.ops.higher_order."
 
 @dataclass
 class Conversion:
-    """What :func:`convert` did: the program, the rewrites applied and the nodes refused."""
+    """What :func:`convert` did: the program (the one given when nothing changed), the rewrites
+    applied and the nodes refused; ``frm``/``to`` are None when no step ran."""
 
     program: schema.ExportedProgram
     frm: Release | None
     to: Release | None
     applied: list[str] = field(default_factory=list)    # "graph.nodes['qr']: aten::qr.default -> ..."
     refused: list[str] = field(default_factory=list)    # one sentence each, naming the operator
-
-    @property
-    def ran(self) -> bool:
-        """Whether the two releases differed and both have snapshots (so the steps ran)."""
-        return self.frm is not None and self.frm != self.to
 
 
 def convert(program: schema.ExportedProgram, frm: str, to: str) -> Conversion:
@@ -77,10 +73,10 @@ def convert(program: schema.ExportedProgram, frm: str, to: str) -> Conversion:
         source, target = (older, newer) if forward else (newer, older)
         rewrites = step.UPGRADE if forward else step.DOWNGRADE
         refused = step.REFUSED_UP if forward else step.REFUSED_DOWN
-        walk = _Step(source, target, rewrites, refused, forward, out)
-        out.program = msgspec.structs.replace(
-            out.program, graph_module=msgspec.structs.replace(
-                out.program.graph_module, graph=walk.graph(out.program.graph_module.graph, "graph")))
+        gm = out.program.graph_module
+        graph = _Step(source, target, rewrites, refused, forward, out).graph(gm.graph, "graph")
+        if graph is not gm.graph:
+            out.program = msgspec.structs.replace(out.program, graph_module=msgspec.structs.replace(gm, graph=graph))
         if out.refused:
             break
     return out
@@ -192,7 +188,7 @@ def _chain(a: Release, b: Release) -> list[tuple[ModuleType, bool]]:
 
 
 def _count(refused: list[str]) -> str:
-    return "1 operator" if len(refused) == 1 else f"{len(refused)} operator uses"
+    return "1 operator use" if len(refused) == 1 else f"{len(refused)} operator uses"
 
 
 class _Step:
