@@ -418,8 +418,15 @@ def test_check_without_torch_says_it_checked_the_structure_only():
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "torch cannot be imported here, so this checked the structure only" in r.stdout
+    assert "operators:       not checked (torch not imported): this checked the structure only" in r.stdout
     assert r.stdout.rstrip().endswith("OK (structure only)")
+
+
+def test_check_structure_only_leaves_the_operators_alone(capsys):
+    # The artifact that fails the full check under torch 2.13 passes the structural one anywhere.
+    assert cli_main(["check", "--structure-only", str(AT_214 / "linalg_polar.pt2s")]) == 0
+    out = capsys.readouterr().out
+    assert "this checked the structure only" in out and out.rstrip().endswith("OK (structure only)")
 
 
 # ---------------------------------------------------------------- writing for another torch
