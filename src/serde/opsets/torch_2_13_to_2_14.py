@@ -3,7 +3,7 @@
 keyword arguments for _cudnn_attention_forward, and new operators (linalg_polar, linalg_matrix_sqrth,
 ...), which a 2.13 reader refuses (serde.opsets.upgrade names them).
 
-Written 2026-12 from ``python -m serde.dev.opchanges 2.13 2.14``.
+Written 2026-12-01 from the changes ``python -m serde.dev.opchanges`` lists between the two snapshots.
 """
 
 from __future__ import annotations
