@@ -19,6 +19,7 @@ import torch
 
 import serde
 from serde.archive.artifact import read_artifact
+from serde.cli import check as check_cmd
 from serde.cli import main as cli_main
 from serde.core import schema
 from serde.errors import OperatorChangeError, UnknownOperatorError
@@ -458,6 +459,8 @@ def test_target_torch_writes_for_the_other_release_and_the_program_records_it(tm
     assert program.torch_version == load_snapshot(other).torch_version
     (node,) = program.graph_module.graph.nodes
     assert node.inputs[0].name == ("grad" if other == (2, 13) else "grad_output")
+    assert f"written for:     torch {program.torch_version} (saved with target_torch)" in \
+        "\n".join(check_cmd.verify(tmp_path / "other.pt2s").lines())
     # Read back here, the upgraders bring it to this torch again and it computes the same.
     ref = ep.module()(*ep.example_inputs[0])
     assert torch.equal(serde.load(tmp_path / "other.pt2s").module()(*ep.example_inputs[0]), ref)

@@ -38,6 +38,7 @@ class CheckReport:
     unreferenced_payloads: tuple[str, ...]
     extra_files: tuple[tuple[str, int], ...] = ()   # (name, bytes), sorted by name
     programs: tuple[str, ...] = ()   # names, for an artifact holding several programs
+    written_for: str | None = None   # the torch its operators are for, when not torch_version (target_torch)
 
     def lines(self) -> list[str]:
         major, minor = self.schema_version
@@ -50,6 +51,8 @@ class CheckReport:
             f"payload bytes:   {self.payload_bytes}",
             f"storages:        {self.storages} ({self.tensors} tensors)",
         ]
+        if self.written_for is not None:
+            out.insert(4, f"written for:     torch {self.written_for} (saved with target_torch)")
         if self.programs:
             out.append(f"programs:        {', '.join(self.programs)}")
         for name, size in self.extra_files:
@@ -160,6 +163,8 @@ def _verify(path: str | os.PathLike) -> tuple[CheckReport, dict]:
         unreferenced_payloads=tuple(n for n in payloads if n not in used),
         extra_files=tuple(sorted((name, len(data)) for name, data in artifact.extra_files().items())),
         programs=tuple(n for n in artifacts if n is not None),
+        written_for=next((a.program.torch_version for a in artifacts.values()
+                          if a.program.torch_version != contents.manifest.torch_version), None),
     ), artifacts
 
 
