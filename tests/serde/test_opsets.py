@@ -490,7 +490,7 @@ def test_an_aten_operator_this_torch_lacks_is_not_blamed_on_a_missing_import():
     with pytest.raises(UnknownOperatorError) as info:
         deserialize_target("torch.ops.aten.pt2serde_absent.default", where="graph.nodes['x']")
     msg = str(info.value)
-    assert "graph.nodes['x']: operator aten::pt2serde_absent.default is not in this torch" in msg
+    assert "graph.nodes['x']: operator aten::pt2serde_absent.default is not in this process (torch " in msg
     assert "although namespace 'aten' is" in msg and "Import the Python library" not in msg
 
 

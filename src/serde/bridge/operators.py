@@ -239,13 +239,13 @@ def _resolve_op(name: str, where: str) -> Callable:
         if "__" in op_name:
             raise _unsafe(name, where, " (double underscores)") from None
         if _namespace_known(ns):
-            # Then no import would help: this torch (or the loaded library) defines the namespace
-            # without this operator, as when a torch release removed an aten operator.
+            # Then importing the namespace's library would not help: it is here without this operator,
+            # as when a torch release removed an aten operator (or another version of a library is loaded).
             raise UnknownOperatorError(
-                f"{where}: operator {qualname}.{overload} is not in this torch ({torch.__version__}), although "
-                f"namespace {ns!r} is: it was removed or renamed after the torch that wrote the artifact, or "
-                "is newer than this torch. Load the artifact under the torch that wrote it (`pt2serde check "
-                "FILE` prints that version)."
+                f"{where}: operator {qualname}.{overload} is not in this process (torch {torch.__version__}), "
+                f"although namespace {ns!r} is: it was removed or renamed after the torch (or library version) "
+                "that wrote the artifact, or is newer than the one here. Load the artifact with the torch and "
+                "libraries that wrote it (`pt2serde check FILE` prints its torch)."
             ) from None
         raise UnknownOperatorError(
             f"{where}: operator {qualname}.{overload} is not registered in this process. Import "
