@@ -70,15 +70,20 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     """:func:`emit` on an artifact file written by ``serde.save``.
 
     The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.core.names`,
-    ``limits``) before anything is emitted.
+    ``limits``) before anything is emitted, and the same operator upgraders (:mod:`serde.opsets`).
     """
+    import torch
+
     from serde.archive.artifact import read_artifact
     from serde.core.names import check_program, check_weight_names
+    from serde.opsets import upgrade_operators
 
     a = read_artifact(src, limits=limits)
     check_program(a.program, limits)
     check_weight_names(a.weights, limits)
-    return emit(a.program, a.weights, a.payload, plan=plan)
+    # The native program calls this torch's operators: as serde.load, upgrade from the writer's torch.
+    program = upgrade_operators(a.program, str(torch.__version__))
+    return emit(program, a.weights, a.payload, plan=plan)
 
 
 

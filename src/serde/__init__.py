@@ -11,6 +11,7 @@ from serde.core.version import SCHEMA_VERSION
 from .errors import (
     ForeignArtifactError,
     MalformedArtifactError,
+    OperatorChangeError,
     SchemaVersionError,
     SerializeError,
     UnknownOperatorError,
@@ -31,6 +32,7 @@ __all__ = [
     "UnsafeArtifactError",
     "ForeignArtifactError",
     "UnknownOperatorError",
+    "OperatorChangeError",
     "UpgradeError",
     "register_tensor_subclass",
     "unregister_tensor_subclass",

@@ -21,6 +21,7 @@ from serde.core.gcpause import paused_gc
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.names import check_program, check_weight_names
 from serde.core.version import SUPPORTED_TORCH, torch_release
+from serde.opsets import convert_for_target, upgrade_operators
 
 from . import archive
 from .archive import payload_name
@@ -56,7 +57,7 @@ PathOrFile = str | os.PathLike | BinaryIO
 
 
 def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, debug_info: bool = False,
-         extra_files: Mapping[str, str] | None = None) -> None:
+         extra_files: Mapping[str, str] | None = None, target_torch: str | None = None) -> None:
     """Save ``ep`` as a pt2serde artifact.
 
     Args:
@@ -72,10 +73,16 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
         extra_files: name -> text to store alongside the program (as ``torch.export.save``'s
             ``extra_files``); read back with ``load(..., extra_files=...)``. Names are 1 to 200
             letters, digits, ``_``, ``-`` and ``.``; the text is stored as UTF-8.
+        target_torch: write the program for a reader running this torch release (``"2.13"``):
+            operators that changed between this torch and that one are rewritten by the inverse
+            (or forward) operator upgraders, and the program records that release as its torch.
+            None (the default) writes for this torch.
 
     Raises:
         UnsupportedConstructError: ``ep`` holds something the schema cannot express; the message
             names the node and the construct.
+        OperatorChangeError: with ``target_torch``, an operator has no counterpart in that release
+            (names each one and why).
         SerializeError: any other failure, e.g. the file cannot be written.
     """
     _warn_if_untested_torch()
@@ -86,6 +93,8 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
         parts, payloads = {}, {}
         for name, one in programs.items():
             program, weights, own_payloads, debug = to_artifact_parts(one, debug_info=debug_info)
+            if target_torch is not None:
+                program = convert_for_target(program, str(torch.__version__), target_torch)
             parts[name] = (program, weights, debug)
             payloads.update(own_payloads)  # content-addressed: a tensor several programs hold is stored once
         write_artifacts(f, parts, payloads, torch_version=str(torch.__version__), extra_files=extras)
@@ -209,7 +218,9 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
             convert it once with ``pt2serde import``).
         MalformedArtifactError, UnsafeArtifactError: the file is damaged or hostile.
         SchemaVersionError, UpgradeError: the schema version is outside what this reader supports.
-        UnknownOperatorError: an operator is not registered in this process.
+        UnknownOperatorError: an operator is not registered in this process;
+            OperatorChangeError (a subclass): an operator differs between the torch that wrote the
+            artifact and this one, and no operator upgrader covers it.
     """
     _warn_if_untested_torch()
     _check_not_at_end(f)
@@ -263,8 +274,9 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
         view = a.contents.member(name)
         return view.toreadonly() if name in copy_payloads else view  # read-only views are copied
 
+    # Operators that changed between the writer's torch and this one, before anything resolves them.
+    program = upgrade_operators(a.program, str(torch.__version__))
     state_dict, constants, example_inputs = deserialize_weights(a.weights, member, place=place)
-    program = a.program
     if a.debug is not None:
         program = attach_debug(program, a.debug)
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)

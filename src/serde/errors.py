@@ -13,6 +13,7 @@ __all__ = [
     "UnsafeArtifactError",
     "ForeignArtifactError",
     "UnknownOperatorError",
+    "OperatorChangeError",
     "UpgradeError",
 ]
 
@@ -43,6 +44,12 @@ class ForeignArtifactError(SerializeError):
 
 class UnknownOperatorError(SerializeError):
     """An operator named by the artifact is allowed but not registered in this process."""
+
+
+class OperatorChangeError(UnknownOperatorError):
+    """An operator the program uses differs between the torch that wrote it and the torch that reads
+    it (or the ``target_torch`` of a save), and no operator upgrader covers the change. The message
+    names each such operator, where it is used, both torch releases and what changed."""
 
 
 class UpgradeError(SerializeError):

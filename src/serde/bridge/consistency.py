@@ -55,6 +55,11 @@ class InconsistentProgramError(MalformedArtifactError):
 
 
 _FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
+# A call that does not bind by name: what another torch release's schema of the operator gives,
+# when no operator upgrader (serde.opsets) covers that release, as well as what an edit gives.
+_FIX_SCHEMA = (f"the artifact was written by a torch whose schema of this operator differs from this torch's "
+               f"({torch.__version__}) without an operator upgrader for the change (load it under the torch "
+               "that wrote it; `pt2serde check FILE` prints that version), or it was edited after saving")
 
 
 def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict[str, Any], where: str,
@@ -182,12 +187,12 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
             if na.name not in ("", expected):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: positional argument {j} of {node.target} is {expected!r}, the "
-                    f"artifact names it {na.name!r}; {_FIX}")
+                    f"artifact names it {na.name!r}; {_FIX_SCHEMA}")
         else:
             i = index.get(na.name)
             if i is None:
                 raise InconsistentProgramError(
-                    f"{where}.inputs[{j}]: {node.target} has no argument {na.name!r} ({fs}); {_FIX}")
+                    f"{where}.inputs[{j}]: {node.target} has no argument {na.name!r} ({fs}); {_FIX_SCHEMA}")
             if i < len(args):
                 raise InconsistentProgramError(
                     f"{where}.inputs[{j}]: argument {na.name!r} of {node.target} is given twice; {_FIX}")
@@ -195,7 +200,7 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
         if i >= len(args) and name not in kwargs:
             raise InconsistentProgramError(
                 f"{where}: {node.target} requires argument {name!r} ({fs}), which the node does not "
-                f"pass; {_FIX}")
+                f"pass; {_FIX_SCHEMA}")
     # Types: the dispatcher's own matcher, on the values the graph says each argument holds. Its
     # verdict depends only on what _arg_kind records of each value, so a call shaped like one it
     # accepted before is accepted without asking again (a graph repeats a few call shapes).

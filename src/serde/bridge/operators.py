@@ -238,6 +238,15 @@ def _resolve_op(name: str, where: str) -> Callable:
     except RuntimeError:
         if "__" in op_name:
             raise _unsafe(name, where, " (double underscores)") from None
+        if _namespace_known(ns):
+            # Then importing the namespace's library would not help: it is here without this operator,
+            # as when a torch release removed an aten operator (or another version of a library is loaded).
+            raise UnknownOperatorError(
+                f"{where}: operator {qualname}.{overload} is not in this process (torch {torch.__version__}), "
+                f"although namespace {ns!r} is: it was removed or renamed after the torch (or library version) "
+                "that wrote the artifact, or is newer than the one here. Load the artifact with the torch and "
+                "libraries that wrote it (`pt2serde check FILE` prints its torch)."
+            ) from None
         raise UnknownOperatorError(
             f"{where}: operator {qualname}.{overload} is not registered in this process. Import "
             f"the Python library that defines namespace {ns!r} (e.g. the module with its "
@@ -251,6 +260,11 @@ def _resolve_op(name: str, where: str) -> Callable:
     if not isinstance(op, torch._ops.OpOverload):
         raise _unsafe(name, where, " (does not resolve to an OpOverload)")
     return op
+
+
+def _namespace_known(ns: str) -> bool:
+    prefix = f"{ns}::"
+    return any(s.name.startswith(prefix) for s in torch._C._jit_get_all_schemas())
 
 
 def _resolve_extension(prefix: str, resolve: Callable[[str], Callable], name: str, where: str) -> Callable:

@@ -35,8 +35,9 @@ COMMANDS: dict[str, str] = {
 }
 
 EXIT_CODES = ("exit status: 0 success; 1 a negative answer (diff: the artifacts differ; schema check: "
-              "the schema change lacks what it needs); 2 an error (bad arguments, unreadable or "
-              "invalid files), reported on one line on stderr")
+              "the schema change lacks what it needs; check: a load under this torch would refuse an "
+              "operator); 2 an error (bad arguments, unreadable or invalid files), reported on one line "
+              "on stderr")
 
 
 def _version() -> str:
