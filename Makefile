@@ -40,7 +40,8 @@ test-torch:
 # releases, the checks whose subject differs between releases (operators, guards), and the C++
 # runtime, under CROSS_TORCH.
 CROSS_TORCH ?= $(lastword $(SUPPORTED_TORCH_VERSIONS))
-CROSS_TESTS ?= tests/compat tests/serde/test_guards.py tests/native/test_cpp_engine.py
+CROSS_TESTS ?= tests/compat tests/serde/test_torch_range.py tests/serde/test_opsets.py tests/serde/test_guards.py \
+  tests/serde/test_guard_ranges.py tests/native/test_native_opsets.py tests/native/test_cpp_engine.py
 test-cross:
 	$(MAKE) test-torch TORCH=$(CROSS_TORCH) TESTS="$(CROSS_TESTS)"
 
