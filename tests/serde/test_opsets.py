@@ -191,7 +191,10 @@ def _value_for(arg) -> schema.Argument | None:
             "int": schema.Argument(as_int=1), "SymInt": schema.Argument(as_int=1),
             "bool": schema.Argument(as_bool=True), "str": schema.Argument(as_string="x"),
             "Tensor[]": schema.Argument(as_tensors=[schema.TensorArgument(name="t0")]),
-            "int[]": schema.Argument(as_ints=[1])}.get(t, schema.Argument(as_none=True))
+            "int[]": schema.Argument(as_ints=[1]),
+            # what torch writes for an Any argument is a plain value: a string, for the reduce_op that
+            # 2.15 widened from str
+            "Any": schema.Argument(as_string="sum")}.get(t, schema.Argument(as_none=True))
 
 
 def _call_of(op: OpSchema, name: str) -> schema.Node:
@@ -510,3 +513,19 @@ def test_a_renamed_argument_from_a_torch_without_snapshot_is_not_called_damaged(
     msg = str(info.value)
     assert "graph.nodes['_cdist_backward" in msg and "positional argument 0 of torch.ops.aten._cdist_backward" in msg
     assert "written by a torch whose schema of this operator differs" in msg and "damaged" not in msg
+
+
+def test_a_retyped_argument_is_kept_where_the_value_fits_and_refused_where_it_does_not():
+    from serde.opsets import torch_2_14_to_2_15 as step
+
+    key = "_c10d_functional::all_reduce.default"
+    newer = load_snapshot(step.NEWER)
+    frm, to = newer.torch_version, load_snapshot(step.OLDER).torch_version
+    fits = _call_of(newer.ops[key], "n")
+    done = convert(_program_with([fits], frm), frm, to)
+    assert not done.refused and done.program.graph_module.graph.nodes[0].inputs == fits.inputs
+    wrong = msgspec.structs.replace(fits, inputs=[
+        msgspec.structs.replace(na, arg=schema.Argument(as_int=3)) if na.name == "reduce_op" else na
+        for na in fits.inputs])
+    done = convert(_program_with([wrong], frm), frm, to)
+    assert len(done.refused) == 1 and "reduce_op" in done.refused[0] and "as_int" in done.refused[0], done.refused

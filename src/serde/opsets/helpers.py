@@ -24,7 +24,8 @@ from serde.core import schema
 from .schemas import Arg, OpSchema
 
 __all__ = ["Refusal", "StepContext", "Rewrite", "rebind", "rename_argument", "rewrite_target",
-           "fill_new_defaults", "drop_new_defaults", "default_argument", "same_argument", "bool_to_choice"]
+           "fill_new_defaults", "drop_new_defaults", "default_argument", "same_argument", "bool_to_choice",
+           "retyped_argument"]
 
 _POS, _KW = schema.ArgumentKind.POSITIONAL, schema.ArgumentKind.KEYWORD
 
@@ -156,6 +157,25 @@ def drop_new_defaults() -> Rewrite:
                 continue
             kept.append(na)
         return rebind(msgspec.structs.replace(node, inputs=kept), step.source, step.target, node.target)
+
+    return Rewrite(rewrite)
+
+
+def retyped_argument(name: str) -> Rewrite:
+    """The same operator, whose argument ``name`` now has another type: the call is kept when what
+    it passes there fits the target release's type (a widening always does), else refused."""
+
+    def rewrite(node: schema.Node, step: StepContext) -> schema.Node:
+        if step.target is None:
+            raise Refusal(f"the target release has no {step.source.key}")
+        param = step.target.arg(name)
+        if param is None:
+            raise Refusal(f"{step.target.key} has no argument {name!r}")
+        for j, na in enumerate(node.inputs):
+            if _bound_name(na, j, step.source) == name and not _fits(na.arg, param.type):
+                raise Refusal(f"argument {name!r} (inputs[{j}]) holds {na.arg.kind}, which the target release's "
+                              f"{param.type} does not take")
+        return rebind(node, step.source, step.target, node.target)
 
     return Rewrite(rewrite)
 

@@ -21,7 +21,7 @@ import msgspec
 from serde.core import schema
 from serde.errors import OperatorChangeError
 
-from . import torch_2_13_to_2_14
+from . import torch_2_13_to_2_14, torch_2_14_to_2_15
 from .changes import Change, diff_snapshots
 from .helpers import Refusal, Rewrite, StepContext
 from .schemas import (
@@ -40,7 +40,7 @@ __all__ = ["STEPS", "Conversion", "convert", "upgrade_operators", "convert_for_t
            "Handling", "step_handling"]
 
 # One module per pair of consecutive supported releases, oldest first.
-STEPS: tuple[ModuleType, ...] = (torch_2_13_to_2_14,)
+STEPS: tuple[ModuleType, ...] = (torch_2_13_to_2_14, torch_2_14_to_2_15)
 
 # Why an operator new in a release is refused by an older one (every step's default).
 NO_OLDER_EQUIVALENT = "no operator of the older release computes the same"
