@@ -115,7 +115,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
     # they stand for with their assumptions, ranges and replacements; an env that had replacements
     # before is not remembered).
     remember = not shape_env.replacements
-    _replace(shape_env, replaced)
+    _give_ranges(shape_env, replaced)
     key = None
     if remember:
         key = (wire.encode(g), tuple((k, sym.name, tuple(sorted(sym.assumptions0.items())), kinds[k],
@@ -126,6 +126,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             for expr, implied in done:
                 shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
                 shape_env.axioms.update(implied)
+            _replace(shape_env, replaced)
             _bump(shape_env)
             return
     recorded = []
@@ -165,6 +166,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
         recorded.append((expr, implied))
     if key is not None:
         _RECORDED.remember(key, recorded)
+    _replace(shape_env, replaced)
     _bump(shape_env)
 
 
@@ -233,18 +235,28 @@ def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Sy
                 sloc.lower = _SLOC
 
 
-def _replace(shape_env: ShapeEnv, replaced: Mapping[sympy.Symbol, Any]) -> None:
-    """Replace each integer source symbol of its own by the expression its input's value is, and
-    give it that expression's range, as tracing leaves a derived dimension's symbol: torch reasons
-    about a check from the ranges of its symbols, and refuses one with a symbol it has none for
-    (H = W = 32*h gives each dim's source a symbol of its own). Replaced, a symbol is no range
-    constraint of a program torch derives from this one, as for the exported program."""
+def _give_ranges(shape_env: ShapeEnv, replaced: Mapping[sympy.Symbol, Any]) -> None:
+    """Give each integer source symbol of its own the range of the expression its input's value is:
+    torch reasons about a check from the ranges of its symbols, and refuses one with a symbol it has
+    none for (H = W = 32*h gives each dim's source a symbol of its own). A dim specialized to a
+    number gets only what its assumptions say (a size: at least 1), as tracing recorded the checks
+    over it before it specialized: implied by a range of that one number, they would tell derived
+    programs more than the exported program's ShapeEnv knows."""
     for sym, expr in replaced.items():
         try:
-            vr = bound_sympy(expr, shape_env.var_to_range)
+            vr = bound_sympy(sym if expr.is_number else expr, shape_env.var_to_range)
         except Exception:  # an expression torch cannot bound: any integer
             vr = ValueRanges.unknown_int()
         shape_env.var_to_range[sym] = vr
+
+
+def _replace(shape_env: ShapeEnv, replaced: Mapping[sympy.Symbol, Any]) -> None:
+    """Replace each integer source symbol of its own by the expression its input's value is, as
+    tracing leaves a derived (or specialized) dimension's symbol once the checks over it are
+    recorded: a replaced symbol is no range constraint of a program torch derives from this one, as
+    for the exported program, and what torch derives from the checks (recorded before, as tracing
+    records a check before it learns the replacement) stays over the source symbols."""
+    for sym, expr in replaced.items():
         shape_env.replacements[sym] = expr
         shape_env.replacements_slocs[sym] = _SLOC
     if replaced and hasattr(shape_env, "_replacements_version_counter"):
