@@ -12,9 +12,10 @@ So loading records them as tracing would have: each source a guard reads gets a 
 source (the graph's own symbol when the input's value is that symbol, as it is for a traced input;
 a symbol of its own when the value is an expression of others, as torch keeps a derived
 dimension's symbol beside its replacement, which is recorded too, with the range of what it
-stands for), and each stored check becomes the sympy expression torch prints back to the same text. Every input dimension that is a symbol gets its source, and
-the assumption tracing made of it (at least 2), so that what a derivation records anew is what it
-records for the exported program.
+stands for), and each stored check becomes the sympy expression torch prints back to the same
+text. Every input dimension that is a symbol gets its source, and the assumption tracing made of
+it (at least 2), so that what a derivation records anew is what it records for the exported
+program.
 """
 
 from __future__ import annotations
