@@ -11,10 +11,11 @@ inputs the exported program rejects, and saves none.
 So loading records them as tracing would have: each source a guard reads gets a symbol with that
 source (the graph's own symbol when the input's value is that symbol, as it is for a traced input;
 a symbol of its own when the value is an expression of others, as torch keeps a derived
-dimension's symbol beside its replacement) and the value range of what it stands for, and each
-stored check becomes the sympy expression torch prints back to the same text. Every input dimension that is a symbol gets its source, and
-the assumption tracing made of it (at least 2), so that what a derivation records anew is what it
-records for the exported program.
+dimension's symbol beside its replacement, which is recorded too, with the range of what it
+stands for), and each stored check becomes the sympy expression torch prints back to the same
+text. Every input dimension that is a symbol gets its source, and the assumption tracing made of
+it (at least 2), so that what a derivation records anew is what it records for the exported
+program.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
         return
     symbols: dict[str, sympy.Symbol] = {}
     kinds: dict[str, str] = {}
+    replaced: dict[sympy.Symbol, Any] = {}
     for i, s in enumerate(g.sources):
         key = source_key(s)
         path, prop, dim = key
@@ -106,25 +108,26 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             expr = as_sympy(value)
             sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
             shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
-            # Its values are those of the expression it stands for: torch reasons about a check
-            # from the ranges of its symbols and refuses one with a symbol it has no range for
-            # (H = W = 32*h: each dim's source is a symbol of its own, ranged by h's range).
-            shape_env.var_to_range[sym] = _range_of(expr, kinds[s.symbol], shape_env)
-        elif sym not in shape_env.var_to_range:  # not in the range constraints (unbacked)
-            shape_env.var_to_range[sym] = _range_of(sym, kinds[s.symbol], shape_env)
+            if kinds[s.symbol] == "int":
+                replaced[sym] = expr
         symbols[s.symbol] = sym
     # Building the checks and what tracing derives from them is sympy work worth a good part of a
     # small load: remembered per process by everything it depends on (the stored guards, the symbols
-    # they stand for with their assumptions and ranges; an env with replacements is not remembered).
+    # they stand for with their assumptions, ranges and replacements; an env that had replacements
+    # before is not remembered).
+    remember = not shape_env.replacements
+    _give_ranges(shape_env, replaced)
     key = None
-    if not shape_env.replacements:
+    if remember:
         key = (wire.encode(g), tuple((k, sym.name, tuple(sorted(sym.assumptions0.items())), kinds[k],
-                                      _range_key(shape_env, sym)) for k, sym in symbols.items()))
+                                      _range_key(shape_env, sym), str(replaced.get(sym)))
+                                     for k, sym in symbols.items()))
         done = _RECORDED.get(key)
         if done is not None:
             for expr, implied in done:
                 shape_env.guards.append(ShapeGuard(expr, _SLOC, size_oblivious=False))
                 shape_env.axioms.update(implied)
+            _replace(shape_env, replaced)
             _bump(shape_env)
             return
     recorded = []
@@ -164,6 +167,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
         recorded.append((expr, implied))
     if key is not None:
         _RECORDED.remember(key, recorded)
+    _replace(shape_env, replaced)
     _bump(shape_env)
 
 
@@ -232,18 +236,32 @@ def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Sy
                 sloc.lower = _SLOC
 
 
-def _range_of(expr: Any, kind: str, shape_env: ShapeEnv) -> ValueRanges:
-    """The values ``expr`` takes over the ranges ``shape_env`` knows (a number: itself)."""
-    if kind == "bool":
-        return ValueRanges(sympy.false, sympy.true) if not isinstance(expr, sympy.logic.boolalg.BooleanAtom) \
-            else ValueRanges.wrap(expr)
-    try:
-        vr = bound_sympy(expr, shape_env.var_to_range)
-    except Exception:  # an expression sympy cannot bound: any value of its kind
-        vr = None
-    if vr is None or vr.is_bool:
-        return ValueRanges.unknown_int() if kind == "int" else ValueRanges.unknown()
-    return vr
+def _give_ranges(shape_env: ShapeEnv, replaced: Mapping[sympy.Symbol, Any]) -> None:
+    """Give each integer source symbol of its own the range of the expression its input's value is:
+    torch reasons about a check from the ranges of its symbols, and refuses one with a symbol it has
+    none for (H = W = 32*h gives each dim's source a symbol of its own). A dim specialized to a
+    number gets only what its assumptions say (a size: at least 1), as tracing recorded the checks
+    over it before it specialized: implied by a range of that one number, they would tell derived
+    programs more than the exported program's ShapeEnv knows."""
+    for sym, expr in replaced.items():
+        try:
+            vr = bound_sympy(sym if expr.is_number else expr, shape_env.var_to_range)
+        except Exception:  # an expression torch cannot bound: any integer
+            vr = ValueRanges.unknown_int()
+        shape_env.var_to_range[sym] = vr
+
+
+def _replace(shape_env: ShapeEnv, replaced: Mapping[sympy.Symbol, Any]) -> None:
+    """Replace each integer source symbol of its own by the expression its input's value is, as
+    tracing leaves a derived (or specialized) dimension's symbol once the checks over it are
+    recorded: a replaced symbol is no range constraint of a program torch derives from this one, as
+    for the exported program, and what torch derives from the checks (recorded before, as tracing
+    records a check before it learns the replacement) stays over the source symbols."""
+    for sym, expr in replaced.items():
+        shape_env.replacements[sym] = expr
+        shape_env.replacements_slocs[sym] = _SLOC
+    if replaced and hasattr(shape_env, "_replacements_version_counter"):
+        shape_env._replacements_version_counter += 1  # what torch's own replacements bump (cached replace)
 
 
 def _read(value: Any, prop: int, dim: int) -> Any:
