@@ -352,7 +352,8 @@ def _whisper_encoder():
     cfg = transformers.WhisperConfig(vocab_size=_VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
                                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                                      decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
-                                     max_target_positions=16)
+                                     max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                     decoder_start_token_id=1)
     model = _from_config("WhisperModel", cfg).get_encoder()
     return model, (torch.randn(1, 16, 32),), {}, None
 
