@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import serde
-from serde.errors import MalformedArtifactError, UnsupportedConstructError
+from serde.errors import UnsupportedConstructError
 
 # Not importorskip: importing timm before tests.zoo_models has defined torchvision's C ops fails.
 if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("timm") is None:
@@ -35,11 +35,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:A model attribute .* requires gr
 
 # Models whose round trip through pt2serde fails today, with the bug; strict, so a fix flips them.
 KNOWN_BUGS: dict[str, tuple[type[Exception], str]] = {
-    "timm/convnext_atto_dynamic_size": (
-        MalformedArtifactError,
-        "H = W = 32*h32: the stored guards give H and W separate symbols and one of them appears only in "
-        "a Max/FloorDiv check, so it has no value range at load and torch cannot simplify the check "
-        "(the guard class being fixed elsewhere)"),
     "hf/llama_dynamic_cache": (
         UnsupportedConstructError,
         "a guard on a field of a registered pytree input (L['past_key_values']['key_cache'][0]) is refused "
