@@ -382,7 +382,7 @@ def _weights_streams_rows(r: dict[str, Any]) -> list[Row]:
         # the time against the path load (<= 1: no slower), then torch's time against it
         out.append((f"{label} / serde.load(path), warm", *_x(r["vs_path"][side]), f"vs_path.{side}.min"))
         if side in r.get("cold_vs_path", {}):
-            out.append((f"  the same, cold (first load of a fresh process)", *_min_med(r["cold_vs_path"][side]), ""))
+            out.append(("  the same, cold (first load of a fresh process)", *_min_med(r["cold_vs_path"][side]), ""))
         theirs = "torch.export.load(BytesIO)" if side in ("serde_bytes", "serde_bytesio") else "torch.export.load(path)"
         out.append((f"  speedup: {theirs} / {label}, warm", *_x(r["vs_torch"][side]), ""))
         if side in r.get("cold_vs_torch", {}):

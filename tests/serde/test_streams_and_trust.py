@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
