@@ -24,6 +24,14 @@ The model is ``--layers`` ``Linear(width, width)`` layers (2048: 16 MB each, 409
   process, minus the resident memory just before it, as a fraction of the weights' bytes: plain,
   ``mmap=True`` (before and after touching every weight) and ``torch.export.load``.
 
+* ``streams``: ``serde.load`` from ``bytes``, an ``io.BytesIO`` and an open file against the
+  load from the path, and the trusted path ``serde.load(path, mmap=True, verify=False)``, each
+  also against ``torch.export.load`` (from the path, and from a BytesIO for the stream sides);
+  warm (one process, sides alternating) and cold (the first load of a fresh process, one
+  process per side and repeat). The copies of each side are measured as the peak resident
+  memory a cold load adds (its source already in memory), as a fraction of the weights: one
+  private copy is 1.0x.
+
 Prints one JSON line. Times leave the script only as ratios, except the tools' seconds, whose bar
 is in seconds.
 """
@@ -168,6 +176,90 @@ def _floor(path: str, digest: str) -> float:
     return seconds
 
 
+# ---------------------------------------------------------------- goal: streams and verify=False
+
+# serde's sides of the streams goal, and the torch side each is compared with
+_STREAM_SIDES = {"serde": "torch", "serde_bytes": "torch_bytesio", "serde_bytesio": "torch_bytesio",
+                 "serde_file": "torch", "serde_trusted": "torch"}
+
+
+def _stream_load(side: str, path: str, data: bytes | None):
+    """One load of ``side``; ``data`` is the file's bytes (for the in-memory sides)."""
+    import io
+
+    import torch
+
+    import serde
+
+    if side == "torch":
+        return torch.export.load(path)
+    if side == "torch_bytesio":
+        return torch.export.load(io.BytesIO(data))
+    if side == "serde_bytes":
+        return serde.load(data)
+    if side == "serde_bytesio":
+        return serde.load(io.BytesIO(data))
+    if side == "serde_file":
+        with open(path, "rb") as f:
+            return serde.load(f)
+    if side == "serde_trusted":
+        return serde.load(path, mmap=True, verify=False)
+    return serde.load(path)
+
+
+def run_streams(layers: int, width: int, repeats: int, fresh: bool = True) -> dict:
+    import torch
+
+    ep, args = _export(layers, width)
+    import serde
+
+    with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
+        ours, theirs = os.path.join(d, "model.pt2s"), os.path.join(d, "model.pt2")
+        serde.save(ep, ours)
+        torch.export.save(ep, theirs)
+        files = {side: theirs if side.startswith("torch") else ours
+                 for side in (*_STREAM_SIDES, "torch", "torch_bytesio")}
+        data = {p: Path(p).read_bytes() for p in (ours, theirs)}
+        loaded: dict = {}
+
+        def side_fn(side: str):
+            def fn() -> None:
+                loaded.pop(side, None)  # drop this side's previous program first
+                loaded[side] = _stream_load(side, files[side], data[files[side]])
+            return fn
+
+        sides = {side: side_fn(side) for side in files}
+        for fn in sides.values():  # untimed: first calls, and the files in the page cache
+            fn()
+        t = time_interleaved(sides, repeats)
+        expected = ep.module()(*args)
+        for side, ep2 in loaded.items():
+            torch.testing.assert_close(ep2.module()(*args), expected, rtol=0, atol=0,
+                                       msg=lambda m, side=side: f"{side} round trip changed the outputs: {m}")
+        loaded.clear()
+        cold: dict[str, list[float]] = {side: [] for side in files}
+        copies: dict[str, float] = {}
+        if fresh:
+            for _ in range(repeats):
+                for side in files:
+                    cold[side].append(_child(["--child", "stream", "--side", side, "--path", files[side]])["seconds"])
+            weights = _weights_bytes(ep)
+            for side in files:
+                rec = _child(["--child", "stream_memory", "--side", side, "--path", files[side]])
+                copies[side] = round(rec["peak_bytes"] / weights, 3)
+    out: dict = {"bench": "weights_streams", **graph_nodes(ep), "weights_bytes": _weights_bytes(ep),
+                 "repeats": repeats, "vs_path": {}, "vs_torch": {}, "cold_vs_path": {}, "cold_vs_torch": {},
+                 "copies": copies, "outputs_match": True}
+    for side, theirs_side in _STREAM_SIDES.items():
+        # vs_path: time of this side / time of the load from the path (<= 1: no slower)
+        out["vs_path"][side] = ratio(t[side], t["serde"])
+        out["vs_torch"][side] = ratio(t[theirs_side], t[side])
+        if fresh:
+            out["cold_vs_path"][side] = _wall_ratio(cold[side], cold["serde"])
+            out["cold_vs_torch"][side] = _wall_ratio(cold[theirs_side], cold[side])
+    return out
+
+
 # ---------------------------------------------------------------- goal: show and diff
 
 
@@ -275,6 +367,9 @@ def child(kind: str, side: str, path: str) -> dict:
 
     import serde
 
+    if kind in ("stream", "stream_memory"):
+        return _stream_child(kind, side, path)
+
     def load():
         if side == "torch":
             return torch.export.load(path)
@@ -302,21 +397,49 @@ def child(kind: str, side: str, path: str) -> dict:
     return out
 
 
+def _stream_child(kind: str, side: str, path: str) -> dict:
+    """The first load of ``side`` in this process (its source read into memory first), after first
+    calls paid on a small program; its seconds, or the peak resident memory it adds."""
+    import torch
+
+    import serde
+
+    small, _ = _export(1, 64)
+    with tempfile.TemporaryDirectory(prefix="pt2serde-bench-") as d:
+        warm = os.path.join(d, "warm")
+        (torch.export.save if side.startswith("torch") else serde.save)(small, warm)
+        _stream_load(side, warm, Path(warm).read_bytes())
+    data = Path(path).read_bytes() if side in ("serde_bytes", "serde_bytesio", "torch_bytesio") else None
+    if kind == "stream":
+        t0 = time.perf_counter()
+        _stream_load(side, path, data)
+        return {"seconds": time.perf_counter() - t0}
+    with open("/proc/self/clear_refs", "w") as f:  # reset VmHWM to the current RSS
+        f.write("5")
+    before = _status("VmRSS")
+    ep = _stream_load(side, path, data)
+    out = {"peak_bytes": _status("VmHWM") - before}
+    del ep
+    return out
+
+
 def main() -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--goal", choices=("load", "tools", "memory"))
+    p.add_argument("--goal", choices=("load", "tools", "memory", "streams"))
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--width", type=int, default=2048)
-    p.add_argument("--child", choices=("load", "memory"), help=argparse.SUPPRESS)
-    p.add_argument("--side", choices=("serde", "serde_mmap", "torch"))
+    p.add_argument("--child", choices=("load", "memory", "stream", "stream_memory"), help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=("serde", "serde_mmap", "torch", *_STREAM_SIDES, "torch_bytesio"))
     p.add_argument("--path")
-    p.add_argument("--no-fresh", action="store_true", help="load: skip the first loads of fresh processes")
+    p.add_argument("--no-fresh", action="store_true", help="load, streams: skip the first loads of fresh processes")
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child, a.side, a.path)))
         return 0
     if a.goal == "load":
         return main_guard(a.case, lambda: run_load(a.layers, a.width, a.repeats, fresh=not a.no_fresh))
+    if a.goal == "streams":
+        return main_guard(a.case, lambda: run_streams(a.layers, a.width, a.repeats, fresh=not a.no_fresh))
     body = {"tools": run_tools, "memory": run_memory}[a.goal]
     return main_guard(a.case, lambda: body(a.layers, a.width, a.repeats))
 

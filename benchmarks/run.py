@@ -105,6 +105,19 @@ CASES: list[BenchCase] = [
               ("--goal", "load", "--layers", "1", "--width", "256", "--no-fresh"),
               bars=(Bar("load_speedup.min", ">=", 1.5, "goal 4: large-weight load"),
                     Bar("load_mmap_speedup.min", ">=", 3.0, "goal 4: large-weight load"))),
+    # Loads from bytes, a BytesIO and an open file against the load from the path, and the trusted
+    # path (mmap=True, verify=False), warm and cold, with the copies each makes (peak memory). Two
+    # sizes, since a stream must be no slower than a path at every size. 3 repeats: each cold
+    # sample is a process of its own.
+    BenchCase("streams_134mb", "bench_weights.py", ("--goal", "streams", "--layers", "8", "--repeats", "3"),
+              ("--goal", "streams", "--layers", "1", "--width", "256", "--no-fresh"),
+              bars=(*(Bar(f"vs_path.{side}.min", "<=", 1.1, "streams no slower than a path", unit="x path")
+                      for side in ("serde_bytes", "serde_bytesio", "serde_file")),)),
+    BenchCase("streams_small", "bench_weights.py",
+              ("--goal", "streams", "--layers", "2", "--width", "64", "--repeats", "7"),
+              ("--goal", "streams", "--layers", "1", "--width", "64", "--no-fresh"),
+              bars=(*(Bar(f"vs_path.{side}.min", "<=", 1.1, "streams no slower than a path", unit="x path")
+                      for side in ("serde_bytes", "serde_bytesio", "serde_file")),)),
     BenchCase("weights_1gb_tools", "bench_weights.py", ("--goal", "tools", "--layers", "16", "--width", "4096"),
               ("--goal", "tools", "--layers", "1", "--width", "256"),
               bars=(Bar("show_seconds.min", "<=", 0.5, "goal 5: show/diff on 1 GB", unit=" s"),
@@ -358,6 +371,31 @@ def _weights_load_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+_STREAM_LABELS = {"serde_bytes": "serde.load(bytes)", "serde_bytesio": "serde.load(io.BytesIO)",
+                  "serde_file": "serde.load(open(path, 'rb'))",
+                  "serde_trusted": "serde.load(path, mmap=True, verify=False)"}
+
+
+def _weights_streams_rows(r: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for side, label in _STREAM_LABELS.items():
+        # the time against the path load (<= 1: no slower), then torch's time against it
+        out.append((f"{label} / serde.load(path), warm", *_x(r["vs_path"][side]), f"vs_path.{side}.min"))
+        if side in r.get("cold_vs_path", {}):
+            out.append(("  the same, cold (first load of a fresh process)", *_min_med(r["cold_vs_path"][side]), ""))
+        theirs = "torch.export.load(BytesIO)" if side in ("serde_bytes", "serde_bytesio") else "torch.export.load(path)"
+        out.append((f"  speedup: {theirs} / {label}, warm", *_x(r["vs_torch"][side]), ""))
+        if side in r.get("cold_vs_torch", {}):
+            out.append(("  the same, cold", *_min_med(r["cold_vs_torch"][side]), ""))
+    if r.get("copies"):
+        c = r["copies"]
+        out.append((f"peak memory a cold load adds / weights ({_mb(r['weights_bytes'])}): path, bytes, BytesIO, file, "
+                     "trusted; torch path, BytesIO",
+                     " ".join(f"{c[k]:.2f}" for k in ("serde", "serde_bytes", "serde_bytesio", "serde_file",
+                                                     "serde_trusted", "torch", "torch_bytesio")), "", ""))
+    return out
+
+
 def _seconds(r: dict[str, float]) -> tuple[str, str]:
     return f"{r['min']:.3f} s", f"med {r['median']:.3f} s, cpu {r['cpu']:.3f} s"
 
@@ -446,6 +484,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "diff_locality": _diff_rows,
     "native": _native_rows,
     "weights_load": _weights_load_rows,
+    "weights_streams": _weights_streams_rows,
     "weights_tools": _weights_tools_rows,
     "weights_memory": _weights_memory_rows,
     "scaling": _scaling_rows,

@@ -180,7 +180,8 @@ MapLocation = str | torch.device | Mapping[str, str] | Callable[[torch.UntypedSt
 
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
          mmap: bool = False, extra_files: dict[str, Any] | None = None,
-         map_location: MapLocation = None, propagate: bool = False) -> ExportedProgram | dict[str, ExportedProgram]:
+         map_location: MapLocation = None, propagate: bool = False,
+         verify: bool = True) -> ExportedProgram | dict[str, ExportedProgram]:
     """Load an artifact written by :func:`save` (any supported schema version): the program, or the
     dict of programs it was saved from (each with its own tensors; none shares memory with another).
 
@@ -193,6 +194,16 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     verified. The file must then stay as it is while the program lives: truncating or rewriting it
     in place (``cp`` over it, ``torch.save`` to it) makes reading the weights fail with SIGBUS or see
     the new bytes. Replacing it by rename, as :func:`save` does, is safe.
+
+    ``verify=False`` is for files you trust (you wrote them, on storage you control): the weights'
+    bytes are not hashed, so with ``mmap=True`` nothing of them is read until a tensor is used.
+    Every structural check still runs (the zip framing, the manifest, names, sizes, offsets, the
+    digests of ``program.json`` and ``weights.json``, the schema, and every check of the program
+    and of its tensors against their storages), so a truncated or malformed file is still refused;
+    but a changed weight byte loads as a different weight. The default verifies every byte.
+
+    From ``bytes``, a ``BytesIO`` or any other file object the file is copied once into private
+    memory (as a path is read), so the source may be reused or changed afterwards.
 
     Devices: every weight comes back on the device it was saved from when that device exists
     here, else on the CPU with a warning (the graph's device metadata follows). ``map_location``
@@ -227,7 +238,7 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
         # A member's xxh3 (its sha256 before schema 2.4) covers its bytes; the sha256 of members
         # that have an xxh3 and the payloads' zip CRC-32 are left to `pt2serde check`.
-        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False, sha256=False)
+        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False, sha256=False, verify=verify)
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
         if list(artifacts) == [None]:

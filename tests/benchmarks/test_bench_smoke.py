@@ -110,6 +110,14 @@ def test_case_record_is_well_formed(request, name):
         _ratio_ok(r["load_speedup"])
         _ratio_ok(r["load_mmap_speedup"])
         assert r["serde_bytes"] > r["weights_bytes"] > 0
+    elif kind == "weights_streams":
+        assert r["outputs_match"] is True and r["weights_bytes"] > 0
+        sides = {"serde", "serde_bytes", "serde_bytesio", "serde_file", "serde_trusted"}
+        assert set(r["vs_path"]) == set(r["vs_torch"]) == sides
+        for side in sides:
+            _ratio_ok(r["vs_path"][side])
+            _ratio_ok(r["vs_torch"][side])
+        assert r["vs_path"]["serde"] == {"min": 1.0, "median": 1.0, "cpu": 1.0}  # the path against itself
     elif kind == "weights_tools":
         for key in ("show_seconds", "diff_seconds", "check_seconds", "startup_seconds", "show_small_seconds"):
             assert 0 < r[key]["min"] <= r[key]["median"] and r[key]["cpu"] > 0
@@ -193,6 +201,9 @@ def _fake_record(kind: str) -> dict:
                    "overhead_per_instruction": 0.1, "instructions": 2, "emitted_bytes": 1,
                    "artifact_bytes": 1, "emitted_vs_artifact_size": 1.0},
         "weights_load": {"load_speedup": r, "load_mmap_speedup": r, "floor_speedup": r, "floor_vs_serde": r},
+        "weights_streams": {"weights_bytes": 1, **{k: dict.fromkeys(
+            ("serde", "serde_bytes", "serde_bytesio", "serde_file", "serde_trusted"), r)
+            for k in ("vs_path", "vs_torch", "cold_vs_path", "cold_vs_torch")}},
         "weights_tools": {"serde_bytes": 1, **dict.fromkeys(
             ("show_seconds", "diff_seconds", "show_small_seconds", "startup_seconds", "check_seconds"), r)},
         "weights_memory": {"weights_bytes": 1, "mmap_touched_fraction": 1.0,

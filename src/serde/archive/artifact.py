@@ -79,10 +79,12 @@ def read_artifact(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMIT
 
 def read_artifacts(src: Source, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
                    mmap: bool = False, lazy: bool = False, payload_crc: bool = True,
-                   sha256: bool = True) -> dict[str | None, Artifact]:
+                   sha256: bool = True, verify: bool = True) -> dict[str | None, Artifact]:
     """Every program of an artifact, by name (``{None: artifact}`` for a single-program one);
-    they share one verified archive (see :func:`read_artifact` for the errors and the options)."""
-    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc, sha256=sha256)
+    they share one verified archive (see :func:`read_artifact` for the errors and the options,
+    :func:`serde.archive.read_archive` for ``verify``)."""
+    contents = archive.read_archive(src, limits=limits, mmap=mmap, lazy=lazy, payload_crc=payload_crc,
+                                    sha256=sha256, verify=verify)
     version = contents.schema_version
     check_readable(version)
     names = archive.program_names(contents.names) or [None]
