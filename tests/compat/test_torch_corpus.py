@@ -24,6 +24,7 @@ from serde.archive.artifact import read_artifact
 from serde.bridge.bundle import load_tree
 from serde.core import wire
 from serde.core.version import SUPPORTED_TORCH
+from tests import zoo_breadth
 from tests.compat.torch_corpus import (
     FAST_PREFIXES,
     ROOT,
@@ -33,7 +34,6 @@ from tests.compat.torch_corpus import (
     release_dirs,
     running_release,
 )
-from tests import zoo_breadth
 from tests.serde._differential import isolate
 
 # What the writer registered for its programs, the reader registers too: torch's torchbind test
