@@ -69,15 +69,19 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
                   limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
     """:func:`emit` on an artifact file written by ``serde.save``.
 
-    The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.core.names`,
-    ``limits``) before anything is emitted.
+    The artifact passes the same name, size and weight checks as ``serde.load``
+    (:mod:`serde.core.names`, ``limits``, ``validate_weights``) before anything is emitted.
     """
     from serde.archive.artifact import read_artifact
+    from serde.bridge.weights import validate_weights
     from serde.core.names import check_program, check_weight_names
 
     a = read_artifact(src, limits=limits)
     check_program(a.program, limits)
     check_weight_names(a.weights, limits)
+    # The storages and views as a load checks them: a view past its storage would otherwise be
+    # emitted into a program the native loaders then refuse, or its numbers overflow the format.
+    validate_weights(a.weights, lambda name: len(a.contents.member(name)))
     return emit(a.program, a.weights, a.payload, plan=plan)
 
 
