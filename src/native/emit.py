@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.core import schema
+from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import guards_to_code, input_arguments, source_key
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -355,12 +355,13 @@ class _Emitter:
             return s.as_int
         return self.b.dim(tree_of(s.as_expr, where=where), where)
 
-    def sym_expr(self, v: Any, where: str) -> int:
-        """Expression index of a SymInt/SymBool's value, -1 when it has none we can evaluate."""
+    def sym_expr(self, v: Any, where: str, sort: str = symbolic.NUM) -> int:
+        """Expression index of a SymInt/SymBool's value (``sort``: a number or a boolean), -1 when
+        it has none we can evaluate."""
         if v is None or v.as_expr is None:
             return -1
         try:
-            return self.b.expr(tree_of(v.as_expr, where=where), where)
+            return self.b.expr(tree_of(v.as_expr, where=where, sort=sort), where)
         except UnsupportedConstructError:
             return -1
 
@@ -374,7 +375,7 @@ class _Emitter:
         if kind == "as_sym_int":
             return self.b.new(P.SymInt(self.sym_expr(g.sym_int_values.get(name), where)))
         if kind == "as_sym_bool":
-            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where)))
+            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where, symbolic.BOOL)))
         if kind == "as_sym_float":
             return self.b.new(P.SymFloat())
         raise UnsupportedConstructError(f"{where}: a value of kind {kind!r} ({name!r}) is not supported natively")
