@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
+from serde.bridge.weights import validate_weights
 from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import guards_to_code, input_arguments, source_key
@@ -73,7 +74,6 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     (:mod:`serde.core.names`, ``limits``, ``validate_weights``) before anything is emitted.
     """
     from serde.archive.artifact import read_artifact
-    from serde.bridge.weights import validate_weights
     from serde.core.names import check_program, check_weight_names
 
     a = read_artifact(src, limits=limits)
