@@ -341,6 +341,9 @@ class _Emitter:
         if meta.device.type != "cpu":
             raise UnsupportedConstructError(f"{where}: a tensor on device {meta.device.type!r}; the reference "
                                             "runtime runs CPU programs only")
+        if len(meta.sizes) != len(meta.strides):  # as the load refuses it (the planner zips them)
+            raise MalformedArtifactError(f"{where}: {len(meta.sizes)} sizes but {len(meta.strides)} strides; "
+                                         "the artifact is damaged")
         return P.Tensor(
             dtype=int(meta.dtype),
             sizes=[self.dim(s, f"{where}.sizes[{i}]") for i, s in enumerate(meta.sizes)],

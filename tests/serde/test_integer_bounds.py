@@ -105,3 +105,8 @@ def test_native_header_integers_past_int64_are_refused() -> None:
     bad = container.pack(MAGIC, FORMAT_VERSION, msgspec.msgpack.encode(doc), bytes(segment))
     with pytest.raises(NativeFormatError, match=r"Expected `int` <= 9223372036854775807 - at `\$\.constants\[0\]\[2\]`"):
         native.load(bad)
+    from native import cpp_engine
+
+    if cpp_engine.available():  # the C++ loader's decoder refuses it too (and did before)
+        with pytest.raises(NativeFormatError, match=r"an integer larger than int64 - at `\$\.constants\[0\]\[2\]`"):
+            native.load(bad, engine="cpp")

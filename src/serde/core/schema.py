@@ -46,10 +46,12 @@ class Id:
         return f"Id({self.value})"
 
 
-# Every integer of the schema is an i64 in the IDL, and int64 in torch and in native programs.
-# Bounding it in the decoder refuses a bigger one at the boundary, naming its field, for every member
-# and every path that reads one (load, mmap load, emit, show); unbounded, it failed later as an
-# OverflowError inside torch, sympy or msgpack.
+# Every integer of the schema that torch holds as an int64 (sizes, strides, offsets, arguments,
+# ranges, hints, byte counts, versions) is bounded in the decoder: a bigger one is refused at the
+# boundary, naming its field, for every member and every path that reads one (load, mmap load,
+# emit, show); unbounded, it failed later as an OverflowError inside torch or msgpack. Expression
+# literals (Expr.integer, Rational) are sympy integers, bounded by Limits.max_int_bits where an
+# expression is built, and by int64 where the native emitter compiles one.
 I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
@@ -181,8 +183,8 @@ class ExprConstant(enum.IntEnum):
 
 
 class Rational(Struct, kw_only=True):
-    p: Annotated[I64, Id(10)]
-    q: Annotated[I64, Id(20)]
+    p: Annotated[int, Id(10)]  # expression literals: bounded by Limits.max_int_bits where built
+    q: Annotated[int, Id(20)]
 
 
 class OpaqueUnary(Struct, kw_only=True):
@@ -192,7 +194,7 @@ class OpaqueUnary(Struct, kw_only=True):
 
 class Expr(Union, kw_only=True):
     symbol: Annotated[Optional[str], Id(10)] = None
-    integer: Annotated[Optional[I64], Id(20)] = None
+    integer: Annotated[Optional[int], Id(20)] = None  # bounded by Limits.max_int_bits where built
     floating: Annotated[Optional[F64], Id(30)] = None
     rational: Annotated[Optional[Rational], Id(40)] = None
     constant: Annotated[Optional[ExprConstant], Id(50)] = None
