@@ -122,6 +122,7 @@ def test_fuzz_campaign(seeds) -> None:
     run_seed = int(os.environ.get("PT2SERDE_FUZZ_SEED", 1))
     report = campaign(n, run_seed=run_seed, jobs=2, seeds=seeds, progress=True)
     print(report.table())
+    print(report.coverage_table())
     print(summarize_bugs(report) or "no findings")
     _check(report, n)
     assert set(BUGS).isdisjoint(report.counts)
