@@ -269,6 +269,26 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
     if (verify_hashes && sha256_hex(segment + c.offset, size_t(c.nbytes)) != c.sha256)
       v.bad(where, "the blob's bytes do not hash to its sha256");
   }
+  // Every segment byte outside the blobs (the alignment padding between them) is zero, so that every
+  // byte of the file is either covered by a checksum or required to be zero (as src/native/verify.py).
+  {
+    std::vector<std::pair<uint64_t, uint64_t>> blobs;
+    blobs.reserve(p.constants.size());
+    for (const Constant& c : p.constants) blobs.emplace_back(uint64_t(c.offset), uint64_t(c.offset) + uint64_t(c.nbytes));
+    std::sort(blobs.begin(), blobs.end());
+    uint64_t end = 0;
+    auto zeros = [&](uint64_t start, uint64_t stop) {
+      for (uint64_t i = start; i < stop; ++i)
+        if (segment[i])
+          v.bad("segment", "byte " + std::to_string(i) + " lies between blobs (padding " + std::to_string(start) +
+                               ".." + std::to_string(stop) + ") and is not zero");
+    };
+    for (const auto& b : blobs) {
+      if (b.first > end) zeros(end, b.first);
+      end = std::max(end, b.second);
+    }
+    if (end < seg_len) zeros(end, seg_len);
+  }
   // exprs, symbols
   for (size_t i = 0; i < p.exprs.size(); ++i) check_code(p.exprs[i], p.symbols.size(), what + ": exprs[" + std::to_string(i) + "]");
   for (size_t i = 0; i < p.symbols.size(); ++i) {

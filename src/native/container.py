@@ -16,8 +16,10 @@ Layout (all integers little-endian)::
 
 The header says where each blob lives (offset within the segment, length) and the sha256 of each
 blob; the header checksum covers the prefix and the header itself, so every byte before the
-segment is either checksummed or required to be zero. The reader checks the checksum before it
-decodes the header, and every number before anything is sliced.
+segment is either checksummed or required to be zero. Inside the segment the bytes between blobs
+(alignment padding) must be zero too (``native.verify``, which knows the blobs), so every byte of
+the file is one or the other. The reader checks the checksum before it decodes the header, and
+every number before anything is sliced.
 """
 
 from __future__ import annotations

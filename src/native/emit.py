@@ -15,7 +15,8 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.core import schema
+from serde.bridge.weights import validate_weights
+from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import guards_to_code, input_arguments, source_key
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -69,8 +70,9 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
                   limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
     """:func:`emit` on an artifact file written by ``serde.save``.
 
-    The artifact passes the same name and size checks as ``serde.load`` (:mod:`serde.core.names`,
-    ``limits``) before anything is emitted, and the same operator upgraders (:mod:`serde.opsets`).
+    The artifact passes the same name, size and weight checks as ``serde.load``
+    (:mod:`serde.core.names`, ``limits``, ``validate_weights``) before anything is emitted, and the
+    same operator upgraders (:mod:`serde.opsets`).
     """
     import torch
 
@@ -81,6 +83,9 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     a = read_artifact(src, limits=limits)
     check_program(a.program, limits)
     check_weight_names(a.weights, limits)
+    # The storages and views as a load checks them: a view past its storage would otherwise be
+    # emitted into a program the native loaders then refuse, or its numbers overflow the format.
+    validate_weights(a.weights, lambda name: len(a.contents.member(name)))
     # The native program calls this torch's operators: as serde.load, upgrade from the writer's torch.
     program = upgrade_operators(a.program, str(torch.__version__))
     return emit(program, a.weights, a.payload, plan=plan)
@@ -342,6 +347,9 @@ class _Emitter:
         if meta.device.type != "cpu":
             raise UnsupportedConstructError(f"{where}: a tensor on device {meta.device.type!r}; the reference "
                                             "runtime runs CPU programs only")
+        if len(meta.sizes) != len(meta.strides):  # as the load refuses it (the planner zips them)
+            raise MalformedArtifactError(f"{where}: {len(meta.sizes)} sizes but {len(meta.strides)} strides; "
+                                         "the artifact is damaged")
         return P.Tensor(
             dtype=int(meta.dtype),
             sizes=[self.dim(s, f"{where}.sizes[{i}]") for i, s in enumerate(meta.sizes)],
@@ -356,12 +364,13 @@ class _Emitter:
             return s.as_int
         return self.b.dim(tree_of(s.as_expr, where=where), where)
 
-    def sym_expr(self, v: Any, where: str) -> int:
-        """Expression index of a SymInt/SymBool's value, -1 when it has none we can evaluate."""
+    def sym_expr(self, v: Any, where: str, sort: str = symbolic.NUM) -> int:
+        """Expression index of a SymInt/SymBool's value (``sort``: a number or a boolean), -1 when
+        it has none we can evaluate."""
         if v is None or v.as_expr is None:
             return -1
         try:
-            return self.b.expr(tree_of(v.as_expr, where=where), where)
+            return self.b.expr(tree_of(v.as_expr, where=where, sort=sort), where)
         except UnsupportedConstructError:
             return -1
 
@@ -375,7 +384,7 @@ class _Emitter:
         if kind == "as_sym_int":
             return self.b.new(P.SymInt(self.sym_expr(g.sym_int_values.get(name), where)))
         if kind == "as_sym_bool":
-            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where)))
+            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where, symbolic.BOOL)))
         if kind == "as_sym_float":
             return self.b.new(P.SymFloat())
         raise UnsupportedConstructError(f"{where}: a value of kind {kind!r} ({name!r}) is not supported natively")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from serde.core import schema
+from serde.core import schema, symbolic
 from serde.core.exprs import expr_to_tree
 from serde.core.limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
 from serde.errors import UnsupportedConstructError
@@ -68,14 +68,18 @@ class UnboundSymbolError(ValueError):
     """An expression used a symbol that has no value yet (an unbacked, data-dependent size)."""
 
 
-def tree_of(e: schema.SymExpr, *, where: str) -> tuple:
-    """The plain tuple tree of a schema expression (the one place tied to the schema's encoding).
+def tree_of(e: schema.SymExpr, *, where: str, sort: str = symbolic.NUM) -> tuple:
+    """The plain tuple tree of a schema expression (the one place tied to the schema's encoding),
+    which must be of ``sort`` (a number for sizes and SymInts, a boolean for SymBools: the runtime
+    would evaluate one as the other).
 
     Raises:
+        MalformedArtifactError: an operand count or sort the op does not take.
         IntegerTooLargeError: a literal outside int64, or a power whose exponent exceeds
             ``Limits.max_exponent``: checked here, before :func:`bounds` or the runtime computes it.
     """
     tree = expr_to_tree(e.expr, where=where)
+    symbolic.check_sort(tree, sort, where=where)
     _check_magnitudes(tree, where)
     return tree
 

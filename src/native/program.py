@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Union
+from typing import Annotated, Union
 
 import msgspec
 
@@ -97,6 +97,11 @@ FORMAT_VERSION = 3
 MIN_FORMAT_VERSION = 3
 
 
+# Every integer of the format is an int64 (as the C++ runtime reads it): msgpack's unsigned 64-bit
+# integers above that are refused by the decoder, naming the field.
+I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
 class _S(msgspec.Struct, frozen=True, array_like=True):
     """Compact base: encoded as arrays (``["int", 3]``), tagged where part of a union."""
 
@@ -104,10 +109,10 @@ class _S(msgspec.Struct, frozen=True, array_like=True):
 class Sym(_S, tag="sym"):
     """A size, stride or offset given by expression ``exprs[expr]``."""
 
-    expr: int
+    expr: I64
 
 
-Dim = Union[int, Sym]
+Dim = Union[I64, Sym]
 
 
 # ---------------------------------------------------------------- values
@@ -118,7 +123,7 @@ class NoneValue(_S, tag="none"):
 
 
 class Int(_S, tag="int"):
-    v: int
+    v: I64
 
 
 class Float(_S, tag="float"):
@@ -134,7 +139,7 @@ class String(_S, tag="str"):
 
 
 class IntList(_S, tag="ints"):
-    v: list[int]
+    v: list[I64]
 
 
 class FloatList(_S, tag="floats"):
@@ -155,36 +160,36 @@ class Complex(_S, tag="complex"):
 
 
 class ScalarType(_S, tag="dtype"):
-    v: int  # serde.core.schema.ScalarType
+    v: I64  # serde.core.schema.ScalarType
 
 
 class Layout(_S, tag="layout"):
-    v: int  # serde.core.schema.Layout
+    v: I64  # serde.core.schema.Layout
 
 
 class MemoryFormat(_S, tag="memory_format"):
-    v: int  # serde.core.schema.MemoryFormat
+    v: I64  # serde.core.schema.MemoryFormat
 
 
 class Device(_S, tag="device"):
     kind: str  # "cpu", "cuda", ...
-    index: int | None = None
+    index: I64 | None = None
 
 
 class Tensor(_S, tag="tensor"):
-    dtype: int  # serde.core.schema.ScalarType
+    dtype: I64  # serde.core.schema.ScalarType
     sizes: list[Dim]
     strides: list[Dim]
     storage_offset: Dim = 0
-    data: int = -1  # index into Program.constants for weights; -1 otherwise
+    data: I64 = -1  # index into Program.constants for weights; -1 otherwise
 
 
 class List(_S, tag="list"):
-    items: list[int]  # value indices; elements may be produced at run time
+    items: list[I64]  # value indices; elements may be produced at run time
 
 
 class SymInt(_S, tag="symint"):
-    expr: int = -1  # its value as an expression over symbols, when known
+    expr: I64 = -1  # its value as an expression over symbols, when known
 
 
 class SymFloat(_S, tag="symfloat"):
@@ -192,7 +197,7 @@ class SymFloat(_S, tag="symfloat"):
 
 
 class SymBool(_S, tag="symbool"):
-    expr: int = -1
+    expr: I64 = -1
 
 
 Value = Union[NoneValue, Int, Float, Bool, String, IntList, FloatList, BoolList, StringList, Complex,
@@ -204,28 +209,28 @@ VALUE_TYPES: tuple[type, ...] = Value.__args__  # type: ignore[attr-defined]
 
 
 class KernelCall(_S, tag="kernel"):
-    op: int
-    args: list[int]
-    outs: list[int]
-    out_op: int = -1  # the op's out= variant, usable when every output has an arena slot
+    op: I64
+    args: list[I64]
+    outs: list[I64]
+    out_op: I64 = -1  # the op's out= variant, usable when every output has an arena slot
 
 
 class MoveCall(_S, tag="move"):
-    src: int
-    dst: int
+    src: I64
+    dst: I64
 
 
 class JumpFalseCall(_S, tag="jump_false"):
-    cond: int
-    target: int
+    cond: I64
+    target: I64
 
 
 class FreeCall(_S, tag="free"):
-    value: int
+    value: I64
 
 
 class AllocCall(_S, tag="alloc"):
-    value: int
+    value: I64
 
 
 Instruction = Union[KernelCall, MoveCall, JumpFalseCall, FreeCall, AllocCall]
@@ -239,44 +244,44 @@ class Operator(_S):
     name: str  # "aten::add", "symbolic::floordiv"
     overload: str  # "Tensor", "default"
     # Per return: the argument positions it may alias (views, in-place ops); empty = fresh results.
-    returns_alias: list[list[int]] = []
+    returns_alias: list[list[I64]] = []
 
 
 class Constant(_S):
     sha256: str
-    offset: int  # within the segment, a multiple of 64
-    nbytes: int
+    offset: I64  # within the segment, a multiple of 64
+    nbytes: I64
 
 
 class Symbol(_S):
     name: str
-    input: int  # index into Program.inputs; -1: unbacked (data-dependent)
-    dim: int  # dimension of that input; -1: the input is the integer itself
-    scale: int = 1  # input dim = scale * symbol + offset
-    offset: int = 0
-    min: int | None = None
-    max: int | None = None
+    input: I64  # index into Program.inputs; -1: unbacked (data-dependent)
+    dim: I64  # dimension of that input; -1: the input is the integer itself
+    scale: I64 = 1  # input dim = scale * symbol + offset
+    offset: I64 = 0
+    min: I64 | None = None
+    max: I64 | None = None
 
 
 class Input(_S):
     name: str
-    value: int
+    value: I64
     constant: bool = False  # the program was specialized to values[value]; other inputs are refused
 
 
 class State(_S):
     name: str  # state_dict / constants key
     kind: str  # "parameter", "buffer" or "constant"
-    value: int
+    value: I64
     mutable: bool = False  # a buffer the program updates: the runtime gives it private memory
 
 
 class Allocation(_S):
-    value: int
-    offset: int
-    nbytes: int  # upper bound over every allowed input size
-    start: int = 0  # first instruction the slot is live at
-    end: int = 0  # last instruction the slot is live at
+    value: I64
+    offset: I64
+    nbytes: I64  # upper bound over every allowed input size
+    start: I64 = 0  # first instruction the slot is live at
+    end: I64 = 0  # last instruction the slot is live at
 
 
 class DebugHandle(_S):
@@ -286,30 +291,30 @@ class DebugHandle(_S):
 
 
 class MemoryPlan(_S):
-    arena_size: int = 0
-    naive_size: int = 0  # the sum of every planned tensor's upper bound, i.e. no reuse
+    arena_size: I64 = 0
+    naive_size: I64 = 0  # the sum of every planned tensor's upper bound, i.e. no reuse
     allocations: list[Allocation] = []
-    unplanned: int = 0  # intermediate tensors left to the allocator (unbounded or in loops)
+    unplanned: I64 = 0  # intermediate tensors left to the allocator (unbounded or in loops)
 
 
 class Program(msgspec.Struct, frozen=True, kw_only=True):
     values: list[Value]
     operators: list[Operator]
     instructions: list[Instruction]
-    exprs: list[list[int]]
+    exprs: list[list[I64]]
     symbols: list[Symbol]
     constants: list[Constant]
     inputs: list[Input]
-    outputs: list[int]
+    outputs: list[I64]
     state: list[State]
     memory_plan: MemoryPlan = MemoryPlan()
     in_spec: str | None = None  # JSON of serde.core.schema.TreeSpec (args, kwargs)
-    guards: list[int] = []  # expressions (indices into exprs) every input set must make nonzero
+    guards: list[I64] = []  # expressions (indices into exprs) every input set must make nonzero
     guard_texts: list[str] = []  # each guard as torch prints it, for error messages only
     out_spec: str | None = None
     torch_version: str = ""
     debug_handles: list[DebugHandle] = []
-    instruction_handles: list[int] = []  # per instruction: index into debug_handles, or -1
+    instruction_handles: list[I64] = []  # per instruction: index into debug_handles, or -1
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\Z")
 _OVERLOAD_RE = re.compile(r"[A-Za-z0-9_]*\Z")
 _INT64_MAX = (1 << 63) - 1
+_ZERO_CHUNK = 1 << 20  # padding is compared in bounded pieces
 _SCALAR_TYPES = frozenset(int(s) for s in ITEMSIZE)
 _LAYOUTS = frozenset(int(x) for x in schema.Layout)
 _FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
@@ -125,6 +126,26 @@ class _Validator:
                 raise
             if verify_hashes and hashlib.sha256(self.segment[c.offset:c.offset + c.nbytes]).hexdigest() != c.sha256:
                 self.fail(where, "the blob's bytes do not hash to its sha256")
+        self.padding()
+
+    def padding(self) -> None:
+        """Every segment byte outside the blobs (the alignment padding between them) is zero, so
+        that every byte of the file is either covered by a checksum or required to be zero."""
+        end = 0
+        for start, stop in sorted((c.offset, c.offset + c.nbytes) for c in self.p.constants):
+            if start > end:
+                self.zeros(end, start)
+            end = max(end, stop)
+        if end < len(self.segment):
+            self.zeros(end, len(self.segment))
+
+    def zeros(self, start: int, stop: int) -> None:
+        for at in range(start, stop, _ZERO_CHUNK):
+            chunk = bytes(self.segment[at:min(stop, at + _ZERO_CHUNK)])
+            nonzero = len(chunk) - len(chunk.lstrip(b"\0"))
+            if nonzero < len(chunk):
+                self.fail("segment", f"byte {at + nonzero} lies between blobs (padding {start}..{stop}) and is "
+                                     f"{chunk[nonzero]:#04x}, not zero")
 
     def exprs(self) -> None:
         for i, code in enumerate(self.p.exprs):

@@ -213,3 +213,26 @@ def test_non_cpu_and_sparse_tensors_are_refused():
         program.graph_module, graph=msgspec.structs.replace(g, tensor_values=values)))
     with pytest.raises(UnsupportedConstructError, match=r"graph.inputs\[0\] tensor 'x': SparseCoo tensors are not"):
         emit(program, weights, lambda sha: payloads[payload_name(sha)])
+
+
+def test_a_tensor_with_more_strides_than_sizes_is_refused_as_by_load():
+    # Found by the fuzzer through the emit path: the planner zipped sizes and strides (ValueError).
+    import io
+    import json
+    from pathlib import Path
+
+    import serde
+    from serde.archive import read_archive, write_archive
+    from serde.errors import MalformedArtifactError
+
+    c = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v2.5" / "mlp" / "model.pt2s")
+    members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
+    program = json.loads(members["program.json"])
+    program["graph_module"]["graph"]["tensor_values"]["relu"]["strides"].append({"as_int": 1})
+    members["program.json"] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, members, schema_version=c.schema_version, torch_version="test")
+    with pytest.raises(MalformedArtifactError, match=r"tensor 'relu': 2 sizes but 3 strides"):
+        emit_artifact(out.getvalue())
+    with pytest.raises(MalformedArtifactError, match=r"tensor_values\['relu'\]: 2 sizes but 3 strides"):
+        serde.load(out.getvalue())

@@ -12,6 +12,7 @@ from serde.core import schema
 from serde.core.limits import IntegerTooLargeError, Limits, ListTooLongError, NameTooLongError
 from serde.core.names import (
     RESERVED_ATTRIBUTES,
+    RESERVED_LOCALS,
     UnsafeNameError,
     check_attr_name,
     check_fqn,
@@ -121,6 +122,33 @@ def test_reserved_attributes_cover_what_torch_defines() -> None:
     defined = {n for n in defined if not n.startswith("__")}  # refused by prefix
     defined -= {"lin"}  # the model's own submodule
     assert defined <= RESERVED_ATTRIBUTES, sorted(defined - RESERVED_ATTRIBUTES)
+
+
+def test_reserved_locals_cover_what_fx_generated_code_relies_on() -> None:
+    # fx's custom builtins (imported into every generated forward), the forward's `self`, and the
+    # builtin fx's code generator writes raw for attribute paths (`getattr(self.layers, "0")`).
+    from torch.fx.graph import _custom_builtins, _format_target
+
+    assert set(_custom_builtins) | {"self", "getattr"} <= RESERVED_LOCALS
+    assert _format_target("self", "layers.0") == 'getattr(self.layers, "0")'
+
+
+@pytest.mark.parametrize("fqn", ["self", "Self", "SELF", "SElf"])
+def test_fqns_fx_would_name_self_are_refused(fqn: str) -> None:
+    # torch.fx names a get_attr node after its target (snake case) without renaming "self"
+    from torch.fx import Graph
+
+    assert Graph()._target_to_str(fqn) == "self"
+    with pytest.raises(UnsafeNameError, match="shadows the generated forward's 'self'"):
+        check_fqn(fqn, "weights.state_dict")
+
+
+@pytest.mark.parametrize("fqn", ["self.weight", "myself", "self_1", "selfie", "blocks.self", "sElf"])
+def test_fqns_naming_self_otherwise_pass(fqn: str) -> None:
+    from torch.fx import Graph
+
+    assert Graph()._target_to_str(fqn).replace(".", "_") != "self"
+    assert check_fqn(fqn, "weights.state_dict") == fqn
 
 
 def test_save_refuses_what_load_would_refuse(tmp_path) -> None:

@@ -14,7 +14,9 @@ message naming the field, never later at run time inside torch:
 * every ``getitem`` index exists in the value it indexes;
 * higher-order ops get as many operands as their subgraphs take, each the tensor (dtype, rank,
   sizes) the subgraph was traced with, and return what they return (a loop body what it carries);
-  cond's predicate has one element and while_loop's condition is a 0-dim boolean;
+  cond's predicate has one element and while_loop's condition is a 0-dim boolean; the inputs map
+  and scan iterate over are tensors of one length whose slices are what the subgraph takes, and
+  scan's carry is what its combine function takes and returns;
 * torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
   others with an internal assert);
 * the graph's inputs and outputs match the signature's specs, one for one, and every parameter,
@@ -592,7 +594,7 @@ def _node_outputs(node: schema.Node) -> int:
 
 def _tensor_val(v: Any) -> torch.Tensor | None:
     v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
-    return v if isinstance(v, torch.Tensor) else None
+    return v if isinstance(v, (torch.Tensor, _SliceMeta)) else None
 
 
 def _same_size(x: Any, y: Any) -> bool:
@@ -626,11 +628,17 @@ def _fits(outer: Sequence[Any], inner: Sequence[Any], what: str, where: str, sam
 def _cond(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
     _arity(args, 4, "cond", where)
     pred = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) else args[0]
-    if isinstance(pred, torch.Tensor) and any(type(n) is int and n != 1 for n in pred.shape):
-        # cond runs `if pred:`, which only a one-element tensor answers.
+    if isinstance(pred, torch.Tensor):
+        # cond runs `if pred:`, which only a one-element tensor answers; a symbolic size could be
+        # any size (export specializes a predicate's sizes, so one it wrote has none).
+        if any(type(n) is not int or n != 1 for n in pred.shape):
+            raise InconsistentProgramError(
+                f"{where}.inputs[0]: cond's predicate must be a boolean or a one-element tensor, it has the "
+                f"shape {list(pred.shape)}; {_FIX}")
+    elif not isinstance(pred, (bool, torch.SymBool)):
         raise InconsistentProgramError(
-            f"{where}.inputs[0]: cond's predicate must be a boolean or a one-element tensor, it has the "
-            f"shape {list(pred.shape)}; {_FIX}")
+            f"{where}.inputs[0]: cond's predicate must be a boolean or a one-element tensor, got "
+            f"{_kind(args[0])} ({type(pred).__name__}); {_FIX}")
     ops = _operands(args[3], "cond's operands (inputs[3])", f"{where}.inputs[3]")
     branches = [_subgraph(args[i], f"cond's branch (inputs[{i}])", f"{where}.inputs[{i}]", subs) for i in (1, 2)]
     for i, g in zip((1, 2), branches, strict=True):
@@ -678,8 +686,41 @@ def _map_impl(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str
     _arity(args, 3, "map_impl", where)
     xs = _operands(args[1], "the mapped inputs (inputs[1])", f"{where}.inputs[1]")
     rest = _operands(args[2], "the extra inputs (inputs[2])", f"{where}.inputs[2]")
-    _takes(_subgraph(args[0], "the mapped function (inputs[0])", f"{where}.inputs[0]", subs), len(xs) + len(rest),
-           "the subgraph in inputs[0]", f"{where}.inputs[0]")
+    g = _subgraph(args[0], "the mapped function (inputs[0])", f"{where}.inputs[0]", subs)
+    _takes(g, len(xs) + len(rest), "the subgraph in inputs[0]", f"{where}.inputs[0]")
+    ph = _placeholders(g)
+    _slices_fit(xs, ph[:len(xs)], "mapped input", f"{where}.inputs[1]")
+    _fits(rest, ph[len(xs):], "extra input", f"{where}.inputs[2]", same_sizes=False)
+
+
+def _slices_fit(xs: Sequence[Any], inner: Sequence[Any], what: str, where: str) -> None:
+    """Each of ``xs`` is a tensor of rank >= 1, all of one length, whose slice along dim 0 is the
+    tensor the subgraph takes (dtype, rank and fixed sizes): map and scan iterate over dim 0, and a
+    scalar, a length mismatch or another slice fails inside the loop at run time."""
+    length = None
+    for i, x in enumerate(xs):
+        t = _tensor_val(x)
+        if t is None or t.dim() == 0:
+            raise InconsistentProgramError(
+                f"{where}: {what} {i} must be a tensor of rank 1 or more (it is iterated over dim 0), got "
+                f"{_kind(x)}{'' if t is None else ' of rank 0'}; {_FIX}")
+        n = t.shape[0]
+        if type(n) is int:
+            if length is not None and n != length:
+                raise InconsistentProgramError(
+                    f"{where}: {what} {i} has {n} rows, another has {length}: all are iterated together; {_FIX}")
+            length = n
+    outer = [_SliceMeta(_tensor_val(x)) for x in xs]
+    _fits(outer, inner, what + " slice", where, same_sizes=False)
+
+
+class _SliceMeta:
+    """A tensor's slice along dim 0, as far as ``_fits`` looks: its dtype and shape."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.dtype, self.shape = t.dtype, t.shape[1:]
 
 
 def _scan(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
@@ -693,6 +734,12 @@ def _scan(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, An
         raise InconsistentProgramError(
             f"{where}.inputs[0]: the combine function returns {_outputs(g)} values, fewer than the "
             f"{len(init)} carried ones; {_FIX}")
+    ph = _placeholders(g)
+    _fits(init, ph[:len(init)], "carried value", f"{where}.inputs[1]", same_sizes=False)
+    # The combine function's first results are the next step's carry.
+    _fits(init, _returned(g)[:len(init)], "carried value", f"{where}.inputs[0]", same_sizes=False)
+    _slices_fit(xs, ph[len(init):len(init) + len(xs)], "scanned input", f"{where}.inputs[2]")
+    _fits(extra, ph[len(init) + len(xs):], "additional input", f"{where}.inputs[3]", same_sizes=False)
     if not node.is_hop_single_tensor_return:
         _returns(_node_outputs(node), _outputs(g), "scan", f"{where}.outputs")
 

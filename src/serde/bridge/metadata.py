@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from serde.core import schema
+from serde.core.schema import I64
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-__all__ = ["serialize_node_metadata", "deserialize_node_metadata", "serialize_custom", "deserialize_custom"]
+__all__ = ["serialize_node_metadata", "deserialize_node_metadata", "serialize_custom", "deserialize_custom",
+           "MAX_PROVENANCE_DEPTH"]
 
 
 def _qualname(fn: Any) -> str:
@@ -54,13 +58,39 @@ def _serialize_from_node(value: Any) -> str | None:
         return None  # provenance is debug-only: drop it rather than fail a save
 
 
+class _Provenance(msgspec.Struct):
+    """One entry of torch's ``from_node`` provenance, as ``NodeSource.to_dict`` writes it."""
+
+    name: str = ""
+    target: str = ""
+    graph_id: I64 = -1
+    pass_name: str = ""
+    action: str = ""
+    from_node: list[_Provenance] = []
+
+
+_provenance_decoder = msgspec.json.Decoder(list[_Provenance])
+# Provenance nests one level per pass a node went through (canonical.debuginfo keeps the same cap
+# when it renumbers graph ids); torch's NodeSource._from_dict recurses once per level.
+MAX_PROVENANCE_DEPTH = 64
+
+
 def _deserialize_from_node(text: str) -> Any:
+    """torch's provenance objects, or None for text that is not what torch writes: provenance is
+    debug-only, and a bad entry is dropped rather than failing the load (README "Canonical form")."""
     from torch.fx.traceback import NodeSource
 
     try:
-        return [NodeSource._from_dict(d) for d in json.loads(text)]
-    except (ValueError, KeyError, TypeError, AttributeError):
+        items = _provenance_decoder.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
         return None
+    stack = [(p, 1) for p in items]
+    while stack:
+        p, depth = stack.pop()
+        if depth > MAX_PROVENANCE_DEPTH:
+            return None
+        stack.extend((c, depth + 1) for c in p.from_node)
+    return [NodeSource._from_dict(d) for d in msgspec.to_builtins(items)]
 
 
 def serialize_node_metadata(meta: dict[str, Any], where: str,

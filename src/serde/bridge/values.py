@@ -272,6 +272,7 @@ class SymbolicContext:
         max_unbacked = {"u": -1, "zuf": -1}
         for rc in range_constraints:
             tree = expr_to_tree(rc.expr, where="range_constraints")
+            symbolic.check_sort(tree, symbolic.NUM, where="range_constraints")
             key = symbolic.tree_to_str(tree, where="range_constraints")
             self._range_exprs.append((tree, key))
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
@@ -360,6 +361,7 @@ class SymbolicContext:
         out = self._symints.get(key)
         if out is not None:
             return out
+        symbolic.check_sort(tree, symbolic.NUM, where=where)
         expr = self._expr_of_tree(tree, where)
         hint = self._hint(expr, stored_hint)
         out = int(expr) if isinstance(expr, sympy.Integer) else self.shape_env.create_symintnode(expr, hint=hint)
@@ -370,7 +372,9 @@ class SymbolicContext:
         if s.as_expr is None:
             return schema.from_f64(s.as_float)
         e = s.as_expr
-        expr = self.expr(e.expr, where)
+        tree = expr_to_tree(e.expr, where=where)
+        symbolic.check_sort(tree, symbolic.NUM, where=where)
+        expr = self._expr_of_tree(tree, where)
         hint = _hint_of(e, "as_float", where)
         hint = None if hint is None else schema.from_f64(hint)
         if symbolic_shapes.free_unbacked_symbols(expr):
@@ -380,7 +384,9 @@ class SymbolicContext:
     def sym_bool(self, s: schema.SymBool, where: str) -> bool | torch.SymBool:
         if s.as_expr is None:
             return s.as_bool
-        return self.shape_env.create_symboolnode(self.expr(s.as_expr.expr, where))
+        tree = expr_to_tree(s.as_expr.expr, where=where)
+        symbolic.check_sort(tree, symbolic.BOOL, where=where)
+        return self.shape_env.create_symboolnode(self._expr_of_tree(tree, where))
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
         """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""

@@ -102,13 +102,26 @@ def expr_to_tree(e: schema.Expr, *, where: str = "expression", _depth: int = 0) 
         return (_CONSTANT_OPS[v],)
     d = _depth + 1
     if kind == "piecewise":
-        if len(v) % 2:
+        if len(v) % 2 or not v:
             raise MalformedArtifactError(f"{where}: piecewise needs (expression, condition) pairs")
         kids = [expr_to_tree(x, where=where, _depth=d) for x in v]
         return ("Piecewise", *(("ExprCondPair", kids[i], kids[i + 1]) for i in range(0, len(kids), 2)))
     if kind == "opaque_unary":
         return (_OPAQUE + v.fn, expr_to_tree(v.arg, where=where, _depth=d))
-    return (_MEMBER_OPS[kind], *(expr_to_tree(x, where=where, _depth=d) for x in v))
+    op = _MEMBER_OPS[kind]
+    lo, hi = symbolic.ARITY[op]
+    if len(v) < lo or (hi is not None and len(v) > hi):
+        # Checked here, where every reader gets its tree (the native emitter indexes operands)
+        raise MalformedArtifactError(
+            f"{where}: {kind} takes {_count(lo, hi)}, got {len(v)}; the artifact is damaged or was written "
+            "by an incompatible tool")
+    return (op, *(expr_to_tree(x, where=where, _depth=d) for x in v))
+
+
+def _count(lo: int, hi: int | None) -> str:
+    if lo == hi:
+        return f"{lo} operand" + ("" if lo == 1 else "s")
+    return f"{lo} or more operands" if hi is None else f"{lo} to {hi} operands"
 
 
 def expr_from_sympy(e: Any, *, where: str = "expression") -> schema.Expr:

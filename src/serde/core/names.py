@@ -7,15 +7,16 @@ grammar, before any torch object is built from the program:
 
 * **local names** (node names, placeholders, value names, keyword-argument names, forward
   argument names): ASCII identifiers, not Python keywords, and not the globals
-  fx's generated code relies on (``torch``, ``self``, ``fx_pytree`` ...). Builtin names such as
-  ``input`` or ``max`` stay allowed: torch.export itself names placeholders after the user's
-  forward arguments.
+  fx's generated code relies on (``torch``, ``self``, ``fx_pytree`` ..., and ``getattr``, the one
+  builtin it writes raw). Other builtin names such as ``input`` or ``max`` stay allowed:
+  torch.export itself names placeholders after the user's forward arguments.
 * **FQNs** (parameters, buffers, constants, custom objects, module call graph entries,
   ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier or a decimal
   index (``layers.0.weight``, as ModuleList makes them); no segment may start with ``__``, be a
   keyword or an attribute of ``nn.Module`` / ``GraphModule`` / the modules ``ep.module()`` and
   ``unflatten`` build (``forward``, ``training``, ``graph``, ``_modules``, ``_in_spec`` ...),
-  which torch would either refuse or let the file overwrite.
+  which torch would either refuse or let the file overwrite; nor may the whole FQN give its fx
+  node the name ``self`` (``Self``), which would shadow the generated forward's ``self``.
 * **attribute names** (subgraphs): one FQN segment that is an identifier not starting with ``_``.
 * **metadata text** (stack traces, module type names, source functions): no line breaks other
   than ``\\n`` (fx splits stack traces on ``\\n`` only and prints them into comments; a ``\\r``
@@ -73,10 +74,25 @@ _CALL_INDEX = re.compile(r"@(?:0|[1-9][0-9]*)\Z")   # unflatten's "sub@1": the s
 # Everything str.splitlines() breaks on except "\n", and the other C0/C1 controls except "\t".
 _BAD_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
-# Globals in the source fx generates (its custom builtins and the forward's own parameters).
+# Names the source fx generates relies on: its custom builtins (torch.fx.graph._custom_builtins:
+# torch, inf, nan, NoneType, device, fx_pytree, pytree), the forward's own first parameter
+# ``self``, and ``getattr``, the one builtin it writes raw rather than through its namespace
+# (``getattr(self.layers, "0")`` for an attribute path segment that is no identifier): a forward
+# parameter of that name shadows it. Other builtins are safe as names: fx's namespace renames a
+# node that would shadow one (``max`` -> ``max_1``), and torch.export names placeholders after the
+# user's forward arguments (``input``). tests/serde/test_names.py checks this against torch.fx.
 RESERVED_LOCALS = frozenset({
-    "self", "torch", "inf", "nan", "NoneType", "device", "fx_pytree", "pytree",
+    "self", "getattr", "torch", "inf", "nan", "NoneType", "device", "fx_pytree", "pytree",
 })
+
+# Local names fx gives the get_attr node of a state FQN without renaming it, which then shadow the
+# generated forward's ``self`` (``self = self.self``: every later ``self.<attr>`` reads the tensor).
+# fx derives the node name from the FQN (``_snake_case``, then '_' for every other character) and
+# renames only Python keywords and builtins, so an FQN whose derived name is ``self`` ('self',
+# 'Self', 'SELF') breaks ep.module(), in torch's own load too.
+_FX_SHADOWING = frozenset({"self"})
+_FX_CAMEL = re.compile(r"(?<=[a-z])([A-Z])")
+_FX_ILLEGAL = re.compile(r"[^0-9a-zA-Z_]+")
 
 # Attributes of nn.Module, fx.GraphModule and the modules ep.module() / torch.export.unflatten
 # build (names starting with "__" excluded: those are refused by shape). tests/serde/test_names.py checks this
@@ -142,6 +158,11 @@ def check_fqn(name: object, where: str, limits: Limits = DEFAULT_LIMITS, *, root
             path = path[:m.start()]
     if path == "" and root:
         return text
+    if _fx_node_name(path) in _FX_SHADOWING:
+        raise UnsafeNameError(
+            f"{where}: FQN {_show(text)} gives the node torch.fx generates for it the name "
+            f"{_fx_node_name(path)!r}, which shadows the generated forward's 'self' (ep.module() then "
+            f"fails); {_HOSTILE}")
     for seg in path.split("."):
         if not _SEGMENT.match(seg):
             raise UnsafeNameError(
@@ -149,6 +170,12 @@ def check_fqn(name: object, where: str, limits: Limits = DEFAULT_LIMITS, *, root
                 f"nor a decimal index (segments look like 'layers', '0', 'weight'); {_HOSTILE}")
         _check_attr_segment(seg, text, where)
     return text
+
+
+def _fx_node_name(fqn: str) -> str:
+    """The name torch.fx derives from a get_attr target before making it unique (Graph._target_to_str,
+    _Namespace.create_name)."""
+    return _FX_ILLEGAL.sub("_", _FX_CAMEL.sub(r"_\1", fqn).lower())
 
 
 def check_attr_name(name: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str:
@@ -521,6 +548,8 @@ def _fqn_ok(name: object, limits: Limits) -> bool:
         return False
     if name == "":
         return True
+    if len(name) == 4 and _fx_node_name(name) in _FX_SHADOWING:
+        return False
     for seg in name.split("."):
         if (_SEGMENT.match(seg) is None or seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES
                 or seg.startswith("__")):

@@ -46,6 +46,15 @@ class Id:
         return f"Id({self.value})"
 
 
+# Every integer of the schema that torch holds as an int64 (sizes, strides, offsets, arguments,
+# ranges, hints, byte counts, versions) is bounded in the decoder: a bigger one is refused at the
+# boundary, naming its field, for every member and every path that reads one (load, mmap load,
+# emit, show); unbounded, it failed later as an OverflowError inside torch or msgpack. Expression
+# literals (Expr.integer, Rational) are sympy integers, bounded by Limits.max_int_bits where an
+# expression is built, and by int64 where the native emitter compiles one.
+I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
 # JSON has no nan/inf; those travel as strings. -0.0 and all finite floats are plain numbers.
 F64 = float | Literal["nan", "inf", "-inf"]
 
@@ -153,11 +162,11 @@ class ArgumentKind(enum.IntEnum):
 
 class Device(Struct, kw_only=True):
     type: Annotated[str, Id(10)]
-    index: Annotated[Optional[int], Id(20)] = None
+    index: Annotated[Optional[I64], Id(20)] = None
 
 
 class SymExprHint(Union, kw_only=True):
-    as_int: Annotated[Optional[int], Id(10)] = None
+    as_int: Annotated[Optional[I64], Id(10)] = None
     as_bool: Annotated[Optional[bool], Id(20)] = None
     as_float: Annotated[Optional[F64], Id(30)] = None
 
@@ -174,7 +183,7 @@ class ExprConstant(enum.IntEnum):
 
 
 class Rational(Struct, kw_only=True):
-    p: Annotated[int, Id(10)]
+    p: Annotated[int, Id(10)]  # expression literals: bounded by Limits.max_int_bits where built
     q: Annotated[int, Id(20)]
 
 
@@ -185,7 +194,7 @@ class OpaqueUnary(Struct, kw_only=True):
 
 class Expr(Union, kw_only=True):
     symbol: Annotated[Optional[str], Id(10)] = None
-    integer: Annotated[Optional[int], Id(20)] = None
+    integer: Annotated[Optional[int], Id(20)] = None  # bounded by Limits.max_int_bits where built
     floating: Annotated[Optional[F64], Id(30)] = None
     rational: Annotated[Optional[Rational], Id(40)] = None
     constant: Annotated[Optional[ExprConstant], Id(50)] = None
@@ -243,7 +252,7 @@ class SymExpr(Struct, kw_only=True):
 
 class SymInt(Union, kw_only=True):
     as_expr: Annotated[Optional[SymExpr], Id(10)] = None
-    as_int: Annotated[Optional[int], Id(20)] = None
+    as_int: Annotated[Optional[I64], Id(20)] = None
 
 
 class SymFloat(Union, kw_only=True):
@@ -268,7 +277,7 @@ class TensorMeta(Struct, kw_only=True):
 
 class SymIntArgument(Union, kw_only=True):
     as_name: Annotated[Optional[str], Id(10)] = None
-    as_int: Annotated[Optional[int], Id(20)] = None
+    as_int: Annotated[Optional[I64], Id(20)] = None
 
 
 class SymFloatArgument(Union, kw_only=True):
@@ -313,8 +322,8 @@ class Argument(Union, kw_only=True):
     as_none: Annotated[Optional[bool], Id(10)] = None
     as_tensor: Annotated[Optional[TensorArgument], Id(20)] = None
     as_tensors: Annotated[Optional[list[TensorArgument]], Id(30)] = None
-    as_int: Annotated[Optional[int], Id(50)] = None
-    as_ints: Annotated[Optional[list[int]], Id(70)] = None
+    as_int: Annotated[Optional[I64], Id(50)] = None
+    as_ints: Annotated[Optional[list[I64]], Id(70)] = None
     as_float: Annotated[Optional[F64], Id(80)] = None
     as_floats: Annotated[Optional[list[F64]], Id(90)] = None
     as_string: Annotated[Optional[str], Id(100)] = None
@@ -338,7 +347,7 @@ class Argument(Union, kw_only=True):
     as_optional_tensor: Annotated[Optional[OptionalTensorArgument], Id(250)] = None
     as_complex: Annotated[Optional[ComplexValue], Id(260)] = None
     as_nested_tensors: Annotated[Optional[list[list[TensorArgument]]], Id(270)] = None
-    as_int_lists: Annotated[Optional[list[list[int]]], Id(280)] = None
+    as_int_lists: Annotated[Optional[list[list[I64]]], Id(280)] = None
     as_string_to_argument: Annotated[Optional[dict[str, Argument]], Id(290)] = None
     as_float_lists: Annotated[Optional[list[list[F64]]], Id(300)] = None
     as_tuple: Annotated[Optional[list[Argument]], Id(310)] = None
@@ -413,7 +422,7 @@ class UserInputSpec(Struct, kw_only=True):
 
 class ConstantValue(Union, kw_only=True):
     as_none: Annotated[Optional[bool], Id(10)] = None
-    as_int: Annotated[Optional[int], Id(20)] = None
+    as_int: Annotated[Optional[I64], Id(20)] = None
     as_float: Annotated[Optional[F64], Id(30)] = None
     as_string: Annotated[Optional[str], Id(40)] = None
     as_bool: Annotated[Optional[bool], Id(50)] = None
@@ -542,13 +551,13 @@ class GraphModule(Struct, kw_only=True):
 
 
 class SchemaVersion(Struct, kw_only=True):
-    major: Annotated[int, Id(10)]
-    minor: Annotated[int, Id(20)]
+    major: Annotated[I64, Id(10)]
+    minor: Annotated[I64, Id(20)]
 
 
 class RangeConstraint(Struct, kw_only=True):
-    min_val: Annotated[Optional[int], Id(10)] = None
-    max_val: Annotated[Optional[int], Id(20)] = None
+    min_val: Annotated[Optional[I64], Id(10)] = None
+    max_val: Annotated[Optional[I64], Id(20)] = None
     expr: Annotated[Expr, Id(30)]
 
 
@@ -561,14 +570,14 @@ class GuardProperty(enum.IntEnum):
 
 class GuardKey(Union, kw_only=True):
     name: Annotated[Optional[str], Id(10)] = None
-    index: Annotated[Optional[int], Id(20)] = None
+    index: Annotated[Optional[I64], Id(20)] = None
 
 
 class GuardSource(Struct, kw_only=True):
     symbol: Annotated[str, Id(10)]
     path: Annotated[list[GuardKey], Id(20)]
     property: Annotated[GuardProperty, Id(30)]
-    dim: Annotated[Optional[int], Id(40)] = None
+    dim: Annotated[Optional[I64], Id(40)] = None
 
 
 class InputGuards(Struct, kw_only=True):
@@ -578,7 +587,7 @@ class InputGuards(Struct, kw_only=True):
 
 class ExportedProgram(Struct, kw_only=True):
     graph_module: Annotated[GraphModule, Id(10)]
-    opset_version: Annotated[dict[str, int], Id(20)]
+    opset_version: Annotated[dict[str, I64], Id(20)]
     range_constraints: Annotated[list[RangeConstraint], Id(30)]
     schema_version: Annotated[SchemaVersion, Id(60)]
     verifiers: Annotated[list[str], Id(70)]
@@ -591,16 +600,16 @@ class ExportedProgram(Struct, kw_only=True):
 
 class Storage(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
-    nbytes: Annotated[int, Id(20)]
+    nbytes: Annotated[I64, Id(20)]
     device: Annotated[Optional[Device], Id(30)] = None  # added 2.3
 
 
 class StoredTensor(Struct, kw_only=True):
     dtype: Annotated[ScalarType, Id(10)]
-    sizes: Annotated[list[int], Id(20)]
-    strides: Annotated[list[int], Id(30)]
-    storage_offset: Annotated[int, Id(40)]
-    storage: Annotated[int, Id(50)]
+    sizes: Annotated[list[I64], Id(20)]
+    strides: Annotated[list[I64], Id(30)]
+    storage_offset: Annotated[I64, Id(40)]
+    storage: Annotated[I64, Id(50)]
     requires_grad: Annotated[bool, Id(60)]
     subclass: Annotated[Optional[TensorSubclass], Id(70)] = None  # added 2.3
 
@@ -613,7 +622,7 @@ class TensorSubclass(Struct, kw_only=True):
 
 class ContextValue(Union, kw_only=True):
     as_none: Annotated[Optional[bool], Id(10)] = None
-    as_int: Annotated[Optional[int], Id(20)] = None
+    as_int: Annotated[Optional[I64], Id(20)] = None
     as_float: Annotated[Optional[F64], Id(30)] = None
     as_string: Annotated[Optional[str], Id(40)] = None
     as_bool: Annotated[Optional[bool], Id(50)] = None
@@ -621,7 +630,7 @@ class ContextValue(Union, kw_only=True):
     as_tuple: Annotated[Optional[list[ContextValue]], Id(70)] = None
     as_dict: Annotated[Optional[list[ContextItem]], Id(80)] = None
     as_dtype: Annotated[Optional[ScalarType], Id(90)] = None
-    as_size: Annotated[Optional[list[int]], Id(100)] = None
+    as_size: Annotated[Optional[list[I64]], Id(100)] = None
     as_device: Annotated[Optional[Device], Id(110)] = None
 
 
@@ -633,7 +642,7 @@ class ContextItem(Struct, kw_only=True):
 class ExampleLeaf(Union, kw_only=True):
     as_none: Annotated[Optional[bool], Id(10)] = None
     as_tensor: Annotated[Optional[StoredTensor], Id(20)] = None
-    as_int: Annotated[Optional[int], Id(30)] = None
+    as_int: Annotated[Optional[I64], Id(30)] = None
     as_float: Annotated[Optional[F64], Id(40)] = None
     as_bool: Annotated[Optional[bool], Id(50)] = None
     as_string: Annotated[Optional[str], Id(60)] = None
@@ -669,13 +678,13 @@ class DebugInfo(Struct, kw_only=True):
 
 class Member(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
-    size: Annotated[int, Id(20)]
+    size: Annotated[I64, Id(20)]
     xxh3: Annotated[Optional[str], Id(30)] = None  # added 2.4
 
 
 class Manifest(Struct, kw_only=True):
     format: Annotated[str, Id(10)]
-    format_version: Annotated[int, Id(20)]
+    format_version: Annotated[I64, Id(20)]
     schema_version: Annotated[SchemaVersion, Id(30)]
     torch_version: Annotated[str, Id(40)]
     members: Annotated[dict[str, Member], Id(50)]

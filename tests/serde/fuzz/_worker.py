@@ -1,7 +1,9 @@
 """Fuzz worker: loads (and, if that works, runs) one mutated artifact per request, in its own process.
 
 Started by ``fuzzer.Pool`` as ``python _worker.py SCRATCH_DIR MEM_MB``. Reads one JSON request per
-line on stdin, ``{"id", "kind": "pt2s" | "pt2n", "path", "seed_path"}``, and answers with JSON lines:
+line on stdin, ``{"id", "kind": "pt2s" | "pt2n", "path", "seed_path", "how", "must_refuse"}``
+(``how``: "plain", "mmap" or "emit" for a .pt2s, "python" or "cpp" for a .pt2n; ``must_refuse``: a
+changed .pt2n file, whose load is the outcome "undetected"), and answers with JSON lines:
 ``{"phase": "run"}`` once the load succeeded (so the parent can tell a hang at load from one at run
 time), then ``{"id", "outcome", "detail"}``. The working directory is SCRATCH_DIR, where the canary
 strings the mutator plants would create their file if a loader ever executed them.
@@ -80,8 +82,78 @@ def _classify_run(e: BaseException, serde_error: type) -> str:
     return "run_inconsistent"
 
 
+# ---------------------------------------------------------------- the test of the fuzzer
+# Each entry switches one fix off in this worker process (PT2SERDE_FUZZ_REVERT names it), so that
+# test_fuzz.py can show the fuzzer finds what the fix prevents. Nothing in src/ knows of this.
+
+
+def _revert_fx_names() -> None:
+    from serde.core import names
+
+    names._FX_SHADOWING = frozenset()
+    names.RESERVED_LOCALS = names.RESERVED_LOCALS - {"getattr"}
+
+
+def _revert_debug_decoder() -> None:
+    from serde.bridge import metadata
+
+    def stdlib_json(text: str):
+        from torch.fx.traceback import NodeSource
+
+        try:
+            return [NodeSource._from_dict(d) for d in json.loads(text)]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    metadata._deserialize_from_node = stdlib_json
+
+
+def _revert_int64() -> None:
+    # before any decoder is built: msgspec resolves the schema's annotations on first use
+    import native.emit
+    import native.program
+    from serde.core import schema
+
+    schema.I64 = int
+    native.program.I64 = int
+    native.emit.validate_weights = lambda *a, **k: None
+
+
+def _revert_arity() -> None:
+    from serde.core import symbolic
+
+    symbolic.ARITY = dict.fromkeys(symbolic.ARITY, (0, None))
+
+
+def _revert_sort() -> None:
+    from serde.core import symbolic
+
+    symbolic.check_sort = lambda *a, **k: None
+
+
+def _revert_hop_operands() -> None:
+    from serde.bridge import consistency
+
+    for name in ("cond", "scan", "map_impl"):
+        consistency._HOPS[name] = lambda *a: None
+
+
+def _revert_padding() -> None:
+    from native import verify
+
+    verify._Validator.padding = lambda self: None
+
+
+REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder, "int64": _revert_int64,
+           "arity": _revert_arity, "sort": _revert_sort, "hop_operands": _revert_hop_operands,
+           "padding": _revert_padding}
+
+
 def main() -> None:
     scratch, mem_mb = sys.argv[1], int(sys.argv[2])
+    revert = os.environ.get("PT2SERDE_FUZZ_REVERT")
+    if revert:
+        REVERTS[revert]()
     os.chdir(scratch)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     import torch  # imported before the memory limit: its own mappings are large
@@ -107,11 +179,17 @@ def main() -> None:
         # A mutated program may write to its inputs: every case gets fresh copies.
         args, kwargs = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, inputs[seed])
         outcome, detail = "ok", ""
+        how = req.get("how", "plain")
+        native_run = req["kind"] == "pt2n" or how == "emit"
         try:
-            if req["kind"] == "pt2s":
-                with open(req["path"], "rb") as f:
-                    data = f.read()
-                loaded = serde.load(data)
+            if req["kind"] == "pt2s" and how == "emit":
+                loaded = native.load(native.emit_artifact(req["path"]).encode())
+            elif req["kind"] == "pt2s":
+                if how == "mmap":
+                    loaded = serde.load(req["path"], mmap=True, extra_files={})
+                else:
+                    with open(req["path"], "rb") as f:
+                        loaded = serde.load(f.read(), extra_files={})
                 # What a default load lets through, propagate=True may still refuse: its own outcome,
                 # so that run_inconsistent counts what neither refuses.
                 try:
@@ -120,7 +198,9 @@ def main() -> None:
                     outcome, detail = "rejected_propagate", _describe(e)
             else:
                 with open(req["path"], "rb") as f:
-                    loaded = native.load(f.read())
+                    loaded = native.load(f.read(), engine=how)
+                if req.get("must_refuse"):
+                    outcome, detail = "undetected", "a changed .pt2n file loaded (every byte is checksummed or zero)"
         except BaseException as e:  # noqa: BLE001 -- the point is to see every exception
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -129,10 +209,10 @@ def main() -> None:
             out.write('{"phase": "run"}\n')
             out.flush()
             try:
-                if req["kind"] == "pt2s":
-                    loaded.module()(*args, **kwargs)
-                else:
+                if native_run:
                     loaded.run(*args, **kwargs)
+                else:
+                    loaded.module()(*args, **kwargs)
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, KeyboardInterrupt):
                     raise

@@ -2,19 +2,32 @@
 
 Seeds are the frozen fixtures of 2.2 and of the current schema version (real exported programs with
 example inputs; the current ones also carry what later versions added: input guards, named results,
-xxh3 digests), and the fuzzer's own seeds in ``seeds/`` (``make_seeds.py``: custom objects, which no
-fixture holds). Each case is made
-by one strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
+xxh3 digests), and the fuzzer's own seeds in ``seeds/`` (``make_seeds.py``: generators, and a
+program with ``debug.json`` and extra files, which no fixture holds). Each case is made by one
+strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
 
 * ``program`` / ``weights`` / ``manifest``: structure-aware edits of the decoded JSON (ints to
-  huge, negative or 2**64; hostile, unicode, invalid UTF-8 and canary strings; list items dropped,
-  duplicated or swapped; union members swapped; argument lists shortened; deep nesting; wrong types;
-  names swapped; targets swapped). The archive is then re-written with ``serde.archive.write_archive``
-  (the manifest by the attack kit's raw zip writer), so checksums and sizes match and the checks
-  behind them are reached.
+  huge, negative, 2**64 and at and past every bound; hostile, unicode, invalid UTF-8 and canary
+  strings; names of the generated code's namespace (``self``, ``getattr``, module attributes);
+  list items dropped, duplicated or swapped; union members swapped; argument lists shortened; deep
+  nesting; wrong types; names swapped; targets swapped; expressions of the wrong arity (an ``ite``
+  with two operands) and of the wrong sort (a boolean at a size); higher-order ops' operands
+  swapped for tensors of another meta). The archive is then re-written with
+  ``serde.archive.write_archive`` (the manifest by the attack kit's raw zip writer), so checksums
+  and sizes match and the checks behind them are reached.
+* ``debug``: debug.json's provenance, stack traces and module types swapped for hostile values, or
+  the edits above. ``extra``: an extra file's bytes. ``rename``: one name (a parameter's FQN half
+  the time) renamed everywhere, in every JSON member, to a name of the generated code's namespace.
 * ``member_bytes``: blind byte edits of a JSON member, checksums recomputed.
-* ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file.
+* ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file;
+  ``pt2n_flip``: one blind bit flip anywhere in a ``.pt2n`` file.
 * ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header.
+
+A ``.pt2s`` case is read one of three ways (``Case.path``): loaded from bytes, loaded with
+``mmap=True`` from its path (both with ``extra_files={}``, which decodes the extra files), or
+emitted (``native.emit_artifact``) and its program loaded and run natively; a ``.pt2n`` case is
+loaded by the Python or (when built) the C++ loader. Every mutation is labelled
+``member:field:kind``; :meth:`Report.coverage_table` counts the cases per kind, member and field.
 
 Workers (``_worker.py``) run under a time limit and an address-space limit. Outcomes:
 
@@ -38,11 +51,12 @@ crash_*              the worker died by a signal                                
 hang_load            no answer within the time limit while loading                      bug
 hang_run             no answer within the time limit while running                      reported
 canary               a file appeared in the worker's directory: code was executed       bug
+undetected           a changed .pt2n file loaded (every byte is checksummed or zero)    bug
 ===================  =================================================================  =======
 
 Command line (from the repository root)::
 
-    PYTHONPATH=src:. python tests/serde/fuzz/fuzzer.py --cases 20000 --jobs 2 --seed 0
+    PYTHONPATH=src:. python tests/serde/fuzz/fuzzer.py --cases 50000 --jobs 2 --seed 0
     PYTHONPATH=src:. python tests/serde/fuzz/fuzzer.py --seed 0 --case 1234 --write case.pt2s
 """
 
@@ -74,7 +88,7 @@ if str(ROOT) not in sys.path:  # run as a script: the tests package (for the att
     sys.path.insert(0, str(ROOT))
 
 from serde import archive  # noqa: E402
-from serde.core import schema  # noqa: E402
+from serde.core import exprs, schema, symbolic  # noqa: E402
 from serde.core.version import SCHEMA_VERSION  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 from tests.serde.attacks._attack_kit import raw_zip  # noqa: E402
@@ -84,7 +98,8 @@ SEED_DIRS = (ROOT / "fixtures" / "v2.2", ROOT / "fixtures" / "v{}.{}".format(*SC
 
 # Asserted to be zero. run_inconsistent is reported, not asserted: a program the loader's
 # consistency checks let through that torch then fails to run; the campaign report lists each kind.
-BUGS = ("foreign", "foreign_run", "crash_load", "crash_run", "hang_load", "canary")
+BUGS = ("foreign", "foreign_run", "crash_load", "crash_run", "hang_load", "canary", "undetected")
+REVERT_ENV = "PT2SERDE_FUZZ_REVERT"
 REPORTED = ("run_inconsistent", "hang_run", "oom", "run_oom")
 CANARY = "CANARY"
 _BAD_UTF8 = "\u2603BADUTF8\u2603"
@@ -137,6 +152,33 @@ TARGETS = (
     "torch._functorch.predispatch._add_batch_dim", "builtins.eval", "os.system",
 )
 ARGUMENT_MEMBERS = tuple(schema.Argument.__struct_fields__)
+# Names that clash with what torch.fx generates: the forward's `self` (and FQNs fx names `self`),
+# its custom builtins, the builtin its code writes raw, attributes and methods of the modules
+# ep.module() and unflatten build, and builtins its namespace renames around.
+FX_NAMES = ("self", "Self", "SELF", "getattr", "torch", "fx_pytree", "pytree", "device", "inf", "nan",
+            "NoneType", "forward", "training", "_modules", "graph", "code", "_in_spec", "_out_spec",
+            "_guards_fn", "__class__", "len", "print", "max", "input", "operator", "math", "builtins")
+# Integers at and past every bound the format has: int64, uint64, int32 and zero.
+BOUND_INTS = (2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**30, -(10**30), 2**31 - 1, 2**31,
+              2**32, -1, 0)
+# What a hostile debug.json may hold where torch writes its provenance (JSON text).
+HOSTILE_PROVENANCE = ("[" * 100_000 + "]" * 100_000, "[[1, 2]]", '[{"name": 1}]', "x", "null", "{}",
+                      '[{"graph_id": 100000000000000000000000}]', '[{"from_node": "x"}]',
+                      '[{"from_node": [[]]}]')
+# Expressions of each sort, to plant where the other sort is expected.
+_S0 = {"symbol": "s0"}
+BOOL_EXPRS = ({"constant": 1}, {"constant": 2}, {"gt": [_S0, {"integer": 1}]},
+              {"eq": [{"integer": 2}, {"integer": 2}]}, {"logical_not": [{"constant": 2}]})
+NUM_EXPRS = (_S0, {"integer": 3}, {"integer": 0}, {"add": [_S0, {"integer": 1}]})
+_EXPR_MEMBERS = frozenset(schema.Expr.__struct_fields__)
+_BOOL_OPERANDS = frozenset({"logical_and", "logical_or", "logical_not"})
+_FUNCTION_MEMBERS = tuple(sorted(set(exprs.FUNCTION_MEMBERS.values())))
+_MEMBER_OP = {m: op for op, m in exprs.FUNCTION_MEMBERS.items()}
+
+
+def _arity_fits(member: str, n: int) -> bool:
+    lo, hi = symbolic.ARITY[_MEMBER_OP[member]]
+    return lo <= n and (hi is None or n <= hi)
 
 
 # ---------------------------------------------------------------- seeds
@@ -192,6 +234,21 @@ def _slots(doc: Any) -> list[tuple[Any, Any]]:
     return out
 
 
+def _named_slots(doc: Any) -> list[tuple[Any, Any, str]]:
+    """``_slots`` with each slot's field name (a list item is named after its list, ``sizes[]``)."""
+    out: list[tuple[Any, Any, str]] = []
+    stack: list[tuple[Any, str]] = [(doc, "$")]
+    while stack:
+        c, name = stack.pop()
+        items = c.items() if isinstance(c, dict) else enumerate(c)
+        for k, v in items:
+            field_name = k if isinstance(k, str) else f"{name}[]"
+            out.append((c, k, field_name))
+            if isinstance(v, (dict, list)):
+                stack.append((v, field_name))
+    return out
+
+
 def _strings(doc: Any) -> list[str]:
     return [c[k] for c, k in _slots(doc) if isinstance(c[k], str)] or ["x"]
 
@@ -216,29 +273,37 @@ def _deep_treespec(depth: int) -> msgspec.Raw:
     return msgspec.Raw(b'{"type":"tuple","children":[' * depth + b'{"type":"*"}' + b"]}" * depth)
 
 
-def _mutate_value(v: Any, rng: random.Random, doc: Any) -> Any:
+def _mutate_value(v: Any, rng: random.Random, doc: Any) -> tuple[Any, str]:
+    """(the mutated value, the kind of mutation)."""
     if isinstance(v, bool):
-        return rng.choice((not v, 0, 2, None, "true"))
+        return rng.choice((not v, 0, 2, None, "true")), "bool:wrong"
     if isinstance(v, int):
-        return rng.choice((rng.choice(HOSTILE_INTS), v + rng.choice((-1, 1)), -v, v * 1000, float(v), str(v)))
+        r = rng.random()
+        if r < 0.35:
+            return rng.choice(BOUND_INTS), "int:bound"
+        if r < 0.55:
+            return rng.choice(HOSTILE_INTS), "int:hostile"
+        return rng.choice((v + rng.choice((-1, 1)), -v, v * 1000, float(v), str(v))), "int:nearby_or_type"
     if isinstance(v, float):
-        return rng.choice((0.0, -v, 1e308, v * 1e10, int(v) if v == v and abs(v) < 1e18 else 0, "nan"))
+        return rng.choice((0.0, -v, 1e308, v * 1e10, int(v) if v == v and abs(v) < 1e18 else 0, "nan")), "float:wrong"
     if isinstance(v, str):
         r = rng.random()
-        if r < 0.45:
-            return rng.choice(HOSTILE_STRINGS)
+        if r < 0.35:
+            return rng.choice(HOSTILE_STRINGS), "str:hostile"
+        if r < 0.5:
+            return rng.choice(FX_NAMES), "str:fx_name"
         if r < 0.8:
-            return rng.choice(_strings(doc))  # swap names
+            return rng.choice(_strings(doc)), "str:swap_name"
         if r < 0.9:
-            return v + rng.choice(("_1", "'", '"', "\\", "\n", ".default", "$"))
-        return rng.choice(TARGETS)
+            return v + rng.choice(("_1", "'", '"', "\\", "\n", ".default", "$")), "str:suffix"
+        return rng.choice(TARGETS), "str:target"
     if isinstance(v, list):
-        return _mutate_list(v, rng, doc)
+        return _mutate_list(v, rng, doc), "list:edit"
     if isinstance(v, dict):
-        return _mutate_dict(v, rng, doc)
+        return _mutate_dict(v, rng, doc), "dict:edit"
     if v is None:
-        return rng.choice((0, "", [], {}))
-    return v
+        return rng.choice((0, "", [], {})), "null:wrong"
+    return v, "other:kept"
 
 
 def _mutate_list(v: list, rng: random.Random, doc: Any) -> Any:
@@ -286,18 +351,21 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
     return v
 
 
-def _targeted(doc: Any, rng: random.Random) -> bool:
+TARGETED_OPS = 17
+
+
+def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) -> str | None:
     """Edits aimed at the consistency of a program; False when this document has no place for it."""
     nodes = _nodes(doc)
-    op = rng.randrange(12)
+    op = rng.choice(ops) if ops else rng.randrange(TARGETED_OPS)
     if op == 0 and nodes:  # shorten an argument list
         n = rng.choice(nodes)
         if n["inputs"]:
             del n["inputs"][rng.randrange(len(n["inputs"])):]
-            return True
+            return "inputs:shorten"
     elif op == 1 and nodes:  # swap the target
         rng.choice(nodes)["target"] = rng.choice(TARGETS + tuple(n["target"] for n in nodes))
-        return True
+        return "target:swap"
     elif op == 2 and nodes:  # keyword <-> positional, or a renamed keyword
         n = rng.choice(nodes)
         if n["inputs"]:
@@ -306,7 +374,7 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
                 na["kind"] = {1: 2, 2: 1}.get(na.get("kind"), 1)
             else:
                 na["name"] = rng.choice(("self", "other", "input", "dim", "", "bogus", "alpha"))
-            return True
+            return "inputs:kind_or_keyword"
     elif op == 3 and nodes:  # drop or duplicate an output of a node
         n = rng.choice(nodes)
         outs = n["outputs"]
@@ -315,7 +383,7 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
                 del outs[rng.randrange(len(outs))]
             else:
                 outs.append(copy.deepcopy(outs[-1]))
-            return True
+            return "outputs:drop_or_dup"
     elif op == 4:  # graph outputs vs signature
         graphs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "outputs" in c[k] and "nodes" in c[k]]
         sigs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "output_specs" in c[k]]
@@ -329,7 +397,7 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
                     del v[rng.randrange(len(v))]
                 else:
                     v.append(copy.deepcopy(rng.choice(v)))
-                return True
+                return "specs:io_count"
     elif op == 5:  # treespecs
         specs = [c for c, k in _slots(doc) if isinstance(c, dict) and k == "type" and "children" in c]
         if specs:
@@ -344,13 +412,13 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
             else:
                 s["context"] = rng.choice((_deep_json_text(rng), "[1,2]", '{"factory":"eval","keys":[]}', "nan",
                                            '{"name":"os.system","fields":["__class__"]}'))
-            return True
+            return "treespec:edit"
     elif op == 6:  # deep custom metadata
         metas = [c[k] for c, k in _slots(doc) if k == "metadata" and isinstance(c[k], dict)]
         holders = metas + [c[k] for c, k in _slots(doc) if k == "graph_module"]
         if holders:
             rng.choice(holders)["custom"] = _deep_json_text(rng)
-            return True
+            return "custom:deep"
     elif op == 7 and nodes:  # union member swap inside a node's inputs
         n = rng.choice(nodes)
         if n["inputs"]:
@@ -359,7 +427,7 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
             if isinstance(arg, dict) and len(arg) == 1:
                 (k, val), = arg.items()
                 na["arg"] = {rng.choice(ARGUMENT_MEMBERS): val}
-                return True
+                return "arg:member_swap"
     elif op == 8:  # sizes and strides
         metas = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "sizes" in c[k] and "strides" in c[k]]
         if metas:
@@ -371,19 +439,19 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
                 m[fld][rng.randrange(len(m[fld]))] = {"as_int": rng.choice(HOSTILE_INTS)}
             else:
                 m[fld] = m[fld] + [{"as_int": rng.choice((1, 2, 2**40))}]
-            return True
+            return "sizes_strides:hostile_int"
     elif op == 9:  # range constraints
         rcs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "min_val" in c[k]]
         if rcs:
             rc = rng.choice(rcs)
             rc[rng.choice(("min_val", "max_val"))] = rng.choice(HOSTILE_INTS + (None,))
-            return True
+            return "range_constraints:hostile_int"
     elif op == 10:  # the canary in a name
         slots = [(c, k) for c, k in _slots(doc) if isinstance(c[k], str) and k in ("name", "target", "as_name")]
         if slots:
             c, k = rng.choice(slots)
             c[k] = rng.choice(HOSTILE_STRINGS[:8])
-            return True
+            return "name:canary"
     elif op == 11:  # the canary in a string constant input or a dict key, everywhere it occurs
         strings = [c[k] for c, k in _slots(doc) if k == "as_string" and isinstance(c[k], str)]
         keyed = [c for c, k in _slots(doc) if k == "context" and isinstance(c.get("context"), str)
@@ -393,42 +461,109 @@ def _targeted(doc: Any, rng: random.Random) -> bool:
             for c, k in _slots(doc):
                 if k == "as_string" and c[k] == old:
                     c[k] = new
-            return True
+            return "as_string:quote_breaker"
         if keyed:
             spec = rng.choice(keyed)
             try:
                 keys = json.loads(spec["context"])
             except (ValueError, RecursionError):  # an earlier blind edit of this case
-                return False
+                return None
             if isinstance(keys, list) and keys:
                 old_context, new_key = spec["context"], rng.choice(QUOTE_BREAKERS)
                 keys[rng.randrange(len(keys))] = new_key
                 for c, k in _slots(doc):
                     if k == "context" and c[k] == old_context:
                         c[k] = json.dumps(keys)
-                return True
-    return False
+                return "context:quote_breaker"
+    elif op == 12:  # a name against the generated code's namespace, at a name field
+        slots = [(c, k) for c, k in _slots(doc) if isinstance(c[k], str) and k in _NAME_FIELDS]
+        if slots:
+            c, k = rng.choice(slots)
+            c[k] = rng.choice(FX_NAMES)
+            return f"{k}:fx_name"
+    elif op == 13:  # an integer at or past a bound, at an integer field
+        slots = [(c, k) for c, k in _slots(doc) if type(c[k]) is int and isinstance(k, str)]
+        slots += [(c, k) for c, k in _slots(doc) if type(c[k]) is int and isinstance(k, int)]
+        if slots:
+            c, k = rng.choice(slots)
+            c[k] = rng.choice(BOUND_INTS)
+            return f"{k if isinstance(k, str) else '[]'}:int_bound"
+    elif op == 14:  # an expression of the wrong arity: an operand dropped or added, or another op
+        exprs = [c for c, k in _slots(doc) if k in _EXPR_MEMBERS and isinstance(c[k], list) and len(c) == 1]
+        if exprs:
+            e = rng.choice(exprs)
+            (member, operands), = e.items()
+            wrong = [m for m in _FUNCTION_MEMBERS if not _arity_fits(m, len(operands))]
+            if wrong and rng.random() < 0.7:  # the operands under an op of another arity (an ite with two)
+                del e[member]
+                e[rng.choice(wrong)] = operands
+            elif operands and rng.random() < 0.6:
+                del operands[rng.randrange(len(operands))]
+            else:
+                operands.append(copy.deepcopy(operands[0]) if operands else {"integer": 1})
+            return "expr:wrong_arity"
+    elif op == 15:  # an expression of the wrong sort: a boolean where a number is expected, or back
+        # (holder, key, whether a boolean belongs there): whole expressions, then the operands of each op
+        places = [(c, k, False) for c, k in _slots(doc) if k == "expr" and isinstance(c[k], dict)]
+        for c, k in _slots(doc):
+            if k in _EXPR_MEMBERS and isinstance(c[k], list) and len(c) == 1:
+                places += [(c[k], i, k in _BOOL_OPERANDS or (k in ("ite", "where") and i == 0))
+                           for i in range(len(c[k]))]
+        if places:
+            c, k, wants_bool = rng.choice(places)
+            c[k] = copy.deepcopy(rng.choice(NUM_EXPRS if wants_bool else BOOL_EXPRS))
+            return "expr:wrong_sort"
+    elif op == 16 and nodes:  # a higher-order op's operand swapped for a tensor of another meta
+        hops = [n for n in nodes if isinstance(n.get("target"), str) and ".higher_order." in n["target"]]
+        graphs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "tensor_values" in c[k]]
+        names = sorted({name for g in graphs for name in g["tensor_values"]})
+        if hops and names:
+            refs = [(c, k) for c, k in _slots(rng.choice(hops)["inputs"]) if k == "name" and isinstance(c, dict)
+                    and len(c) == 1]
+            if refs:
+                c, k = rng.choice(refs)
+                c[k] = rng.choice(names)
+                return "hop_operand:wrong_meta"
+
+    return None
 
 
-def _try_targeted(doc: Any, rng: random.Random) -> bool:
-    """``_targeted``, or False where an earlier edit of the same case (a blind one may set any
+_STATE_FIELDS = frozenset({"parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name"})
+_NAME_FIELDS = frozenset({"name", "as_name", "parameter_name", "buffer_name", "tensor_constant_name",
+                          "custom_obj_name", "user_input_name", "fqn", "path", "key"})
+
+
+def _try_targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) -> str | None:
+    """``_targeted``, or None where an earlier edit of the same case (a blind one may set any
     field to null, a number or a string) left no longer the shape that edit expects."""
     try:
-        return _targeted(doc, rng)
+        return _targeted(doc, rng, ops)
     except (TypeError, AttributeError, KeyError, IndexError):
-        return False
+        return None
 
 
-def mutate_json(doc: Any, rng: random.Random, targeted: bool) -> Any:
+def mutate_json(doc: Any, rng: random.Random, targeted: bool, log: list[str] | None = None,
+                ops: tuple[int, ...] | None = None) -> Any:
+    """A mutated copy of ``doc``; each edit's "field:kind" label is appended to ``log``. ``ops``
+    limits the targeted edits to those (``_targeted``'s numbers), to focus a campaign."""
     doc = copy.deepcopy(doc)
+    log = [] if log is None else log
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
-        if targeted and rng.random() < 0.6 and _try_targeted(doc, rng):
-            continue
-        slots = _slots(doc)
+        if targeted and rng.random() < 0.6:
+            label = _try_targeted(doc, rng, ops)
+            if label is not None:
+                log.append(label)
+                continue
+        slots = _named_slots(doc)
         if not slots:
+            log.append("$:deep")
             return _deep(rng)
-        c, k = rng.choice(slots)
-        c[k] = _deep(rng) if rng.random() < 0.02 else _mutate_value(c[k], rng, doc)
+        c, k, name = rng.choice(slots)
+        if rng.random() < 0.02:
+            c[k], kind = _deep(rng), "deep"
+        else:
+            c[k], kind = _mutate_value(c[k], rng, doc)
+        log.append(f"{name}:{kind.replace(':', '.')}")
     return doc
 
 
@@ -478,10 +613,18 @@ class Case:
     seed: Seed
     kind: str          # "pt2s" or "pt2n"
     data: bytes
+    # how the worker reads it: "plain" (bytes), "mmap" (a mapped path) or "emit" (the native
+    # emitter, then its program runs natively) for a .pt2s; "python" or "cpp" (the loader) for a .pt2n
+    path: str = "plain"
+    # the mutations made, "member:field:kind" each (Report.coverage counts them)
+    kinds: tuple[str, ...] = ()
+    # a changed .pt2n file: every byte is checksummed or must be zero, so loading it is a bug
+    must_refuse: bool = False
 
 
-STRATEGIES = (("program", 50), ("weights", 8), ("manifest", 4), ("member_bytes", 10), ("pt2s_bytes", 8),
-              ("pt2n_bytes", 12), ("pt2n_header", 10))
+STRATEGIES = (("program", 44), ("weights", 8), ("manifest", 4), ("member_bytes", 8), ("pt2s_bytes", 6),
+              ("debug", 6), ("extra", 3), ("rename", 6), ("pt2n_bytes", 6), ("pt2n_flip", 6), ("pt2n_header", 8))
+PT2S_PATHS = (("plain", 2), ("mmap", 1), ("emit", 1))
 
 
 def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
@@ -490,48 +633,153 @@ def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _mutate_native_header(data: bytes, rng: random.Random) -> bytes:
+def _mutate_native_header(data: bytes, rng: random.Random, log: list[str]) -> bytes:
     """Structure-aware edit of a .pt2n file's msgpack header, re-packed with the native container writer."""
     from native import container
     from native.program import FORMAT_VERSION, MAGIC
 
     _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
-    doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False)
+    doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False, log=log)
     try:
         encoded = msgspec.msgpack.encode(doc)
     except (TypeError, OverflowError):  # an int beyond msgpack's 64 bits: a blind edit instead
         encoded = mutate_bytes(bytes(header), rng)
+        log.append("$:bytes")
     marker = _BAD_UTF8.encode()
     if marker in encoded:  # same length as msgpack's length prefix says: keep the prefix intact
         encoded = encoded.replace(marker, b"\xff" * len(marker))
     return container.pack(MAGIC, FORMAT_VERSION, encoded, bytes(segment))
 
 
-def make_case(seeds: list[Seed], run_seed: int, i: int) -> Case:
+def _mutate_debug(doc: Any, rng: random.Random, log: list[str]) -> Any:
+    """debug.json: torch's provenance text swapped for hostile text, or the structure-aware edits."""
+    entries = [v for v in doc.get("nodes", {}).values() if isinstance(v, dict)] if isinstance(doc, dict) else []
+    if entries and rng.random() < 0.5:
+        doc = copy.deepcopy(doc)
+        entries = list(doc["nodes"].values())
+        field_name = rng.choice(("from_node", "from_node", "stack_trace", "module_types"))
+        entry = rng.choice(entries)
+        if field_name == "from_node":
+            entry[field_name] = rng.choice(HOSTILE_PROVENANCE)
+        elif field_name == "stack_trace":
+            entry[field_name] = rng.choice(("a\rb", "x" * 5_000_000, "\x00", None, 7))
+        else:
+            entry[field_name] = rng.choice(({"L__self__": "a\rb"}, [], {"k": 1}, {"x" * 300: "t"}))
+        log.append(f"{field_name}:hostile")
+        return doc
+    return mutate_json(doc, rng, targeted=False, log=log)
+
+
+def _rename_everywhere(members: dict[str, bytes], rng: random.Random, log: list[str]) -> dict[str, bytes]:
+    """A name of the program (a parameter, buffer, input or node) renamed to a name that clashes
+    with the generated code, consistently in every JSON member (dict keys included), so that the
+    name checks are what stands between the file and torch.fx."""
+    program = msgspec.json.decode(members[archive.PROGRAM])
+    names = sorted({c[k] for c, k in _slots(program) if k in _NAME_FIELDS and isinstance(c[k], str) and c[k]})
+    state = sorted({c[k] for c, k in _slots(program) if k in _STATE_FIELDS and isinstance(c[k], str) and c[k]})
+    if not names:
+        return members
+    # Half the time a parameter's, buffer's or constant's FQN, which fx turns into a node name and
+    # an attribute; half the time a name that shadows what fx's code uses (self, getattr).
+    old = rng.choice(state if state and rng.random() < 0.5 else names)
+    new = rng.choice(FX_NAMES[:4] if rng.random() < 0.5 else FX_NAMES + HOSTILE_STRINGS[:3])
+    field_name = next(k for c, k in _slots(program) if isinstance(c[k], str) and c[k] == old)
+    log.append(f"{field_name}:rename_to_{'fx_name' if new in FX_NAMES else 'hostile'}")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {(new if k == old else k): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return new if v == old else v
+
+    out = dict(members)
+    for name in (archive.PROGRAM, archive.WEIGHTS, archive.DEBUG):
+        if name in out:
+            out[name] = msgspec.json.encode(walk(msgspec.json.decode(out[name])))
+    return out
+
+
+def _flip(data: bytes, rng: random.Random) -> bytes:
+    """One blind bit flip anywhere in the file."""
+    b = bytearray(data)
+    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    return bytes(b)
+
+
+def _extra_names(seed: Seed) -> list[str]:
+    return sorted(n for n in seed.members if n.startswith(archive.EXTRA_PREFIX))
+
+
+def make_case(seeds: list[Seed], run_seed: int, i: int, *, strategies: tuple[tuple[str, int], ...] = STRATEGIES,
+              cpp: bool = False, paths: tuple[tuple[str, int], ...] = PT2S_PATHS,
+              ops: tuple[int, ...] | None = None) -> Case:
+    """Case ``i`` of run ``run_seed``; ``strategies`` weighs the strategies and ``paths`` the ways a
+    .pt2s is read (a subset of either focuses a campaign, as ``ops`` does the targeted edits),
+    ``cpp`` lets .pt2n cases use the C++ loader as well."""
     rng = random.Random(f"{run_seed}:{i}")
-    names, weights = zip(*STRATEGIES, strict=True)
+    names, weights = zip(*strategies, strict=True)
     strategy = rng.choices(names, weights)[0]
-    native_seeds = [s for s in seeds if s.native is not None]
-    seed = rng.choice(native_seeds if strategy.startswith("pt2n") else seeds)
-    if strategy == "pt2n_bytes":
-        return Case(i, strategy, seed, "pt2n", mutate_bytes(seed.native, rng))
-    if strategy == "pt2n_header":
-        return Case(i, strategy, seed, "pt2n", _mutate_native_header(seed.native, rng))
+    pool = {"debug": [s for s in seeds if archive.DEBUG in s.members],
+            "extra": [s for s in seeds if _extra_names(s)]}.get(strategy, seeds)
+    if strategy.startswith("pt2n"):
+        pool = [s for s in seeds if s.native is not None]
+    seed = rng.choice(pool or seeds)
+    log: list[str] = []
+    if strategy.startswith("pt2n"):
+        engine = rng.choice(("python", "cpp")) if cpp else "python"
+        if strategy == "pt2n_bytes":
+            data = mutate_bytes(seed.native, rng)
+            log.append("pt2n:$:bytes")
+        elif strategy == "pt2n_flip":
+            data = _flip(seed.native, rng)
+            log.append("pt2n:$:flip")
+        else:
+            data = _mutate_native_header(seed.native, rng, log)
+            log[:] = [f"pt2n.header:{k}" for k in log]
+        return Case(i, strategy, seed, "pt2n", data, engine, tuple(log),
+                    must_refuse=strategy != "pt2n_header" and data != seed.native)
+    path_names, path_weights = zip(*paths, strict=True)
+    path = rng.choices(path_names, path_weights)[0]
     if strategy == "pt2s_bytes":
-        return Case(i, strategy, seed, "pt2s", mutate_bytes(_archive(seed, seed.members), rng))
+        return Case(i, strategy, seed, "pt2s", mutate_bytes(_archive(seed, seed.members), rng), path,
+                    ("pt2s:$:bytes",))
     members = dict(seed.members)
+    member = None
     if strategy == "program":
-        members[archive.PROGRAM] = encode_json(mutate_json(seed.program, rng, targeted=True), rng)
+        member = archive.PROGRAM
+        members[member] = encode_json(mutate_json(seed.program, rng, targeted=True, log=log, ops=ops), rng)
     elif strategy == "weights":
-        members[archive.WEIGHTS] = encode_json(mutate_json(seed.weights, rng, targeted=False), rng)
+        member = archive.WEIGHTS
+        members[member] = encode_json(mutate_json(seed.weights, rng, targeted=True, log=log, ops=ops), rng)
+    elif strategy == "debug":
+        member = archive.DEBUG
+        doc = msgspec.json.decode(members[member]) if member in members else {"nodes": {}}
+        members[member] = encode_json(_mutate_debug(doc, rng, log), rng)
+    elif strategy == "extra":
+        names = _extra_names(seed) or [archive.EXTRA_PREFIX + "notes.txt"]
+        member = rng.choice(names)
+        if rng.random() < 0.5 and member in members:
+            members[member] = mutate_bytes(members[member], rng)
+            log.append("$:bytes")
+        else:
+            members[member] = rng.choice(_BAD_UTF8_BYTES + (b"", b"\x00" * 64, "\u2603".encode() * 1000))
+            log.append("$:hostile_text")
+    elif strategy == "rename":
+        members = _rename_everywhere(members, rng, log)
+        log[:] = [f"all:{k}" for k in log]
     elif strategy == "member_bytes":
-        name = rng.choice((archive.PROGRAM, archive.PROGRAM, archive.WEIGHTS))
-        members[name] = mutate_bytes(members[name], rng)
+        member = rng.choice((archive.PROGRAM, archive.PROGRAM, archive.WEIGHTS)
+                            + ((archive.DEBUG,) if archive.DEBUG in members else ()))
+        members[member] = mutate_bytes(members[member], rng)
+        log.append("$:bytes")
     elif strategy == "manifest":
-        manifest = encode_json(mutate_json(seed.manifest, rng, targeted=False), rng)
+        manifest = encode_json(mutate_json(seed.manifest, rng, targeted=False, log=log), rng)
         files = sorted([*members.items(), (archive.MANIFEST, manifest)])
-        return Case(i, strategy, seed, "pt2s", raw_zip(files))
-    return Case(i, strategy, seed, "pt2s", _archive(seed, members))
+        return Case(i, strategy, seed, "pt2s", raw_zip(files), path, tuple(f"{archive.MANIFEST}:{k}" for k in log))
+    if member is not None:
+        log[:] = [f"{member}:{k}" for k in log]
+    return Case(i, strategy, seed, "pt2s", _archive(seed, members), path, tuple(log))
 
 
 # ---------------------------------------------------------------- worker pool
@@ -544,6 +792,8 @@ class Result:
     seed: str
     outcome: str
     detail: str = ""
+    path: str = ""
+    kinds: tuple[str, ...] = ()
 
     @property
     def category(self) -> str:
@@ -551,11 +801,14 @@ class Result:
 
 
 class _Worker:
-    def __init__(self, index: int, scratch: Path, mem_mb: int) -> None:
+    def __init__(self, index: int, scratch: Path, mem_mb: int, revert: str | None = None) -> None:
         self.dir = scratch / f"w{index}"
         self.dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
                    PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+        env.pop(REVERT_ENV, None)
+        if revert is not None:  # the test of the fuzzer: one fix switched off in the worker (_worker.REVERTS)
+            env[REVERT_ENV] = revert
         self.proc = subprocess.Popen([sys.executable, "-u", str(HERE / "_worker.py"), str(self.dir), str(mem_mb)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=self.dir, env=env)
@@ -570,7 +823,8 @@ class _Worker:
         self.case, self.phase = case, "load"
         self.file = cases_dir / f"{case.id}.{case.kind}"
         self.file.write_bytes(case.data)
-        req = {"id": case.id, "kind": case.kind, "path": str(self.file), "seed_path": str(case.seed.path)}
+        req = {"id": case.id, "kind": case.kind, "path": str(self.file), "seed_path": str(case.seed.path),
+               "how": case.path, "must_refuse": case.must_refuse}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
         # The first case of a worker also pays for its start-up (importing torch).
@@ -611,23 +865,49 @@ class Report:
         """Bugs, and the outcomes worth a look that are not asserted."""
         return [r for r in self.results if r.category in BUGS + REPORTED]
 
+    @property
+    def coverage(self) -> Counter:
+        """Mutations made, by (member, field, kind): each case counts each of its kinds once."""
+        out: Counter = Counter()
+        for r in self.results:
+            for k in set(r.kinds):
+                member, field_name, kind = k.rsplit(":", 2) if k.count(":") >= 2 else (k, "$", "?")
+                out[(member, field_name, kind)] += 1
+        return out
+
     def table(self) -> str:
         c = self.counts
         rows = [f"{k:<18} {v:>7}" for k, v in sorted(c.items(), key=lambda kv: -kv[1])]
         rej = Counter(r.outcome.split(":", 1)[1] for r in self.results if r.category == "rejected")
         rows += ["  rejected as:"] + [f"    {k:<32} {v:>6}" for k, v in rej.most_common()]
+        paths = Counter(r.path for r in self.results)
+        rows += ["  read by:"] + [f"    {k:<32} {v:>6}" for k, v in sorted(paths.items())]
         return "\n".join([f"{'outcome':<18} {'cases':>7}", *rows, f"{'total':<18} {len(self.results):>7}"])
+
+    def coverage_table(self) -> str:
+        """The mutation kinds per member and field, with the number of cases that made each."""
+        cov = self.coverage
+        kinds = Counter(kind for (_, _, kind) in cov.elements())
+        by_field: dict[tuple[str, str], list[str]] = {}
+        for (member, field_name, kind), n in sorted(cov.items()):
+            by_field.setdefault((member, field_name), []).append(f"{kind}={n}")
+        lines = [f"mutation coverage: {len(kinds)} kinds over {len(by_field)} (member, field) pairs "
+                 f"in {len({m for m, _ in by_field})} members"]
+        lines += [f"  {'kind':<28} {'cases':>7}"] + [f"  {k:<28} {n:>7}" for k, n in kinds.most_common()]
+        lines += [f"  {member} {field_name}: {', '.join(ks)}" for (member, field_name), ks in sorted(by_field.items())]
+        return "\n".join(lines)
 
 
 def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, mem_mb: int = 2048,
-              progress: bool = False) -> Report:
-    """Run every case in a pool of ``jobs`` worker processes; returns the outcomes."""
+              progress: bool = False, revert: str | None = None) -> Report:
+    """Run every case in a pool of ``jobs`` worker processes; returns the outcomes. ``revert`` names
+    a fix the workers switch off (``_worker.REVERTS``), for the test that the fuzzer finds it."""
     report = Report()
     scratch = Path(tempfile.mkdtemp(prefix="pt2serde-fuzz-"))
     cases_dir = scratch / "cases"
     cases_dir.mkdir()
     it = iter(cases)
-    workers = [_Worker(i, scratch, mem_mb) for i in range(jobs)]
+    workers = [_Worker(i, scratch, mem_mb, revert) for i in range(jobs)]
     sel = selectors.DefaultSelector()
     for w in workers:
         sel.register(w.proc.stdout, selectors.EVENT_READ, w)
@@ -651,7 +931,7 @@ def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, me
             outcome, detail = "canary", f"files appeared: {strange}; {outcome} {detail}"
             for p in w.dir.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-        report.results.append(Result(c.id, c.strategy, c.seed.name, outcome, detail))
+        report.results.append(Result(c.id, c.strategy, c.seed.name, outcome, detail, c.path, c.kinds))
         w.file.unlink(missing_ok=True)
         if progress and len(report.results) % 500 == 0:
             rate = len(report.results) / (time.monotonic() - t0)
@@ -660,7 +940,7 @@ def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, me
     def replace(w: _Worker) -> _Worker:
         sel.unregister(w.proc.stdout)
         w.kill()
-        nw = _Worker(workers.index(w), scratch, mem_mb)
+        nw = _Worker(workers.index(w), scratch, mem_mb, revert)
         workers[workers.index(w)] = nw
         sel.register(nw.proc.stdout, selectors.EVENT_READ, nw)
         return nw
@@ -706,11 +986,22 @@ def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, me
 
 
 def campaign(n: int, *, run_seed: int = 0, start: int = 0, jobs: int = 2, timeout: float = 20.0,
-             progress: bool = False, seeds: list[Seed] | None = None) -> Report:
-    """Cases ``start .. start+n-1`` of run ``run_seed``."""
+             progress: bool = False, seeds: list[Seed] | None = None,
+             strategies: tuple[tuple[str, int], ...] = STRATEGIES, paths: tuple[tuple[str, int], ...] = PT2S_PATHS,
+             ops: tuple[int, ...] | None = None, cpp: bool | None = None, revert: str | None = None) -> Report:
+    """Cases ``start .. start+n-1`` of run ``run_seed`` (``strategies``, ``paths``, ``ops``, ``cpp``
+    (default: when the C++ runtime is built) and ``revert``: see :func:`make_case` and :func:`run_cases`)."""
     seeds = seeds if seeds is not None else load_seeds()
-    cases = (make_case(seeds, run_seed, i) for i in range(start, start + n))
-    return run_cases(cases, jobs=jobs, timeout=timeout, progress=progress)
+    cpp = _cpp_available() if cpp is None else cpp
+    cases = (make_case(seeds, run_seed, i, strategies=strategies, cpp=cpp, paths=paths, ops=ops)
+             for i in range(start, start + n))
+    return run_cases(cases, jobs=jobs, timeout=timeout, progress=progress, revert=revert)
+
+
+def _cpp_available() -> bool:
+    from native import cpp_engine
+
+    return cpp_engine.available()
 
 
 def summarize_bugs(report: Report, limit: int = 40) -> str:
@@ -737,12 +1028,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="print every result, not only the bugs")
     a = ap.parse_args(argv)
     if a.case is not None:
-        c = make_case(load_seeds(), a.seed, a.case)
+        c = make_case(load_seeds(), a.seed, a.case, cpp=_cpp_available())
         Path(a.write or f"case{a.case}.{c.kind}").write_bytes(c.data)
         print(f"case {a.case}: {c.strategy} of {c.seed.name} -> {a.write or f'case{a.case}.{c.kind}'}")
         return 0
     report = campaign(a.cases, run_seed=a.seed, start=a.start, jobs=a.jobs, timeout=a.timeout, progress=True)
     print(report.table())
+    print(report.coverage_table())
     if a.all:
         for r in report.results:
             print(r)

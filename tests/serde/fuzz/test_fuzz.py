@@ -1,20 +1,24 @@
 """The loader fuzzer (fuzzer.py): a short deterministic slice in ``make test``, a long campaign when slow.
 
-Both assert that no mutated artifact makes a loader raise a foreign exception, crash, hang or run
-code, and that the campaign really reached both outcomes (refusals and programs that load and run),
-so that a broken mutator cannot pass by producing nothing but garbage or nothing but seeds.
+Both assert that no mutated artifact makes a loader raise a foreign exception, crash, hang, run
+code or load a changed .pt2n file, and that the campaign really reached both outcomes (refusals
+and programs that load and run), so that a broken mutator cannot pass by producing nothing but
+garbage or nothing but seeds. The test of the fuzzer itself switches one fix off in its workers
+(``_worker.REVERTS``) and checks that a focused campaign finds what the fix prevents.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from tests.serde.fuzz.fuzzer import BUGS, campaign, load_seeds, make_case, summarize_bugs
+from tests.serde.fuzz._worker import REVERTS
+from tests.serde.fuzz.fuzzer import BUGS, STRATEGIES, campaign, load_seeds, make_case, summarize_bugs
 
 FAST_CASES = 400
-SLOW_CASES = 20_000
+SLOW_CASES = 50_000
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +44,75 @@ def test_cases_are_deterministic(seeds) -> None:
 
 def test_every_strategy_and_seed_is_used(seeds) -> None:
     cases = [make_case(seeds, 0, i) for i in range(400)]
-    assert {c.strategy for c in cases} == {"program", "weights", "manifest", "member_bytes", "pt2s_bytes",
-                                           "pt2n_bytes", "pt2n_header"}
+    assert {c.strategy for c in cases} == {name for name, _ in STRATEGIES}
     assert {c.seed.name for c in cases} == {s.name for s in seeds}
     assert any(s.native is not None for s in seeds)
+    assert {c.path for c in cases if c.kind == "pt2s"} == {"plain", "mmap", "emit"}
+    # every member is mutated: debug.json and the extra files included
+    members = {k.split(":", 1)[0] for c in cases for k in c.kinds}
+    assert {"program.json", "weights.json", "manifest.json", "debug.json", "extra/notes.txt",
+            "extra/config.json", "pt2n", "pt2n.header", "pt2s", "all"} <= members, members
+
+
+def test_every_field_kind_is_mutated(seeds) -> None:
+    kinds = {k.rsplit(":", 1)[1] for i in range(1500) for k in make_case(seeds, 0, i).kinds}
+    assert {"fx_name", "rename_to_fx_name", "int_bound", "int.bound", "wrong_arity", "wrong_sort", "wrong_meta",
+            "flip", "hostile"} <= kinds, sorted(kinds)
 
 
 def test_fuzz_slice(seeds) -> None:
     report = campaign(FAST_CASES, run_seed=0, jobs=2, seeds=seeds)
     _check(report, FAST_CASES)
+    assert report.coverage and "mutation coverage:" in report.coverage_table()
+
+
+def _seeds(seeds, *names: str) -> list:
+    chosen = [s for s in seeds if s.name.split("/", 1)[1] in names and s.name.startswith(("v2.5/", "seeds/"))]
+    assert len(chosen) == len(names), [s.name for s in chosen]
+    return chosen
+
+
+# fix switched off -> (focused campaign: strategies, .pt2s paths, targeted ops, seeds, cases),
+# and what the fuzzer then reports (outcome category, a regex on its detail). Each is one class
+# the fuzzer outside this project found before the fix; the budgets are a few times what a
+# deterministic campaign needs.
+FOCUS = {
+    # a parameter renamed `self` (or an input `getattr`) loads and fails in fx's generated code
+    "fx_names": (dict(strategies=(("rename", 1),), paths=(("plain", 1),)), ("mlp", "nested_modules"), 40,
+                 "run_inconsistent", r"AttributeError|object is not callable"),
+    # hostile provenance through the stdlib json and torch's NodeSource._from_dict
+    "debug_decoder": (dict(strategies=(("debug", 1),), paths=(("plain", 1),)), ("debug_extra",), 40,
+                      "foreign", r"RecursionError|AssertionError"),
+    # an integer past int64 reaches msgpack in the emitter
+    "int64": (dict(strategies=(("weights", 1),), paths=(("emit", 1),), ops=(13,)), ("mlp", "tied_weights"), 80,
+              "foreign", r"OverflowError"),
+    # an expression of the wrong arity reaches the native emitter
+    "arity": (dict(strategies=(("program", 1),), paths=(("emit", 1),), ops=(14,)), ("dynamic_arith", "unbacked"),
+              60, "foreign", r"IndexError"),
+    # a boolean at a size position reaches torch's create_symintnode or its fake tensors
+    "sort": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(15,)), ("dynamic_arith",), 60,
+             "foreign", r"TypeError|AssertionError"),
+    # a cond predicate of many elements (or a scan/map operand of another meta) fails at run time
+    "hop_operands": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(16,)),
+                     ("debug_extra", "scan"), 60, "run_inconsistent", r"ambiguous|size|shape|dimension"),
+    # a flip in the padding between blobs of a .pt2n file loads (the Python loader)
+    "padding": (dict(strategies=(("pt2n_flip", 1),), cpp=False), ("all_dtypes",), 80, "undetected", r"changed"),
+}
+assert set(FOCUS) == set(REVERTS)
+
+
+@pytest.mark.slow  # two focused campaigns each, about a minute per class on two cores
+@pytest.mark.parametrize("revert", sorted(FOCUS))
+def test_the_fuzzer_finds_each_fixed_class_when_its_fix_is_reverted(revert: str, seeds) -> None:
+    focus, seed_names, n, category, detail = FOCUS[revert]
+    chosen = _seeds(seeds, *seed_names)
+    reverted = campaign(n, run_seed=0, jobs=2, seeds=chosen, revert=revert, **focus)
+    found = [r for r in reverted.results if r.category == category and re.search(detail, r.detail)]
+    assert found, f"{revert}: nothing like {category} /{detail}/ in\n{reverted.table()}\n{summarize_bugs(reverted)}"
+    # the same campaign with the fix in place finds none of it
+    fixed = campaign(n, run_seed=0, jobs=2, seeds=chosen, **focus)
+    again = [r for r in fixed.results if r.category == category and re.search(detail, r.detail)]
+    assert not again, f"{revert}: with the fix, still {summarize_bugs(fixed)}"
 
 
 @pytest.mark.slow
@@ -58,6 +122,7 @@ def test_fuzz_campaign(seeds) -> None:
     run_seed = int(os.environ.get("PT2SERDE_FUZZ_SEED", 1))
     report = campaign(n, run_seed=run_seed, jobs=2, seeds=seeds, progress=True)
     print(report.table())
+    print(report.coverage_table())
     print(summarize_bugs(report) or "no findings")
     _check(report, n)
     assert set(BUGS).isdisjoint(report.counts)
