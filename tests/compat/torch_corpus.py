@@ -104,15 +104,9 @@ def _verdict(r: dict) -> str:
 
 
 def _same_tree(got: Any, want: Any) -> str | None:
-    lg, sg = pytree.tree_flatten(got)
-    lw, sw = pytree.tree_flatten(want)
-    if len(lg) != len(lw):
-        return f"structure {sg} != {sw}"
-    for i, (g, w) in enumerate(zip(lg, lw, strict=True)):
-        d = same(g, w)
-        if d:
-            return f"[{i}]: {d}"
-    return None
+    """Leaf by leaf, bit for bit: the stored tree's containers come back as the bundle rebuilds them,
+    so only the leaves and their number are compared."""
+    return same(pytree.tree_leaves(got), pytree.tree_leaves(want))
 
 
 def read_index(d: Path) -> dict[str, dict]:

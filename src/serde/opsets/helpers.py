@@ -115,10 +115,7 @@ def rename_argument(old: str, new: str) -> Rewrite:
         param = step.source.arg(old)
         if param is None:
             raise Refusal(f"{step.source.key} has no argument {old!r}")
-        for j, na in enumerate(node.inputs):
-            if _bound_name(na, j, step.source) == old and not _fits(na.arg, param.type):
-                raise Refusal(f"argument {old!r} (inputs[{j}]) holds {na.arg.kind}, not the {param.type} "
-                              "the schema takes there")
+        _check_fits(node, step.source, old, param.type, "the schema takes there")
         return rebind(node, step.source, step.target, node.target, rename={old: new})
 
     return Rewrite(rewrite)
@@ -171,10 +168,7 @@ def retyped_argument(name: str) -> Rewrite:
         param = step.target.arg(name)
         if param is None:
             raise Refusal(f"{step.target.key} has no argument {name!r}")
-        for j, na in enumerate(node.inputs):
-            if _bound_name(na, j, step.source) == name and not _fits(na.arg, param.type):
-                raise Refusal(f"argument {name!r} (inputs[{j}]) holds {na.arg.kind}, which the target release's "
-                              f"{param.type} does not take")
+        _check_fits(node, step.source, name, param.type, "the target release takes there")
         return rebind(node, step.source, step.target, node.target)
 
     return Rewrite(rewrite)
@@ -236,6 +230,13 @@ def _bound_name(na: schema.NamedArgument, j: int, source: OpSchema) -> str:
     if na.name not in ("", param.name):
         raise Refusal(f"positional inputs[{j}] is named {na.name!r}, where {source.text} has {param.name!r}")
     return param.name
+
+
+def _check_fits(node: schema.Node, source: OpSchema, name: str, type_: str, where: str) -> None:
+    """Refuse ``node`` when what it passes for argument ``name`` is no ``type_``."""
+    for j, na in enumerate(node.inputs):
+        if _bound_name(na, j, source) == name and not _fits(na.arg, type_):
+            raise Refusal(f"argument {name!r} (inputs[{j}]) holds {na.arg.kind}, not the {type_} {where}")
 
 
 def _base_type(t: str) -> str:
