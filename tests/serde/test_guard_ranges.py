@@ -114,20 +114,17 @@ def test_a_loaded_program_saves_the_bytes_its_export_saved(programs, tmp_path: P
     assert read_artifact(path).program.guards is not None
 
 
-_TIMM = importlib.util.find_spec("timm") is not None
+_TIMM = importlib.util.find_spec("timm") is not None and importlib.util.find_spec("transformers") is not None
 
 
 @pytest.mark.skipif(not _TIMM, reason="timm is not installed (it comes with the real-model test extra)")
 def test_timm_convnext_at_a_dynamic_image_size(tmp_path: Path) -> None:
     """The real model: timm's convnext_atto with H = W = 32*h."""
-    if not hasattr(torch.ops.torchvision, "nms"):
-        # timm imports torchvision, whose wheel may not match this torch: its import registers fakes
-        # for these two C ops, which must exist first.
-        lib = torch.library.Library("torchvision", "FRAGMENT")
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _keep.append(lib)
+    # tests.zoo_models makes timm importable whichever torchvision build is installed (its C ops
+    # defined only where its own extension does not load: defining them beside it aborts the process).
     import timm
+
+    import tests.zoo_models  # noqa: F401
 
     torch.manual_seed(0)
     model = timm.create_model("convnext_atto", pretrained=False).eval()
@@ -144,4 +141,3 @@ def test_timm_convnext_at_a_dynamic_image_size(tmp_path: Path) -> None:
     assert _shown(rows[0])[1].startswith("ok ") and _shown(rows[0])[3] != "ok"
 
 
-_keep: list = []  # the torchvision library fragment lives as long as the process
