@@ -187,10 +187,11 @@ def parse_schema(text: str) -> OpSchema:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _matching(text: str, at: int) -> int:
-    """Index of the bracket closing the one at ``at`` (quotes respected)."""
+def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth after it) of every character of ``text`` from ``start`` that
+    is outside a quoted string; quotes and their contents are passed over."""
     depth, quote, escaped = 0, None, False
-    for i in range(at, len(text)):
+    for i in range(start, len(text)):
         c = text[i]
         if quote:
             if escaped:
@@ -199,35 +200,30 @@ def _matching(text: str, at: int) -> int:
                 escaped = True
             elif c == quote:
                 quote = None
-        elif c in "\"'":
+            continue
+        if c in "\"'":
             quote = c
-        elif c in "([":
+            continue
+        if c in "([":
             depth += 1
         elif c in ")]":
             depth -= 1
-            if depth == 0:
-                return i
+        yield i, c, depth
+
+
+def _matching(text: str, at: int) -> int:
+    """Index of the bracket closing the one at ``at`` (quotes respected)."""
+    for i, c, depth in _unquoted(text, at):
+        if c in ")]" and depth == 0:
+            return i
     raise ValueError(f"unbalanced brackets in schema {text!r}")
 
 
 def _split(text: str, sep: str = ",") -> list[str]:
     """``text`` split at top-level ``sep`` (outside brackets and quotes), parts stripped."""
-    parts, depth, quote, escaped, start = [], 0, None, False, 0
-    for i, c in enumerate(text):
-        if quote:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == quote:
-                quote = None
-        elif c in "\"'":
-            quote = c
-        elif c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c == sep and depth == 0:
+    parts, start = [], 0
+    for i, c, depth in _unquoted(text):
+        if c == sep and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     last = text[start:].strip()
