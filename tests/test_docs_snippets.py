@@ -32,6 +32,9 @@ DOCS = ROOT / "docs"
 RUN = {"python", "shell"}
 SHOWN = {"text", "console"}
 _FENCE = re.compile(r"^(\s*)```(.*)$")
+# Pages another tool writes: a link to one may precede its first run (docs/benchmarks.md is written by
+# `make bench`, from one run of the benchmarks).
+GENERATED = {"docs/benchmarks.md"}
 
 
 def pages() -> list[Path]:
@@ -103,9 +106,9 @@ def test_links_resolve() -> None:
                 continue
             path, _, anchor = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
-            if not dest.exists():
+            if not dest.exists() and _rel(dest) not in GENERATED:
                 bad.append(f"{_rel(page)}: {target}: no such file")
-            elif anchor and dest.suffix == ".md" and anchor not in slugs(dest.read_text()):
+            elif anchor and dest.exists() and dest.suffix == ".md" and anchor not in slugs(dest.read_text()):
                 bad.append(f"{_rel(page)}: {target}: no heading with that anchor")
     assert bad == []
 
@@ -173,4 +176,13 @@ def results(tmp_path_factory) -> dict[str, str | None]:
 
 @pytest.mark.parametrize("page", sorted(runnable()))
 def test_code_blocks_run(page: str, results: dict[str, str | None]) -> None:
-    assert results[page] is None, results[page]
+    failure = results[page]
+    if failure is not None and "the C++ runtime is not built" in failure:
+        from native import cpp_engine
+
+        # the one expected refusal: docs/native.md's C++ blocks need `make native`, which needs a
+        # compiler; the C++ tests skip with the same reason
+        reason = cpp_engine.unavailable_reason()
+        if reason is not None:
+            pytest.skip(reason)
+    assert failure is None, failure
