@@ -13,7 +13,9 @@ Every fenced block of README.md, CONTRIBUTING.md, CHANGELOG.md and docs/*.md nam
 
 A fence of any other kind, or of none, fails the test, so no block is left out silently. All pages
 run in one subprocess (one torch import), outside our conftest, with only this checkout's sources
-on the path, as a user's script would.
+on the path, as a user's script would. The fast suite runs the python blocks (about 10 s of CPU for
+the whole manual); the slow tier (``make test-all``) runs every page again with its shell blocks in
+place, since each ``pt2serde`` command they start imports torch anew (about 55 s of CPU).
 """
 
 from __future__ import annotations
@@ -150,20 +152,18 @@ print("RESULTS " + json.dumps(results))
 '''
 
 
-def runnable() -> dict[str, list]:
+def runnable(kinds: frozenset[str] = frozenset(RUN)) -> dict[str, list]:
     out = {}
     for page in pages():
-        todo = [b for b in blocks(page.read_text()) if b[1] in RUN]
+        todo = [b for b in blocks(page.read_text()) if b[1] in kinds]
         if todo:
             out[_rel(page)] = todo
     return out
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, str | None]:
-    work = tmp_path_factory.mktemp("docs")
+def _run_pages(work: Path, todo: dict[str, list]) -> dict[str, str | None]:
     spec = work / "blocks.json"
-    spec.write_text(json.dumps(runnable()))
+    spec.write_text(json.dumps(todo))
     env = {k: v for k, v in os.environ.items() if k not in ("HYPOTHESIS_PROFILE", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -174,9 +174,17 @@ def results(tmp_path_factory) -> dict[str, str | None]:
     return json.loads(lines[-1][len("RESULTS "):])
 
 
-@pytest.mark.parametrize("page", sorted(runnable()))
-def test_code_blocks_run(page: str, results: dict[str, str | None]) -> None:
-    failure = results[page]
+@pytest.fixture(scope="module")
+def python_results(tmp_path_factory) -> dict[str, str | None]:
+    return _run_pages(tmp_path_factory.mktemp("docs"), runnable(frozenset({"python"})))
+
+
+@pytest.fixture(scope="module")
+def all_results(tmp_path_factory) -> dict[str, str | None]:
+    return _run_pages(tmp_path_factory.mktemp("docs"), runnable())
+
+
+def _check(failure: str | None) -> None:
     if failure is not None and "the C++ runtime is not built" in failure:
         from native import cpp_engine
 
@@ -186,3 +194,14 @@ def test_code_blocks_run(page: str, results: dict[str, str | None]) -> None:
         if reason is not None:
             pytest.skip(reason)
     assert failure is None, failure
+
+
+@pytest.mark.parametrize("page", sorted(runnable(frozenset({"python"}))))
+def test_python_blocks_run(page: str, python_results: dict[str, str | None]) -> None:
+    _check(python_results[page])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(runnable()))
+def test_all_blocks_run_with_the_shell_blocks_in_place(page: str, all_results: dict[str, str | None]) -> None:
+    _check(all_results[page])
