@@ -1,6 +1,6 @@
 """`pt2serde show` as a git textconv, in a real temporary repository, on real saved models.
 
-Setup under test (the README snippet):
+Setup under test (the snippet of docs/canonical.md):
     .gitattributes:  *.pt2s diff=pt2serde
     git config diff.pt2serde.textconv "pt2serde show"
 """

@@ -1,4 +1,4 @@
-"""debug.json is optional: a hostile entry in it never breaks a load (README "Canonical form").
+"""debug.json is optional: a hostile entry in it never breaks a load (docs/canonical.md, "Debug metadata").
 
 Provenance (``from_node``) goes through a typed, bounded msgspec decoder: text that is not what
 torch writes, or nests deeper than ``MAX_PROVENANCE_DEPTH``, is dropped from that node and the

@@ -97,7 +97,7 @@ def test_show_and_diff_verify_a_payload_by_xxh3_when_first_read(saved: tuple[byt
 
 
 def test_a_right_xxh3_under_a_wrong_sha256_loads_but_check_refuses_it(saved: tuple[bytes, Path]) -> None:
-    # What the README promises: load verifies every byte against the xxh3 (damage), and only
+    # What docs/format.md promises: load verifies every byte against the xxh3 (damage), and only
     # check recomputes the sha256 that names the payload.
     data, d = saved
     contents = read_archive(data)

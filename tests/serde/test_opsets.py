@@ -100,7 +100,8 @@ def test_a_snapshot_holds_its_release_and_every_schema_once():
 def test_the_committed_snapshot_of_this_torch_is_what_the_tool_writes():
     snap_file = OPSETS / f"torch-{RUNNING[0]}.{RUNNING[1]}.json"
     assert snap_file.exists(), (f"no operator snapshot for torch {torch.__version__}: write {snap_file.name} with "
-                                "python -m serde.dev.opsnapshot, and its upgrader step (see the README)")
+                                "python -m serde.dev.opsnapshot, and its upgrader step (see CONTRIBUTING.md, "
+                                "\"Adding a torch release\")")
     committed = snap_file.read_text()
     header = msgspec.json.decode(committed)
     if header["torch"] != str(torch.__version__).split("+")[0] or \

@@ -77,7 +77,7 @@ MAX_PROVENANCE_DEPTH = 64
 
 def _deserialize_from_node(text: str) -> Any:
     """torch's provenance objects, or None for text that is not what torch writes: provenance is
-    debug-only, and a bad entry is dropped rather than failing the load (README "Canonical form")."""
+    debug-only, and a bad entry is dropped rather than failing the load (docs/canonical.md, "Debug metadata")."""
     from torch.fx.traceback import NodeSource
 
     try:

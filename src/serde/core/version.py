@@ -18,8 +18,8 @@ FORMAT_VERSION: int = 3
 
 # The torch releases (major, minor) the whole test suite runs under, every patch release of each
 # included (`make test` on the first, `make test-torch TORCH=<version>` on each other; CI runs
-# both). Artifacts written under any of them load under every other, in both directions: see the
-# README's "Compatibility across torch releases". Adding a release means its lane passes, its
+# both). Artifacts written under any of them load under every other, in both directions: see
+# docs/compatibility.md, "Torch releases". Adding a release means its lane passes, its
 # operator-schema snapshot is committed, and every operator change since the previous one has an
 # upgrader or a listed refusal.
 SUPPORTED_TORCH: tuple[tuple[int, int], ...] = ((2, 13), (2, 14))
