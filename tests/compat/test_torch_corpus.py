@@ -32,7 +32,9 @@ from tests.compat.torch_corpus import (
     corpus,
     read_index,
     release_dirs,
+    run_one,
     running_release,
+    writer_cpu,
 )
 from tests.serde._differential import isolate
 
@@ -98,7 +100,8 @@ def _check(d: Path, name: str) -> None:
         ep = serde.load(case_dir / "model.pt2s")
     records = load_tree(case_dir / "io.json")
     assert records, f"{case_dir}: no runs"
-    problems = [p for r in records if (p := compare_record(lambda ep=ep: isolate(ep.module()), r))]
+    cpu = writer_cpu(d)
+    problems = [p for r in records if (p := compare_record(lambda ep=ep: isolate(ep.module()), r, cpu))]
     assert not problems, f"written by torch {d.name}, read by {torch.__version__}: {name}: " + "; ".join(problems)
 
 
@@ -118,9 +121,19 @@ def test_the_comparison_notices_a_wrong_output_and_a_lost_rejection():
     ep = serde.load(d / "zoo" / "mlp" / "model.pt2s")
     records = load_tree(d / "zoo" / "mlp" / "io.json")
     good = records[0]
-    assert compare_record(lambda: isolate(ep.module()), good) is None
+    assert compare_record(lambda: isolate(ep.module()), good, writer_cpu(d)) is None
     bad = dict(good, outputs=good["outputs"] + 1e-3)
-    assert "outputs differ" in compare_record(lambda: isolate(ep.module()), bad)
+    assert "outputs differ" in compare_record(lambda: isolate(ep.module()), bad, writer_cpu(d))
+    # Written on this machine's CPU, results must agree bit for bit: one ulp is a difference. Written
+    # on another or an unrecorded CPU, one ulp is within float32's tolerance, and 1e-3 is not.
+    cpu = torch.backends.cpu.get_cpu_capability()
+    args, kwargs = good["inputs"]
+    here = dict(good, **run_one(lambda: isolate(ep.module()), (tuple(args), kwargs), good["seed"]))
+    assert compare_record(lambda: isolate(ep.module()), here, cpu) is None
+    ulp = dict(here, outputs=torch.nextafter(here["outputs"], torch.tensor(float("inf"))))
+    assert "outputs differ" in compare_record(lambda: isolate(ep.module()), ulp, cpu)
+    assert compare_record(lambda: isolate(ep.module()), ulp, None) is None
+    assert "outputs differ" in compare_record(lambda: isolate(ep.module()), dict(here, outputs=here["outputs"] + 1e-3), None)
     rejected = next(r for r in records if "error" in r)
     accepted = dict(good, error=rejected["error"])
     assert "the writer raised" in compare_record(lambda: isolate(ep.module()), accepted)
@@ -175,7 +188,7 @@ def _torch_pair_result(d: Path, name: str) -> str | None:
     problems = []
     for r in load_tree(d / name / "io.json"):
         try:
-            p = compare_record(lambda ep=ep: isolate(copy.deepcopy(ep).module()), r)
+            p = compare_record(lambda ep=ep: isolate(copy.deepcopy(ep).module()), r, writer_cpu(d))
         except Exception as e:  # as above
             p = f"raises {type(e).__name__}"
         if p:
