@@ -45,7 +45,7 @@ from serde.errors import (
     UnsupportedConstructError,
 )
 
-from . import ArtifactNotFoundError, digest_all, os_error, payload_name, write_atomic, xxh3_hex
+from . import ArtifactNotFoundError, digest_all, os_error, payload_name, sha256_hex, write_atomic, xxh3_hex
 
 __all__ = [
     "DTYPE_NAMES", "ITEMSIZES", "MAX_HEADER_BYTES", "FILE_NAME_RE", "Planned", "Entry", "Header",
@@ -53,7 +53,7 @@ __all__ = [
     "InvalidWeightsFileError", "WeightsMismatchError",
     "plan_external", "custom_object_constants", "weights_path", "write_external", "parse_header",
     "header_bytes", "shard_names", "read_index", "resolve_sources", "external_payloads", "bind_payloads",
-    "structure_only", "BoundWeights", "bind_plan",
+    "structure_only", "BoundWeights", "bind_plan", "payload_reader",
 ]
 
 ST = schema.ScalarType
@@ -454,9 +454,10 @@ def _bind(w: schema.Weights, plan: list[Planned], views: dict[int, memoryview]) 
 
 
 def external_payloads(w: schema.Weights, directory: str | None, *, mmap: bool = False,
-                      verify: bool = True) -> BoundWeights:
+                      verify: bool = True, sha256: bool = False) -> BoundWeights:
     """The storages an artifact keeps in safetensors files, read from ``directory`` and verified:
-    each file's size, then its XXH3-128 (every byte) before any tensor is built from it."""
+    each file's size, then its XXH3-128 (every byte; with ``sha256`` its sha256 too, as
+    ``pt2serde check`` verifies) before any tensor is built from it."""
     recorded = _recorded(w)
     files = w.files or []
     if directory is None:
@@ -488,8 +489,9 @@ def external_payloads(w: schema.Weights, directory: str | None, *, mmap: bool = 
             raise WeightsFileSizeError(f"{path!r} changed size while being read; retry once nothing writes to it")
     if verify:
         got = digest_all(xxh3_hex, bufs, "verifying")
-        for k, (f, digest) in enumerate(zip(files, got, strict=True)):
-            if digest != f.xxh3:
+        shas = digest_all(sha256_hex, bufs, "verifying") if sha256 else [f.sha256 for f in files]
+        for k, (f, digest, sha) in enumerate(zip(files, got, shas, strict=True)):
+            if digest != f.xxh3 or sha != f.sha256:
                 raise _digest_error(w, f, by_file.get(k, []), bufs[k], os.path.join(directory, f.name))
     views = {}
     for k, f in enumerate(files):
@@ -577,3 +579,23 @@ def structure_only(w: schema.Weights, keep: Iterable[int] = ()) -> schema.Weight
                 for i, s in enumerate(w.storages)]
     return msgspec.structs.replace(w, storages=storages, files=None)
 
+
+
+def payload_reader(w: schema.Weights, directory: str | None, payload: Any) -> Any:
+    """``payload`` (storage sha256 -> bytes, as :meth:`Artifact.payload`) extended to the storages
+    kept in safetensors files: the files are read and verified once, on the first such request
+    (``pt2serde diff`` reads payloads only for the tensors that changed)."""
+    if not w.files:
+        return payload
+    external = {s.sha256: i for i, s in enumerate(w.storages) if s.external is not None}
+    bound: list[BoundWeights] = []
+
+    def read(sha: str) -> memoryview:
+        if sha not in external:
+            return payload(sha)
+        if not bound:
+            bound.append(external_payloads(w, directory))
+        b = bound[0]
+        return b.payloads[payload_name(b.weights.storages[external[sha]].sha256)]
+
+    return read
