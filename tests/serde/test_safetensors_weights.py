@@ -478,3 +478,62 @@ def test_corpus_roundtrip_through_safetensors(corpus, name, tmp_path):
     shell = serde.load(tmp_path / f"{name}.pt2s", weights=None)
     serde.attach_weights(shell, tmp_path / f"{name}.pt2s")
     assert_programs_equal(ep, shell)
+
+
+def test_check_and_diff_read_the_files(tmp_path, capsys):
+    ep = exported("mlp")
+    serde.save(ep, tmp_path / "a.pt2s", weights="a.safetensors")
+    assert cli(["check", "--structure-only", str(tmp_path / "a.pt2s")]) == 0
+    tuned = serde.load(tmp_path / "a.pt2s")
+    with torch.no_grad():
+        tuned.state_dict["fc1.bias"].add_(1.0)
+    serde.save(tuned, tmp_path / "b.pt2s", weights="b.safetensors")
+    capsys.readouterr()
+    assert cli(["diff", str(tmp_path / "a.pt2s"), str(tmp_path / "b.pt2s")]) == 1
+    assert "max abs diff 1.0" in capsys.readouterr().out
+    p = tmp_path / "a.safetensors"
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 1
+    p.write_bytes(bytes(data))
+    assert cli(["check", "--structure-only", str(tmp_path / "a.pt2s")]) == 2
+    assert "a.safetensors" in capsys.readouterr().err
+
+
+_CHILD = r"""
+import json, sys, time
+import torch, serde, serde.api
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+
+out = {}
+for name in sys.argv[1:]:
+    serde.load(name, weights=None)  # first load of the process: one-time imports and warm-up
+    before = rss()
+    t = time.perf_counter()
+    ep = serde.load(name, weights=None)
+    out[name] = (time.perf_counter() - t, rss() - before)
+    del ep
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_structure_only_of_1gb_costs_what_a_tiny_one_does(tmp_path):
+    def model(width):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(16)])
+        return torch.export.export(m, (torch.randn(2, width),))
+
+    big, tiny = tmp_path / "big.pt2s", tmp_path / "tiny.pt2s"
+    serde.save(model(4096), big, weights="big.safetensors")  # 16 x 64 MiB
+    serde.save(model(8), tiny)
+    assert (tmp_path / "big.safetensors").stat().st_size > 1 << 30
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(big), str(tiny), str(big), str(tiny)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "src:."})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    (t_big, rss_big), (t_tiny, _) = got[str(big)], got[str(tiny)]
+    assert rss_big < 100 << 20
+    assert t_big < max(0.2, 2 * t_tiny), (t_big, t_tiny)

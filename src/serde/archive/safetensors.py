@@ -45,7 +45,7 @@ from serde.errors import (
     UnsupportedConstructError,
 )
 
-from . import ArtifactNotFoundError, digest_all, os_error, payload_name, sha256_hex, write_atomic, xxh3_hex
+from . import ArtifactNotFoundError, digest_all, os_error, payload_name, sha256_hex, write_atomic
 
 __all__ = [
     "DTYPE_NAMES", "ITEMSIZES", "MAX_HEADER_BYTES", "FILE_NAME_RE", "Planned", "Entry", "Header",
@@ -363,33 +363,56 @@ def parse_header(buf: memoryview | bytes, where: str) -> Header:
     return Header(entries, meta, data_start)
 
 
-def _read(path: str, use_mmap: bool, where: str) -> memoryview:
+_PIECE = 8 << 20
+
+
+def _read(path: str, use_mmap: bool, where: str, digest: bool = False) -> tuple[memoryview, str | None]:
     """The whole file in private, writable memory: read into an anonymous mapping (page-aligned,
-    so every tensor keeps its alignment), or mapped copy-on-write with ``use_mmap``."""
+    so every tensor keeps its alignment), or mapped copy-on-write with ``use_mmap``; and, with
+    ``digest``, its XXH3-128, computed piece by piece as it is read (while the piece is in cache)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise os_error(e, f"cannot read {where}: {e.strerror}") from None
+    h = xxhash.xxh3_128() if digest else None
     try:
         size = os.fstat(fd).st_size
         if size == 0:
-            return memoryview(b"")
+            return memoryview(b""), h and h.hexdigest()
         if use_mmap:
-            return memoryview(_mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY))
+            buf = memoryview(_mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY))
+            if h is not None:
+                for lo in range(0, size, _PIECE):
+                    h.update(buf[lo:lo + _PIECE])
+            return buf, h and h.hexdigest()
         buf = memoryview(_mmap.mmap(-1, size))
         got = 0
         while got < size:
-            n = os.preadv(fd, [buf[got:]], got)
+            n = os.preadv(fd, [buf[got:min(size, got + _PIECE)]], got)
             if n <= 0:
                 break
+            if h is not None:
+                h.update(buf[got:got + n])
             got += n
-        if got != size:
+        if got != size or os.fstat(fd).st_size != size:
             raise WeightsFileSizeError(f"{where} changed size while being read; retry once nothing writes to it")
-        return buf
+        return buf, h and h.hexdigest()
     except OSError as e:
         raise os_error(e, f"cannot read {where}: {e.strerror}") from None
     finally:
         os.close(fd)
+
+
+class _FileJob:
+    """A file to read (and hash) on the archive's I/O threads (:func:`digest_all` takes its length)."""
+
+    __slots__ = ("path", "size")
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path, self.size = path, size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def read_index(path: str) -> list[str]:
@@ -467,11 +490,10 @@ def external_payloads(w: schema.Weights, directory: str | None, *, mmap: bool = 
     by_file: dict[int, list[Planned]] = {}
     for p, k in recorded:
         by_file.setdefault(k, []).append(p)
-    bufs = []
+    jobs = []
     for k, f in enumerate(files):
         path = os.path.join(directory, f.name)
-        held = by_file.get(k, [])
-        tensors = _names(held)
+        tensors = _names(by_file.get(k, []))
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -484,13 +506,16 @@ def external_payloads(w: schema.Weights, directory: str | None, *, mmap: bool = 
             raise WeightsFileSizeError(
                 f"{path!r} has {st.st_size} bytes, but the artifact records {f.size} "
                 f"({'truncated' if st.st_size < f.size else 'grown or replaced'}); it holds {tensors}: {_FIX}")
-        bufs.append(_read(path, mmap, repr(path)))
-        if len(bufs[-1]) != f.size:
-            raise WeightsFileSizeError(f"{path!r} changed size while being read; retry once nothing writes to it")
+        jobs.append(_FileJob(path, f.size))
+    # Every file read and hashed at once, on the I/O threads (several shards: several cores).
+    read = digest_all(lambda j: _read(j.path, mmap, repr(j.path), digest=verify), jobs, "reading")
+    bufs = [buf for buf, _ in read]
+    for k, (f, buf) in enumerate(zip(files, bufs, strict=True)):
+        if len(buf) != f.size:
+            raise WeightsFileSizeError(f"{jobs[k].path!r} changed size while being read; retry once nothing writes to it")
     if verify:
-        got = digest_all(xxh3_hex, bufs, "verifying")
         shas = digest_all(sha256_hex, bufs, "verifying") if sha256 else [f.sha256 for f in files]
-        for k, (f, digest, sha) in enumerate(zip(files, got, shas, strict=True)):
+        for k, (f, (_, digest), sha) in enumerate(zip(files, read, shas, strict=True)):
             if digest != f.xxh3 or sha != f.sha256:
                 raise _digest_error(w, f, by_file.get(k, []), bufs[k], os.path.join(directory, f.name))
     views = {}
@@ -539,7 +564,7 @@ def bind_payloads(w: schema.Weights, sources: list[str], plan: list[Planned], *,
     for k, path in enumerate(sources):
         if not os.path.exists(path):
             raise ArtifactNotFoundError(f"weights: {path!r} does not exist")
-        bufs.append(_read(path, mmap, repr(path)))
+        bufs.append(_read(path, mmap, repr(path))[0])
         for key, e in parse_header(bufs[-1], repr(path)).entries.items():
             if key in found:
                 raise WeightsMismatchError(f"weights: tensor {key[:80]!r} is in both {found[key][2]!r} and {path!r}; "
