@@ -537,3 +537,25 @@ def test_structure_only_of_1gb_costs_what_a_tiny_one_does(tmp_path):
     (t_big, rss_big), (t_tiny, _) = got[str(big)], got[str(tiny)]
     assert rss_big < 100 << 20
     assert t_big < max(0.2, 2 * t_tiny), (t_big, t_tiny)
+
+
+def test_a_reader_of_format_3_refuses_external_weights_by_version(tmp_path, monkeypatch):
+    ep = exported("mlp")
+    serde.save(ep, tmp_path / "m.pt2s", weights="m.safetensors")
+    serde.save(ep, tmp_path / "e.pt2s")
+    monkeypatch.setattr(serde.archive, "FORMAT_VERSION", 3)  # the reader before external weights
+    serde.load(tmp_path / "e.pt2s")
+    with pytest.raises(serde.archive.FormatVersionError, match="format version 4"):
+        serde.load(tmp_path / "m.pt2s")
+
+
+def test_structure_only_of_several_programs(tmp_path):
+    a, b = exported("mlp"), exported("tied_weights")
+    serde.save({"a": a, "b": b}, tmp_path / "m.pt2s")
+    shells = serde.load(tmp_path / "m.pt2s", weights=None)
+    assert sorted(shells) == ["a", "b"]
+    assert all(torch._subclasses.fake_tensor.is_fake(t) for s in shells.values() for t in s.state_dict.values())
+    serde.attach_weights(shells["b"], tmp_path / "m.pt2s")
+    assert_programs_equal(b, shells["b"])
+    with pytest.raises(serde.UnsupportedConstructError, match="several"):
+        serde.save({"a": a, "b": b}, tmp_path / "x.pt2s", weights="x.safetensors")
