@@ -559,3 +559,36 @@ def test_structure_only_of_several_programs(tmp_path):
     assert_programs_equal(b, shells["b"])
     with pytest.raises(serde.UnsupportedConstructError, match="several"):
         serde.save({"a": a, "b": b}, tmp_path / "x.pt2s", weights="x.safetensors")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hf/gpt2", "hf/llama_bf16"])
+def test_transformers_model_reads_our_files(name, tmp_path):
+    """A transformers model built from the same config with other random weights takes our file
+    through its own load_state_dict and computes what the exported program computes."""
+    from tests import zoo_models
+
+    case = zoo_models.get(name)
+    torch.manual_seed(0)
+    model, args, kwargs, dyn = case.build()
+    ep = torch.export.export(model.eval(), args, kwargs, dynamic_shapes=dyn, strict=False)
+    serde.save(ep, tmp_path / "model.pt2s", weights="model.safetensors", max_shard_bytes=16384)
+    loaded = serde.load(tmp_path / "model.pt2s")
+    assert_programs_equal(ep, loaded)
+    for inputs in case.other_inputs():
+        assert_programs_equal(ep, loaded, inputs=inputs)
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors.update(load_file(tmp_path / shard))
+    torch.manual_seed(1)
+    other = type(model)(model.config).to(next(model.parameters()).dtype).eval()
+    missing, unexpected = other.load_state_dict(tensors, strict=False)
+    # the file also holds the program's constants (non-persistent buffers, which a state dict leaves
+    # out), and each tied weight once: a name left out is tied to one in the file
+    assert set(unexpected) <= set(ep.constants), unexpected
+    for k in missing:
+        assert any(n in loaded.state_dict and loaded.state_dict[n] is loaded.state_dict[k] for n in tensors), k
+    other.tie_weights()
+    with torch.no_grad():
+        assert torch.equal(other(*args, **kwargs).logits, loaded.module()(*args, **kwargs).logits)
