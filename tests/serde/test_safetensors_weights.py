@@ -592,3 +592,19 @@ def test_transformers_model_reads_our_files(name, tmp_path):
     other.tie_weights()
     with torch.no_grad():
         assert torch.equal(other(*args, **kwargs).logits, loaded.module()(*args, **kwargs).logits)
+
+
+def test_resaving_removes_stale_shards_and_index(tmp_path):
+    ep = exported("mlp")
+    serde.save(ep, tmp_path / "m.pt2s", weights="m.safetensors", max_shard_bytes=1200)
+    many = sorted(p.name for p in tmp_path.iterdir())
+    assert "m.safetensors.index.json" in many and len(many) > 3
+    serde.save(ep, tmp_path / "m.pt2s", weights="m.safetensors", max_shard_bytes=2200)
+    fewer = sorted(p.name for p in tmp_path.iterdir())
+    index = json.loads((tmp_path / "m.safetensors.index.json").read_text())
+    assert set(fewer) == {"m.pt2s", "m.safetensors.index.json", *index["weight_map"].values()}
+    serde.save(ep, tmp_path / "m.pt2s", weights="m.safetensors")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt2s", "m.safetensors"]
+    assert_programs_equal(ep, serde.load(tmp_path / "m.pt2s"))
+    with pytest.raises(serde.UnsupportedConstructError, match="overwrite"):
+        serde.save(ep, tmp_path / "w.safetensors", weights="w.safetensors")

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap as _mmap
@@ -246,10 +247,35 @@ def weights_path(weights: str | os.PathLike, artifact: str | os.PathLike) -> tup
         raise UnsupportedConstructError(
             f"save(weights={text!r}): the name must be '<name>.safetensors' of letters, digits, '_', '-' "
             "and '.' (not starting with '.'); rename it")
-    if name.endswith(_INDEX_SUFFIX) or re.search(r"-\d{5}-of-\d{5}\.safetensors$", name):
+    if name.endswith(_INDEX_SUFFIX) or _SHARD_RE.search(name):
         raise UnsupportedConstructError(f"save(weights={text!r}): name the weights as one file "
                                         "('model.safetensors'); shard names are made from it")
+    stem = name.removesuffix(".safetensors")
+    artifact_name = os.path.basename(os.fspath(artifact))
+    if artifact_name == name or re.fullmatch(re.escape(stem) + r"-\d{5}-of-\d{5}\.safetensors", artifact_name):
+        raise UnsupportedConstructError(f"save(weights={text!r}): the artifact {artifact_name!r} would overwrite the "
+                                        "weights; give them different names")
     return directory, name
+
+
+_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}\.safetensors$")
+
+
+def _remove_stale(directory: str, name: str, written: set[str]) -> None:
+    """Remove what an earlier save with these weights' name left that the new one does not write
+    (shards of another count, an index when there is no longer one), as Hugging Face's
+    save_pretrained does, so that tools reading the directory do not find the old files."""
+    stem = name.removesuffix(".safetensors")
+    pattern = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}\.safetensors")
+    index = stem + _INDEX_SUFFIX
+    try:
+        present = os.listdir(directory)
+    except OSError:
+        return
+    for other in present:
+        if other not in written and (pattern.fullmatch(other) or (other == index and len(written) == 1)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, other))
 
 
 def write_external(directory: str, name: str, w: schema.Weights, payloads: Mapping[str, Any],
@@ -274,6 +300,7 @@ def write_external(directory: str, name: str, w: schema.Weights, payloads: Mappi
         write_atomic(os.path.join(directory, fname), chunks)
         files.append(schema.WeightsFile(name=fname, size=size, sha256=sha.hexdigest(), xxh3=xxh.hexdigest()))
         refs.update({p.storage: schema.ExternalTensor(file=k, key=p.key) for p in shard})
+    _remove_stale(directory, name, set(names))
     if len(shards) > 1:
         index = {"metadata": {"total_size": sum(p.nbytes for p in planned)},
                  "weight_map": {p.key: names[k] for k, shard in enumerate(shards) for p in shard}}
