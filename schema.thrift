@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.5
+// SCHEMA_VERSION 2.6
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -26,6 +26,11 @@
 //   2.5  2026-11-28  TreeSpec type "structseq": torch's named results (torch.return_types.max,
 //                    topk, svd...), stored as their name and fields. Compatible; a 2.4 reader
 //                    refuses such a spec as an unknown pytree type.
+//   2.6  2026-12-02  Weights in safetensors files next to the artifact (save(..., weights=...)):
+//                    Weights.files records each file's name, size, sha256 and XXH3-128, and
+//                    Storage.external names the file and key holding a storage's bytes (no
+//                    data/<sha256> member then). Compatible; such an artifact says archive
+//                    format version 4, which a 2.5 reader refuses by version.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -557,6 +562,24 @@ struct Storage {
   // Added 2.3. The device the storage lived on; unset means the CPU. Bytes are always stored from
   // a CPU copy; load puts them back on this device when it exists (see serde.load's map_location).
   30: optional Device device;
+  // Added 2.6. Set when the bytes are in a safetensors file next to the artifact instead of a
+  // data/<sha256> member; sha256 and nbytes still describe those bytes.
+  40: optional ExternalTensor external;
+}
+
+// Where a storage's bytes are outside the archive (added 2.6): the whole storage is one tensor
+// of a safetensors file, with the dtype and sizes of the view that covers it.
+struct ExternalTensor {
+  10: i64 file;                        // index into Weights.files
+  20: string key;                      // the tensor's key in that file: an FQN of the state dict or constants
+}
+
+// A safetensors file holding some of the storages (added 2.6), found next to the artifact.
+struct WeightsFile {
+  10: string name;                     // a file name, no directory
+  20: i64 size;
+  30: string sha256;
+  40: string xxh3;                     // XXH3-128; serde.load verifies the file with it
 }
 
 struct StoredTensor {
@@ -619,6 +642,7 @@ struct Weights {
   20: map<string, StoredTensor> state_dict;
   30: map<string, StoredTensor> constants;
   40: optional ExampleInputs example_inputs;
+  50: optional list<WeightsFile> files;   // added 2.6; omitted when every storage is in the archive
 }
 
 // ---- debug.json (optional; written by save(..., debug_info=True)) ----

@@ -24,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "save",
     "load",
+    "attach_weights",
     "Limits",
     "SerializeError",
     "UnsupportedConstructError",
@@ -49,7 +50,7 @@ __all__ = [
 
 # name -> the module (under serde) that defines it, imported on first use.
 _LAZY = {
-    "save": "api", "load": "api", "Limits": "core.limits",
+    "save": "api", "load": "api", "attach_weights": "api", "Limits": "core.limits",
     # tensor subclasses that loading may rebuild
     "register_tensor_subclass": "bridge.subclasses", "unregister_tensor_subclass": "bridge.subclasses",
     "UnknownTensorSubclassError": "bridge.subclasses",

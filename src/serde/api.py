@@ -25,9 +25,11 @@ from serde.opsets import convert_for_target, upgrade_operators
 
 from . import archive
 from .archive import payload_name
+from .archive import safetensors as st
 from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
 
-__all__ = ["save", "load", "to_artifact_parts", "from_artifact", "TESTED_TORCH"]
+__all__ = ["save", "load", "attach_weights", "to_artifact_parts", "from_artifact", "TESTED_TORCH",
+           "StructureOnlyError"]
 
 # The torch releases the test suite runs under (serde.core.version.SUPPORTED_TORCH): pt2serde
 # reads torch internals (op schemas, fx metadata, the export verifier), so a release outside them
@@ -56,8 +58,20 @@ def _warn_if_untested_torch() -> None:
 PathOrFile = str | os.PathLike | BinaryIO
 
 
+class _FromArtifact:
+    def __repr__(self) -> str:
+        return "FROM_ARTIFACT"
+
+
+# load()'s default for ``weights``: the artifact's own (inside it and in the files it records).
+FROM_ARTIFACT: Any = _FromArtifact()
+# The attribute a structure-only program carries: the artifact it came from (for attach_weights).
+_STRUCTURE_ATTR = "_pt2serde_structure_only"
+
+
 def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, debug_info: bool = False,
-         extra_files: Mapping[str, str] | None = None, target_torch: str | None = None) -> None:
+         extra_files: Mapping[str, str] | None = None, target_torch: str | None = None,
+         weights: str | os.PathLike | None = None, max_shard_bytes: int | None = None) -> None:
     """Save ``ep`` as a pt2serde artifact.
 
     Args:
@@ -77,6 +91,13 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
             operators that changed between this torch and that one are rewritten by the inverse
             (or forward) operator upgraders, and the program records that release as its torch.
             None (the default) writes for this torch.
+        weights: a file name (``"model.safetensors"``), written next to the artifact: the state
+            dict and tensor constants go there as safetensors, keyed by their FQNs, and the
+            artifact records the file's name, size and digests (see docs/weights.md). Storages no
+            FQN covers whole, and example inputs, stay in the artifact. ``f`` must be a path.
+        max_shard_bytes: with ``weights``, write Hugging Face-style shards of at most this many
+            bytes of tensor data each (``model-00001-of-00003.safetensors`` ... plus
+            ``model.safetensors.index.json``); one shard is written as ``model.safetensors``.
 
     Raises:
         UnsupportedConstructError: ``ep`` holds something the schema cannot express; the message
@@ -87,22 +108,50 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
     """
     _warn_if_untested_torch()
     programs = _programs_to_save(ep)
+    _check_weights_args(programs, f, weights, max_shard_bytes)
     extras = _encode_extra_files(extra_files)
     start = _position(f)
     with paused_gc():
         parts, payloads = {}, {}
         for name, one in programs.items():
-            program, weights, own_payloads, debug = to_artifact_parts(one, debug_info=debug_info)
+            program, stored, own_payloads, debug = to_artifact_parts(one, debug_info=debug_info)
             if target_torch is not None:
                 program = convert_for_target(program, str(torch.__version__), target_torch)
-            parts[name] = (program, weights, debug)
+            if weights is not None:
+                # The safetensors files first, each atomically; the artifact that records their
+                # digests last, so a crash in between leaves files an older artifact refuses by
+                # digest, never a new artifact without its files.
+                directory, fname = st.weights_path(weights, f)  # type: ignore[arg-type]
+                planned = st.plan_external(stored, st.custom_object_constants(program))
+                stored, own_payloads = st.write_external(directory, fname, stored, own_payloads, planned,
+                                                         max_shard_bytes)
+            parts[name] = (program, stored, debug)
             payloads.update(own_payloads)  # content-addressed: a tensor several programs hold is stored once
         write_artifacts(f, parts, payloads, torch_version=str(torch.__version__), extra_files=extras)
         # Freed while the collector is paused: each freed object lowers its allocation count, so
         # re-enabling it does not start a collection that walks the whole written program.
-        del parts, payloads, program, weights, own_payloads, debug
+        del parts, payloads, program, stored, own_payloads, debug
     if start is not None:
         f.seek(start)  # type: ignore[union-attr]
+
+
+def _check_weights_args(programs: dict[str | None, ExportedProgram], f: object, weights: object,
+                        max_shard_bytes: object) -> None:
+    for name, one in programs.items():
+        if getattr(one, _STRUCTURE_ATTR, None) is not None:
+            raise StructureOnlyError(
+                f"save(): {'the program' if name is None else repr(name)} was loaded with weights=None and holds "
+                "fake weights; attach them first (serde.attach_weights(ep, source)), or save the original")
+    if weights is None:
+        if max_shard_bytes is not None:
+            raise UnsupportedConstructError("save(max_shard_bytes=...) shards safetensors weights; pass weights= too")
+        return
+    if list(programs) != [None]:
+        raise UnsupportedConstructError("save(weights=...): an artifact of several programs keeps its weights "
+                                        "inside (their FQNs would collide in one file); save each program alone")
+    if not isinstance(f, (str, os.PathLike)):
+        raise UnsupportedConstructError("save(weights=...) writes files next to the artifact: give the artifact "
+                                        "as a path, not a file object")
 
 
 def _programs_to_save(ep: object) -> dict[str | None, ExportedProgram]:
@@ -181,7 +230,7 @@ MapLocation = str | torch.device | Mapping[str, str] | Callable[[torch.UntypedSt
 def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMITS,
          mmap: bool = False, extra_files: dict[str, Any] | None = None,
          map_location: MapLocation = None, propagate: bool = False,
-         verify: bool = True) -> ExportedProgram | dict[str, ExportedProgram]:
+         verify: bool = True, weights: Any = FROM_ARTIFACT) -> ExportedProgram | dict[str, ExportedProgram]:
     """Load an artifact written by :func:`save` (any supported schema version): the program, or the
     dict of programs it was saved from (each with its own tensors; none shares memory with another).
 
@@ -224,6 +273,16 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     ``TorchFunctionMode``, inference mode, a dynamo tracing context) are set aside while loading:
     the program always holds real tensors, and is safe to load from several threads at once.
 
+    ``weights`` (see docs/weights.md): by default the weights come from the artifact, and from the
+    safetensors files it records next to it (``save(..., weights=...)``), every byte verified
+    against the recorded size and digest first. ``weights=None`` loads the structure only: every
+    weight, constant and example input is a FakeTensor (custom objects stay real), no payload is
+    read or hashed; :func:`attach_weights` fills them in later. A path or a list of paths of
+    safetensors files (or of a ``*.safetensors.index.json``) binds those instead: every tensor the
+    artifact keeps in files (or, for an artifact that keeps them inside, every storage a whole
+    state-dict or constant tensor covers) must be there once, with the same FQN, dtype and shape,
+    and the files must hold nothing else.
+
     Raises:
         ForeignArtifactError: the file is not a pt2serde artifact (e.g. a torch.export.save archive;
             convert it once with ``pt2serde import``).
@@ -238,11 +297,23 @@ def load(f: PathOrFile | bytes, *, limits: archive.Limits = archive.DEFAULT_LIMI
     with paused_gc():  # reading is torch-free; from_artifact sets the caller's torch modes aside
         # A member's xxh3 (its sha256 before schema 2.4) covers its bytes; the sha256 of members
         # that have an xxh3 and the payloads' zip CRC-32 are left to `pt2serde check`.
-        artifacts = read_artifacts(f, limits=limits, mmap=mmap, payload_crc=False, sha256=False, verify=verify)
+        structure = weights is None
+        # weights=None: the payloads are neither read nor hashed (the file is mapped; the custom
+        # objects' payloads are verified when first read).
+        artifacts = read_artifacts(f, limits=limits, mmap=mmap, lazy=structure, payload_crc=False, sha256=False,
+                                   verify=verify)
         if extra_files is not None:
             _fill_extra_files(next(iter(artifacts.values())), extra_files)
-        if list(artifacts) == [None]:
-            out = from_artifact(artifacts[None], map_location, limits=limits, propagate=propagate)
+        if weights is not FROM_ARTIFACT and not structure and list(artifacts) != [None]:
+            raise UnsupportedConstructError("load(weights=[files]): the artifact holds several programs; bind files "
+                                            "to an artifact of one program")
+        if structure:
+            out = {name: _structure_only(a, map_location, limits) for name, a in artifacts.items()}
+            out = out[None] if list(out) == [None] else out
+        elif list(artifacts) == [None]:
+            a = artifacts[None]
+            bound = _bound_weights(a, f, weights, mmap=mmap, verify=verify)
+            out = from_artifact(a, map_location, limits=limits, propagate=propagate, bound=bound)
         else:
             out, used = {}, set()
             for name, artifact in artifacts.items():
@@ -268,26 +339,34 @@ def _fill_extra_files(artifact: Artifact, wanted: dict[str, Any]) -> None:
 
 
 def from_artifact(a: Artifact, map_location: MapLocation = None, *, limits: Limits = DEFAULT_LIMITS,
-                  copy_payloads: frozenset[str] = frozenset(), propagate: bool = False) -> ExportedProgram:
+                  copy_payloads: frozenset[str] = frozenset(), propagate: bool = False,
+                  bound: st.BoundWeights | None = None) -> ExportedProgram:
     """Build the ExportedProgram described by a decoded artifact (outside any ambient torch mode;
     names and sizes checked against ``limits``; see :func:`load` for devices and ``propagate``).
-    Payload members in ``copy_payloads`` are copied instead of wrapped."""
+    Payload members in ``copy_payloads`` are copied instead of wrapped. ``bound``: the weights to
+    build instead of the artifact's, with the payloads they name that are not members (safetensors
+    files, see :mod:`serde.archive.safetensors`)."""
     with outside_ambient_modes():
-        return _build(a, map_location, limits, copy_payloads, propagate)
+        return _build(a, map_location, limits, copy_payloads, propagate, bound)
 
 
 def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str],
-           propagate: bool) -> ExportedProgram:
-    check_weight_names(a.weights, limits)
-    place, missing = _placement(saved_devices(a.weights))
+           propagate: bool, bound: st.BoundWeights | None = None) -> ExportedProgram:
+    if a.weights.files and bound is None:
+        raise st.MissingWeightsFileError(
+            "the artifact keeps weights in safetensors files; load it with serde.load(path), which reads them")
+    weights = a.weights if bound is None else bound.weights
+    outside = {} if bound is None else bound.payloads
+    check_weight_names(weights, limits)
+    place, missing = _placement(saved_devices(weights))
 
     def member(name: str) -> memoryview:
-        view = a.contents.member(name)
+        view = outside[name] if name in outside else a.contents.member(name)
         return view.toreadonly() if name in copy_payloads else view  # read-only views are copied
 
     # Operators that changed between the writer's torch and this one, before anything resolves them.
     program = upgrade_operators(a.program, str(torch.__version__))
-    state_dict, constants, example_inputs = deserialize_weights(a.weights, member, place=place)
+    state_dict, constants, example_inputs = deserialize_weights(weights, member, place=place)
     if a.debug is not None:
         program = attach_debug(program, a.debug)
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
@@ -370,3 +449,86 @@ def _move(ep: ExportedProgram, mapping: dict[str, str]) -> ExportedProgram:
     from torch.export.passes import move_to_device_pass
 
     return move_to_device_pass(ep, mapping)
+
+
+# ---------------------------------------------------------------- safetensors weights, structure only
+
+
+class StructureOnlyError(SerializeError):
+    """A structure-only program (``load(path, weights=None)``) was used where weights are needed."""
+
+
+def _directory_of(f: object) -> str | None:
+    return os.path.dirname(os.path.abspath(os.fspath(f))) if isinstance(f, (str, os.PathLike)) else None
+
+
+def _bound_weights(a: Artifact, f: object, weights: Any, *, mmap: bool, verify: bool) -> st.BoundWeights | None:
+    """The weights a load builds: the artifact's own (None when it keeps every storage inside),
+    or the safetensors files ``weights`` names bound in their place."""
+    if weights is FROM_ARTIFACT:
+        if not a.weights.files:
+            return None
+        return st.external_payloads(a.weights, _directory_of(f), mmap=mmap, verify=verify)
+    plan = st.bind_plan(a.weights, st.custom_object_constants(a.program))
+    return st.bind_payloads(a.weights, st.resolve_sources(weights), plan, mmap=mmap)
+
+
+def _kept_storages(a: Artifact) -> set[int]:
+    """Storages a structure-only load still reads: the custom objects' (their codecs need bytes)."""
+    names = st.custom_object_constants(a.program)
+    return {a.weights.constants[n].storage for n in names if n in a.weights.constants}
+
+
+def _structure_only(a: Artifact, map_location: MapLocation, limits: Limits) -> ExportedProgram:
+    w = st.structure_only(a.weights, _kept_storages(a))
+    ep = from_artifact(a, map_location, limits=limits, bound=st.BoundWeights(w, {}))
+    setattr(ep, _STRUCTURE_ATTR, a)
+    return ep
+
+
+def attach_weights(ep: ExportedProgram, source: Any, *, mmap: bool = False,
+                   limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
+    """Give a structure-only program (``load(path, weights=None)``) its weights, in place, and
+    return it: afterwards it is what a full load gives.
+
+    ``source`` is an artifact holding the same program (its path; its own weights, and the
+    safetensors files it records, are verified as ``load`` verifies them), or safetensors files
+    (a path, a list of paths, or a ``*.safetensors.index.json``) bound as ``load(path,
+    weights=files)`` binds them, the rest of the weights coming from the artifact the program
+    was loaded from.
+
+    Raises:
+        StructureOnlyError: ``ep`` was not loaded with ``weights=None`` (or has its weights).
+        WeightsMismatchError: the source holds another program, or files without its tensors.
+        SerializeError subclasses as :func:`load` raises them for damaged sources.
+    """
+    origin = getattr(ep, _STRUCTURE_ATTR, None) if isinstance(ep, ExportedProgram) else None
+    if origin is None:
+        raise StructureOnlyError("attach_weights(): the program was not loaded with serde.load(path, weights=None), "
+                                 "or already has its weights")
+    with paused_gc():
+        if _is_weights_files(source):
+            a = origin
+            bound = st.bind_payloads(a.weights, st.resolve_sources(source),
+                                     st.bind_plan(a.weights, st.custom_object_constants(a.program)), mmap=mmap)
+        else:
+            found = read_artifacts(source, limits=limits, mmap=mmap, payload_crc=False, sha256=False)
+            a = found.get(origin.name) if origin.name in found else None
+            if a is None or a.program != origin.program:
+                raise st.WeightsMismatchError(
+                    f"attach_weights(): {source!r} holds another program than the one loaded from "
+                    "the structure-only artifact; attach the weights of the same program")
+            bound = _bound_weights(a, source, FROM_ARTIFACT, mmap=mmap, verify=True)
+        full = from_artifact(a, None, limits=limits, bound=bound)
+    # The full program's tables, with ties and Parameters exactly as a load makes them.
+    ep._state_dict = full._state_dict  # type: ignore[attr-defined]
+    ep._constants = full._constants  # type: ignore[attr-defined]
+    ep._example_inputs = full._example_inputs  # type: ignore[attr-defined]
+    delattr(ep, _STRUCTURE_ATTR)
+    return ep
+
+
+def _is_weights_files(source: Any) -> bool:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source).endswith((".safetensors", ".json"))
+    return isinstance(source, (list, tuple))

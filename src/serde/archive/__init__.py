@@ -283,6 +283,7 @@ def write_archive(
     *,
     schema_version: tuple[int, int],
     torch_version: str,
+    min_format_version: int = 1,
 ) -> None:
     """Write ``members`` plus a generated manifest.json as one pt2serde archive.
 
@@ -295,12 +296,14 @@ def write_archive(
             sha256 of its bytes (not re-hashed here; a wrong name makes the file fail to load).
         schema_version: ``(major, minor)`` recorded in the manifest.
         torch_version: recorded in the manifest (informational).
+        min_format_version: the least format_version to record (4: some storages are in
+            safetensors files next to the archive, which the members alone do not show).
 
     Raises:
         UnsafeMemberNameError, UnknownMemberError, MissingMemberError: bad ``members``.
         ArtifactIOError: the OS refused the write.
     """
-    chunks = _plan(members, schema_version, torch_version, _ZIP64_THRESHOLD)
+    chunks = _plan(members, schema_version, torch_version, _ZIP64_THRESHOLD, min_format_version)
     if isinstance(dest, (str, os.PathLike)):
         write_atomic(dest, chunks)
         return
@@ -479,7 +482,7 @@ class _Entry:
 
 
 def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version: tuple[int, int],
-          torch_version: str, zip64_limit: int) -> Iterator[bytes | memoryview]:
+          torch_version: str, zip64_limit: int, min_format_version: int = 1) -> Iterator[bytes | memoryview]:
     """Validate members now; return the file as chunks made as they are taken.
 
     The CRC-32 and XXH3-128 of the big members start on the I/O threads at once, in file order,
@@ -497,11 +500,11 @@ def _plan(members: Mapping[str, bytes | bytearray | memoryview], schema_version:
     _check_required(set(names), "write_archive: members")
     ahead = {n: _pool().submit(_crc32_and_xxh3, v) for n, v in zip(names, views, strict=True)
              if len(v) >= _PARALLEL_HASH_BYTES}
-    return _layout(_entries(names, views, ahead, schema_version, torch_version), zip64_limit)
+    return _layout(_entries(names, views, ahead, schema_version, torch_version, min_format_version), zip64_limit)
 
 
 def _entries(names: list[str], views: list[memoryview], ahead: dict[str, Any], schema_version: tuple[int, int],
-             torch_version: str) -> Iterator[_Entry]:
+             torch_version: str, min_format_version: int = 1) -> Iterator[_Entry]:
     """The members and the manifest in file order, each once its digests are known."""
     done: dict[str, _Entry] = {}
 
@@ -525,7 +528,7 @@ def _entries(names: list[str], views: list[memoryview], ahead: dict[str, Any], s
         major, minor = schema_version
         manifest = schema.Manifest(
             format=FORMAT_NAME,
-            format_version=_format_version(names),
+            format_version=max(_format_version(names), min_format_version),
             schema_version=schema.SchemaVersion(major=int(major), minor=int(minor)),
             torch_version=str(torch_version),
             # the xxh3 is a 2.4 field: a manifest of an older version (upgrade tests) goes without

@@ -163,4 +163,8 @@ def write_artifacts(dest: str | os.PathLike | BinaryIO,
     for name, data in (extra_files or {}).items():
         members[archive.extra_member(name, "extra_files")] = data
     (version,) = versions  # every program of one save is written by this schema version
-    archive.write_archive(dest, members, schema_version=version, torch_version=torch_version)
+    # Storages kept in safetensors files next to the archive: a reader that does not know them
+    # refuses the archive by its format version instead of reporting missing payloads.
+    external = any(weights.files for _, weights, _ in programs.values())
+    archive.write_archive(dest, members, schema_version=version, torch_version=torch_version,
+                          min_format_version=4 if external else 1)

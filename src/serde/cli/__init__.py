@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "upgrade": "serde.cli.upgrade",
     "import": "serde.cli.import_",
     "export": "serde.cli.export",
+    "weights": "serde.cli.weights",
     "emit": "serde.cli.emit",
     "run": "serde.cli.run",
 }

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from serde.archive.artifact import read_artifacts
+from serde.archive.safetensors import external_payloads
 from serde.bridge.weights import validate_weights
 from serde.errors import SerializeError
 
@@ -145,6 +146,8 @@ def _verify(path: str | os.PathLike) -> tuple[CheckReport, dict]:
     for one in artifacts.values():
         weights = one.weights
         validate_weights(weights, lambda name: len(contents.member(name)))
+        if weights.files:  # safetensors files next to the artifact: size, sha256, XXH3-128, headers
+            external_payloads(weights, os.path.dirname(os.path.abspath(path)), sha256=True)
         used.update(f"data/{s.sha256}" for s in weights.storages if s.sha256)
         storages += len(weights.storages)
         tensors += len(weights.state_dict) + len(weights.constants)

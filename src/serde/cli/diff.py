@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -28,20 +29,24 @@ def run(args: argparse.Namespace) -> int:
     from canonical.diff import diff, diff_programs
     from serde.archive import write_atomic
     from serde.archive.artifact import read_artifacts
+    from serde.archive.safetensors import payload_reader
 
     # payloads are read (and verified) only for the max abs difference of changed tensors
     a_all, b_all = (read_artifacts(args.a, lazy=True, payload_crc=False, sha256=False),
                     read_artifacts(args.b, lazy=True, payload_crc=False, sha256=False))
+    # weights kept in safetensors files next to an artifact are read from there (when needed)
+    readers = {id(x): payload_reader(x.weights, os.path.dirname(os.path.abspath(path)), x.payload)
+               for path, arts in ((args.a, a_all), (args.b, b_all)) for x in arts.values()}
     a_first, b_first = next(iter(a_all.values())), next(iter(b_all.values()))
     extras = {"a_extra": a_first.extra_files(), "b_extra": b_first.extra_files()}
     if list(a_all) == [None] and list(b_all) == [None]:
         a, b = a_all[None], b_all[None]
-        report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=a.payload,
-                      b_payload=b.payload, **extras)
+        report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=readers[id(a)],
+                      b_payload=readers[id(b)], **extras)
         pairs = [(None, a.program, b.program, report.changes)]
     else:  # artifacts with several programs (a single one counts as a program named "")
         def parts(arts):
-            return {name or "": (x.program, x.weights, x.payload) for name, x in arts.items()}
+            return {name or "": (x.program, x.weights, readers[id(x)]) for name, x in arts.items()}
 
         report, per = diff_programs(parts(a_all), parts(b_all), **extras)
         pairs = [(name, a_all[name or None].program, b_all[name or None].program, r.changes)

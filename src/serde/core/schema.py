@@ -28,7 +28,8 @@ __all__ = [
     "ParameterMutationSpec", "GradientToParameterSpec", "GradientToUserInputSpec",
     "UserInputMutationSpec", "OutputTokenSpec", "OutputSpec", "GraphSignature", "TreeSpec",
     "ModuleCallSignature", "ModuleCallEntry", "GraphModule", "SchemaVersion", "RangeConstraint",
-    "GuardProperty", "GuardKey", "GuardSource", "InputGuards", "ExportedProgram", "Storage", "StoredTensor",
+    "GuardProperty", "GuardKey", "GuardSource", "InputGuards", "ExportedProgram", "Storage", "ExternalTensor",
+    "WeightsFile", "StoredTensor",
     "TensorSubclass", "ContextValue", "ContextItem", "ExampleLeaf", "ExampleInputs", "Weights",
     "NodeDebug", "DebugInfo", "Member", "Manifest",
 ]
@@ -602,6 +603,19 @@ class Storage(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
     nbytes: Annotated[I64, Id(20)]
     device: Annotated[Optional[Device], Id(30)] = None  # added 2.3
+    external: Annotated[Optional[ExternalTensor], Id(40)] = None  # added 2.6
+
+
+class ExternalTensor(Struct, kw_only=True):
+    file: Annotated[I64, Id(10)]
+    key: Annotated[str, Id(20)]
+
+
+class WeightsFile(Struct, kw_only=True):
+    name: Annotated[str, Id(10)]
+    size: Annotated[I64, Id(20)]
+    sha256: Annotated[str, Id(30)]
+    xxh3: Annotated[str, Id(40)]
 
 
 class StoredTensor(Struct, kw_only=True):
@@ -658,6 +672,7 @@ class Weights(Struct, kw_only=True):
     state_dict: Annotated[dict[str, StoredTensor], Id(20)]
     constants: Annotated[dict[str, StoredTensor], Id(30)]
     example_inputs: Annotated[Optional[ExampleInputs], Id(40)] = None
+    files: Annotated[Optional[list[WeightsFile]], Id(50)] = None  # added 2.6
 
 
 # ---------------------------------------------------------------- debug.json

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION", "SUPPORTED_TORCH", "torch_release"]
 
-SCHEMA_VERSION: tuple[int, int] = (2, 5)
+SCHEMA_VERSION: tuple[int, int] = (2, 6)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.
 # 2 adds extra/<name> members (written as 1 when there are none); 3 holds several programs under
-# programs/<name>/ (written only for those).
-FORMAT_VERSION: int = 3
+# programs/<name>/ (written only for those); 4 keeps some storages in safetensors files next to
+# the archive (written only for those).
+FORMAT_VERSION: int = 4
 
 # The torch releases (major, minor) the whole test suite runs under, every patch release of each
 # included (`make test` on the first, `make test-torch TORCH=<version>` on each other; CI runs
