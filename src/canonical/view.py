@@ -167,7 +167,8 @@ class _Builder:
             self.mods[parent]["kids"].append(~m)
         return m
 
-    def graph_box(self, label: str, rows: list[_Row], parent: int = 0, kind: str = "graph") -> int:
+    def graph_box(self, label: str, rows: list[_Row], parent: int = 0, kind: str = "") -> int:
+        """A box for a graph (``kind`` ""), or for a subgraph of a higher-order op ("subgraph")."""
         box = self.new_mod(label, kind, parent)
         open_: list[tuple[tuple[str, str, str] | None, int]] = [(None, box)]
         for row in rows:
@@ -483,6 +484,7 @@ function modBox(m){
   var M = mods[m], box = el('div', 'mod' + (M[1] === 'subgraph' ? ' subgraph' : ''));
   var head = el('div', 'row head'), body = el('div', 'body');
   box.dataset.mod = m;
+  box.dataset.label = M[0];
   if (M[5]) box.classList.add('has-changes');
   for (var s = 0; s < S; s++) {
     var io = M[6][s], cell = el('div', 'cell');
