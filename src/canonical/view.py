@@ -220,9 +220,13 @@ class _Builder:
             mods.append([m["label"], m["type"], m["parent"], m["kids"],
                          sum(1 for r in rows[start:end] if any(c and c.kind not in ("input", "output") for c in r.cells)),
                          sum(1 for r in rows[start:end] if r.mark),
-                         m.get("io") or [self._io(s, start, end, producer, users) for s in range(len(self.sides))]])
+                         [io and [*io, self._count(s, start, end)] for s, io in enumerate(
+                             m.get("io") or [self._io(s, start, end, producer, users) for s in range(len(self.sides))])]])
         return {"title": title, "sides": self.sides, "kinds": {k: v[0] for k, v in KINDS.items()},
                 "rows": out_rows, "mods": mods, **(extra or {})}
+
+    def _count(self, s: int, start: int, end: int) -> int:
+        return sum(1 for r in self.rows[start:end] if (c := r.cells[s]) is not None and c.kind not in ("input", "output"))
 
     def _io(self, s: int, start: int, end: int, producer: dict, users: dict) -> list | int:
         """[input types, output types] of the rows in [start, end) on side ``s``, 0 if it has none.
@@ -492,9 +496,9 @@ function modBox(m){
     cell.appendChild(el('span', 'tw', '\u25b8 '));
     cell.appendChild(document.createTextNode(M[0]));
     var meta = (M[1] ? M[1] + '  ' : '') + 'in ' + (io[0] || '-') + ' \u2192 out ' + (io[1] || '-') +
-      '  \u00b7 ' + M[4] + ' node' + (M[4] === 1 ? '' : 's');
+      '  \u00b7 ' + io[2] + ' node' + (io[2] === 1 ? '' : 's');
     cell.appendChild(el('span', 'meta', meta));
-    if (M[5]) cell.appendChild(el('span', 'changes', M[5] + ' change' + (M[5] === 1 ? '' : 's')));
+    if (M[5]) cell.appendChild(el('span', 'changes', M[5] + ' changed row' + (M[5] === 1 ? '' : 's')));
     cell.title = M[0] + '  ' + meta;
     head.appendChild(cell);
   }

@@ -19,6 +19,7 @@ from canonical.diff import diff
 from canonical.view import op_kind, program_page
 from serde import cli
 from serde.archive.artifact import read_artifact
+from serde.core.walk import EMPTY_STACK_KEY
 
 from ._browser import Browser, chromium
 
@@ -83,6 +84,14 @@ def _box_of(data: dict, row: int) -> list[str]:
     return out
 
 
+def _check_boxes(data: dict, program) -> None:
+    """Every node of the top graph sits in the boxes of its ``nn_module_stack``, in order."""
+    by_name = {row[2][0]: r for r, row in enumerate(data["rows"]) if row[2][2] not in ("input", "output")}
+    for node in program.graph_module.graph.nodes:
+        stack = [e.path for e in node.metadata.nn_module_stack or () if e.path and e.key != EMPTY_STACK_KEY]
+        assert _box_of(data, by_name[node.name]) == ["graph", *stack], node.name
+
+
 @pytest.fixture(scope="module")
 def net(tmp_path_factory) -> Path:
     return _save(tmp_path_factory.mktemp("net") / "net.pt2s", Net(), NET_ARGS)
@@ -104,10 +113,7 @@ def test_view_puts_every_node_once_in_the_box_of_its_module_call(net, tmp_path, 
     top = [n.name for n in program.graph_module.graph.nodes]
     assert set(top) <= set(names)
     assert len(names) == len(top) + 2  # and one node in each cond branch
-    by_name = {row[2][0]: r for r, row in enumerate(data["rows"])}
-    for node in program.graph_module.graph.nodes:
-        stack = [e.path for e in node.metadata.nn_module_stack or () if e.path]
-        assert _box_of(data, by_name[node.name]) == ["graph", *stack], node.name
+    _check_boxes(data, program)
     kinds = {row[2][0]: row[2][2] for row in data["rows"]}
     assert kinds[next(n for n in top if "linear" in n)] == "matmul"
     assert kinds[next(n for n in top if n.startswith("add_"))] == "inplace"
@@ -115,10 +121,10 @@ def test_view_puts_every_node_once_in_the_box_of_its_module_call(net, tmp_path, 
     enc = next(m for m in data["mods"] if m[0] == "enc")
     x = NET_ARGS[0]
     h = Net().enc(x)
-    assert enc[6][0] == [f"f32{list(x.shape)}", f"f32{list(h.shape)}"]
+    assert enc[6][0] == [f"f32{list(x.shape)}", f"f32{list(h.shape)}", 3]
     assert enc[4] == 3  # linear, relu, layer_norm
     branches = [m for m in data["mods"] if m[1] == "subgraph"]
-    assert len(branches) == 2 and all(m[6][0] == [f"f32{list(h.shape)}"] * 2 for m in branches)
+    assert len(branches) == 2 and all(m[6][0] == [f"f32{list(h.shape)}"] * 2 + [1] for m in branches)
 
 
 @pytest.mark.parametrize("target,kind", [
@@ -201,6 +207,9 @@ needs_chromium = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    if chromium() is None:
+        yield None
+        return
     with Browser(tmp_path_factory.mktemp("profile")) as b:
         yield b
 
@@ -299,6 +308,30 @@ def test_diff_page_shows_both_sides_in_step(chains, browser, tmp_path, capsys):
         tops = browser.js("Array.from(document.querySelectorAll('.row')).map(function(r){"
                           "return [r.children[0].getBoundingClientRect().top,r.children[1].getBoundingClientRect().top];})")
         assert tops and all(a == b for a, b in tops)
+    _clean(browser, page)
+
+
+@pytest.mark.slow  # importing transformers and timm and exporting take tens of seconds
+@pytest.mark.parametrize("name", ["hf/gpt2", "timm/resnet18"])
+def test_real_models_open_at_their_module_calls(name, browser, tmp_path, capsys):
+    from tests import zoo_models
+
+    path = tmp_path / "model.pt2s"
+    serde.save(zoo_models.export_model(zoo_models.get(name)), path)
+    page = tmp_path / "model.html"
+    assert cli.main(["view", str(path), "-o", str(page)]) == 0
+    data = _data(page.read_text())
+    program = read_artifact(path).program
+    _check_boxes(data, program)
+    last = program.graph_module.graph.nodes[-1].name
+    if chromium() is None:
+        return  # the page data is checked; the browser half needs chromium (`make browser`)
+    _load(browser, page)
+    in_dom = browser.js("document.querySelectorAll('.node').length")
+    assert in_dom < len(program.graph_module.graph.nodes) / 2  # the module calls are closed boxes
+    browser.type("#search", last)
+    assert _in_view(browser, ".node.hit")
+    browser.screenshot(tmp_path / (name.replace("/", "-") + ".png"))
     _clean(browser, page)
 
 
