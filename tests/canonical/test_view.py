@@ -197,6 +197,12 @@ def test_diff_html_pairs_the_nodes_of_a_and_b(chains, tmp_path, capsys):
     mul_row = next(i for i, r in enumerate(rows) if r[0] == "added")
     assert all(marked[label] >= 1 for label in _box_of(data, mul_row))
     assert marked["a"] == 0
+    # the other way round the node is removed: on A's side only
+    back = tmp_path / "back.html"
+    assert cli.main(["diff", str(chains[1]), str(chains[0]), "--html", str(back)]) == 1
+    removed = [r for r in _data(back.read_text())["rows"] if r[0] == "removed"]
+    assert [r[2][0] for r in removed] == [r[3][0] for r in rows if r[0] == "added"]
+    assert all(r[3] == 0 for r in removed)
 
 
 # ------------------------------------------------------------------------------------ in a browser
