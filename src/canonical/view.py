@@ -30,9 +30,9 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import zip_longest
+from itertools import count, zip_longest
 
 from serde.core import schema
 from serde.core.walk import EMPTY_STACK_KEY, argument_names, output_leaves
@@ -155,7 +155,6 @@ class _Builder:
     def __init__(self, sides: Sequence[str]) -> None:
         self.sides = list(sides)
         self.rows: list[_Row] = []
-        self.parent_of_row: list[int] = []
         self.mods: list[dict] = []
         self.new_mod("", "", -1)  # the page itself
 
@@ -184,7 +183,6 @@ class _Builder:
             here = open_[-1][1]
             self.mods[here]["kids"].append(len(self.rows))
             self.rows.append(row)
-            self.parent_of_row.append(here)
             for sub_label, sub_rows in row.subs:
                 self.graph_box(sub_label, sub_rows, here, "subgraph")
         for _, m in open_:
@@ -222,8 +220,7 @@ class _Builder:
                          sum(1 for r in rows[start:end] if r.mark),
                          [io and [*io, self._count(s, start, end)] for s, io in enumerate(
                              m.get("io") or [self._io(s, start, end, producer, users) for s in range(len(self.sides))])]])
-        return {"title": title, "sides": self.sides, "kinds": {k: v[0] for k, v in KINDS.items()},
-                "rows": out_rows, "mods": mods, **(extra or {})}
+        return {"title": title, "sides": self.sides, "rows": out_rows, "mods": mods, **(extra or {})}
 
     def _count(self, s: int, start: int, end: int) -> int:
         return sum(1 for r in self.rows[start:end] if (c := r.cells[s]) is not None and c.kind not in ("input", "output"))
@@ -284,20 +281,9 @@ def _weight_inputs(program: schema.ExportedProgram) -> frozenset[str]:
 # --------------------------------------------------------------------------- one program
 
 
-class _Graphs:
-    """Hands out graph ids, so value names of different graphs never meet."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def next(self) -> int:
-        self.n += 1
-        return self.n
-
-
-def _program_rows(graph: schema.Graph, ids: _Graphs, hidden: frozenset[str] = frozenset(),
+def _program_rows(graph: schema.Graph, ids: Iterator[int], hidden: frozenset[str] = frozenset(),
                   outer: Stack = ()) -> list[_Row]:
-    inputs, nodes, ret = _graph_cells(graph, ids.next(), hidden, outer)
+    inputs, nodes, ret = _graph_cells(graph, next(ids), hidden, outer)
     rows = [_Row([c]) for c in inputs]
     for c in nodes:
         rows.append(_Row([c], subs=[(f"{c.name}.{s.name}", _program_rows(s.graph, ids, outer=outer + c.stack))
@@ -307,9 +293,15 @@ def _program_rows(graph: schema.Graph, ids: _Graphs, hidden: frozenset[str] = fr
 
 
 def page_data(programs: dict[str | None, schema.ExportedProgram], title: str) -> dict:
-    """The data ``program_page`` draws (rows and boxes), as plain JSON-able lists and dicts."""
+    """The data ``program_page`` draws, as plain JSON-able lists (kept short: 20,000 rows travel in it).
+
+    ``rows`` in document order, each ``[mark, changed fields, cell per side]``; a cell is
+    ``[name, text, kind, producer rows]`` or 0 where the side has no node. ``mods`` are the boxes,
+    ``mods[0]`` the page: ``[label, class or "subgraph" or "", parent, children, nodes, changed rows,
+    per side [input types, output types, nodes] or 0]``; a child ``c >= 0`` is row ``c``, else box ``~c``.
+    """
     b = _Builder([title])
-    ids = _Graphs()
+    ids = count(1)  # graph ids: value names of different graphs never meet
     for name, program in programs.items():
         rows = _program_rows(program.graph_module.graph, ids, _weight_inputs(program))
         b.graph_box("graph" if name is None else f"{name}: graph", rows)
@@ -327,13 +319,13 @@ def program_page(programs: dict[str | None, schema.ExportedProgram], title: str)
 # --------------------------------------------------------------------------- two programs
 
 
-def _pair_rows(ga: schema.Graph | None, gb: schema.Graph | None, path: str, ids: _Graphs,
+def _pair_rows(ga: schema.Graph | None, gb: schema.Graph | None, path: str, ids: Iterator[int],
                alignment: dict[str, list[tuple[int | None, int | None]]], marks: dict[str, tuple[str, str]],
                hidden: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
                outer: tuple[Stack, Stack] = ((), ())) -> list[_Row]:
     """Rows of A's and B's graphs side by side: inputs by position, nodes as the diff paired them."""
-    ca = _graph_cells(ga, ids.next(), hidden[0], outer[0]) if ga is not None else ([], [], None)
-    cb = _graph_cells(gb, ids.next(), hidden[1], outer[1]) if gb is not None else ([], [], None)
+    ca = _graph_cells(ga, next(ids), hidden[0], outer[0]) if ga is not None else ([], [], None)
+    cb = _graph_cells(gb, next(ids), hidden[1], outer[1]) if gb is not None else ([], [], None)
     rows = []
     for x, y in zip_longest(ca[0], cb[0]):
         rows.append(_Row([x, y], _side_mark(x, y, x is not None and y is not None and x.text != y.text)))
@@ -373,7 +365,7 @@ def diff_page(pairs: list[tuple[str | None, schema.ExportedProgram, schema.Expor
     """For each (program name or None, A, B, changes): A's and B's graphs side by side, nodes paired
     as the diff paired them and coloured by change; then the text report."""
     b = _Builder(["A", "B"])
-    ids = _Graphs()
+    ids = count(1)  # graph ids: value names of different graphs never meet
     total = 0
     for label, pa, pb, changes in pairs:
         total += len(changes)
