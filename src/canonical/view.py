@@ -13,7 +13,8 @@ draws it; nothing is fetched from the network and no server is needed.
   sizes, in-place writes, other). Clicking a node shows where its inputs come from and who uses
   its outputs, as links.
 * Subgraphs of higher-order ops are boxes right after their node.
-* Search finds nodes by name and jumps to each match, expanding the boxes around it.
+* Search finds nodes by name and boxes by module path, and jumps to each match, opening the boxes
+  around it.
 * ``diff_page`` draws A and B side by side in one scrolling grid: nodes the diff paired (by
   canonical identity) share a row, removed nodes leave B's side blank and added ones A's;
   rows are coloured by change, and a collapsed box with changes inside is marked with their count.
@@ -219,7 +220,8 @@ class _Builder:
                          sum(1 for r in rows[start:end] if any(c and c.kind not in ("input", "output") for c in r.cells)),
                          sum(1 for r in rows[start:end] if r.mark),
                          [io and [*io, self._count(s, start, end)] for s, io in enumerate(
-                             m.get("io") or [self._io(s, start, end, producer, users) for s in range(len(self.sides))])]])
+                             m.get("io") or [self._io(s, start, end, producer, users) for s in range(len(self.sides))])],
+                         start])
         return {"title": title, "sides": self.sides, "rows": out_rows, "mods": mods, **(extra or {})}
 
     def _count(self, s: int, start: int, end: int) -> int:
@@ -298,7 +300,8 @@ def page_data(programs: dict[str | None, schema.ExportedProgram], title: str) ->
     ``rows`` in document order, each ``[mark, changed fields, cell per side]``; a cell is
     ``[name, text, kind, producer rows]`` or 0 where the side has no node. ``mods`` are the boxes,
     ``mods[0]`` the page: ``[label, class or "subgraph" or "", parent, children, nodes, changed rows,
-    per side [input types, output types, nodes] or 0]``; a child ``c >= 0`` is row ``c``, else box ``~c``.
+    per side [input types, output types, nodes] or 0, first row]``; a child ``c >= 0`` is row ``c``, else
+    box ``~c``. Boxes are listed in the document order of their headers.
     """
     b = _Builder([title])
     ids = count(1)  # graph ids: value names of different graphs never meet
@@ -425,7 +428,8 @@ border-left:1px solid #e4e4e4}
 .changes{display:none;margin-left:8px;padding:0 4px;border-radius:3px;background:#e69138;color:#fff}
 .mod.has-changes:not(.open)>.head .changes{display:inline}
 .mod.has-changes:not(.open)>.head{outline:2px solid #e69138}
-.node:hover{background:#f3f3ff}.node.sel{outline:2px solid #3c78d8}.node.hit .cell:not(.blank){background:#fff2a8}
+.node:hover{background:#f3f3ff}.node.sel{outline:2px solid #3c78d8}
+.node.hit .cell:not(.blank),.head.hit .cell:not(.blank){background:#fff2a8}
 .added .cell:not(.blank){background:#d9ead3}.removed .cell:not(.blank){background:#f4cccc}
 .changed .cell:not(.blank){background:#fce5cd}.renamed .cell:not(.blank){background:#fdf3e7}
 .more{color:#00e;cursor:pointer;padding:2px 18px;font-size:11px}
@@ -597,23 +601,29 @@ var names = rows.map(function(R){
   for (var s = 0; s < S; s++) if (R[2 + s]) n.push(R[2 + s][0].toLowerCase());
   return n.join('\n');
 });
+var modNames = mods.map(function(M){ return M[0].toLowerCase(); });
 var hits = [], hitAt = -1, hitEls = [];
 function go(k){
   hitEls.forEach(function(e){ e.classList.remove('hit'); });
   hitEls = [];
   var count = document.getElementById('count');
-  if (!hits.length) { count.textContent = box.value ? 'no matching node' : ''; return; }
+  if (!hits.length) { count.textContent = box.value ? 'no matching node or module' : ''; return; }
   hitAt = (k + hits.length) % hits.length;
-  jump(hits[hitAt]);
-  rowEl[hits[hitAt]].classList.add('hit');
-  hitEls.push(rowEl[hits[hitAt]]);
-  count.textContent = (hitAt + 1) + ' of ' + hits.length + ' matching nodes (Enter: next)';
+  var h = hits[hitAt], e;
+  if (h >= 0) { jump(h); e = rowEl[h]; }
+  else { ensure(~h); e = modEl[~h].firstChild; e.scrollIntoView({block: 'center'}); }
+  e.classList.add('hit');
+  hitEls.push(e);
+  count.textContent = (hitAt + 1) + ' of ' + hits.length + ' matching nodes and modules (Enter: next)';
 }
 var box = document.getElementById('search');
 box.addEventListener('input', function(){
-  var q = box.value.toLowerCase();
+  var q = box.value.toLowerCase(), mi = 1;
   hits = [];
-  if (q) for (var r = 0; r < rows.length; r++) if (names[r].indexOf(q) >= 0) hits.push(r);
+  if (q) for (var r = 0; r <= rows.length; r++) {  // boxes before the rows they start with
+    for (; mi < mods.length && mods[mi][7] <= r; mi++) if (modNames[mi].indexOf(q) >= 0) hits.push(~mi);
+    if (r < rows.length && names[r].indexOf(q) >= 0) hits.push(r);
+  }
   go(0);
 });
 box.addEventListener('keydown', function(ev){
@@ -659,7 +669,7 @@ def _page(title: str, header: str, data: dict) -> str:
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{_esc(title)}</title><style>{_STYLE}{_kind_css()}</style></head><body>"
             f"<header><b>{_esc(title)}</b> {_esc(header)} "
-            "<input id=\"search\" placeholder=\"find a node by name\"><span id=\"count\"></span>"
+            "<input id=\"search\" placeholder=\"find a node or module by name\"><span id=\"count\"></span>"
             f"{diff_bits}{_legend()}{report_html}<div id=\"errors\"></div>"
             f"<div class=\"sides\">{sides}</div></header>"
             "<div id=\"tree\"></div><div id=\"details\"></div>"

@@ -278,6 +278,12 @@ def test_view_expands_on_click_and_search_reveals_a_node(net, browser, tmp_path,
     assert "matching node" in browser.js("document.getElementById('count').textContent")
     assert relu in browser.js("document.getElementById('details').textContent")
     browser.screenshot(tmp_path / "net-search.png")
+    # a module path finds its box; a nested one opens the boxes around it
+    browser.js(f"document.querySelector('.mod[data-mod=\"{enc}\"]>.head').click()")
+    browser.js("document.getElementById('search').value=''")
+    browser.type("#search", "enc.2")
+    assert browser.js("document.querySelector('.head.hit').parentNode.dataset.label") == "enc.2"
+    assert _in_view(browser, ".head.hit")
     _clean(browser, page)
 
 
