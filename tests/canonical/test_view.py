@@ -347,6 +347,29 @@ def test_real_models_open_at_their_module_calls(name, browser, tmp_path, capsys)
     _clean(browser, page)
 
 
+@pytest.mark.slow  # a 700-node export
+@needs_chromium
+def test_a_long_flat_graph_shows_in_chunks_and_search_loads_the_chunk(browser, tmp_path, capsys):
+    class Flat(torch.nn.Module):
+        def forward(self, x):
+            for i in range(700):
+                x = x.sin() if i % 2 else x.cos()
+            return x
+
+    path = _save(tmp_path / "flat.pt2s", Flat(), (torch.randn(4),))
+    page = tmp_path / "flat.html"
+    assert cli.main(["view", str(path), "-o", str(page)]) == 0
+    _load(browser, page)
+    first = browser.js("document.querySelectorAll('.node').length")
+    assert first < 400  # the first chunk only
+    browser.click(".more")
+    assert browser.js("document.querySelectorAll('.node').length") > first
+    last = read_artifact(path).program.graph_module.graph.nodes[-1].name
+    browser.type("#search", last)
+    assert _in_view(browser, ".node.hit") and last in browser.js("document.querySelector('.node.hit').textContent")
+    _clean(browser, page)
+
+
 # ------------------------------------------------------------------------------------ 20,000 nodes
 
 
