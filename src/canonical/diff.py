@@ -61,7 +61,7 @@ from serde.errors import MalformedArtifactError
 
 from . import render as R
 
-__all__ = ["Change", "DiffReport", "Payload", "diff", "diff_programs", "max_abs_diff"]
+__all__ = ["Change", "DiffReport", "Payload", "diff", "diff_programs", "max_abs_diff", "node_alignment"]
 
 # sha256 -> the storage's raw little-endian bytes; raises KeyError when unavailable.
 Payload = Callable[[str], bytes]
@@ -224,6 +224,18 @@ def diff_programs(a: dict[str, tuple], b: dict[str, tuple], *, a_extra: dict[str
     return DiffReport(changes=d.changes, notes=d.notes), per
 
 
+def node_alignment(a: schema.ExportedProgram, b: schema.ExportedProgram) -> dict[str, list[tuple[int | None, int | None]]]:
+    """How the diff paired the nodes of each graph, for drawing A and B side by side.
+
+    Keys are graph paths as in a change's ``where`` (``graph``, ``graph.nodes[cond].true_graph_0``,
+    named by B's node); values are (A node index, B node index) pairs in report order, None where a
+    node exists on one side only.
+    """
+    d = _Differ()
+    d.program(a, b)
+    return d.alignment
+
+
 def max_abs_diff(
     ta: schema.StoredTensor, da: bytes, tb: schema.StoredTensor, db: bytes
 ) -> tuple[float, int] | None:
@@ -256,6 +268,7 @@ class _Differ:
     def __init__(self) -> None:
         self.changes: list[Change] = []
         self.notes: list[str] = []
+        self.alignment: dict[str, list[tuple[int | None, int | None]]] = {}
 
     def extra_files(self, a_extra: dict[str, bytes], b_extra: dict[str, bytes]) -> None:
         for name, x, y in _pair(_sorted_items(a_extra), _sorted_items(b_extra)):
@@ -336,6 +349,7 @@ class _Differ:
 
         # Removed nodes are reported just before the B node that follows their A predecessor.
         entries: list[tuple[float, Change | tuple[int, int]]] = []
+        slots: list[tuple[float, tuple[int | None, int | None]]] = []
         anchor = -1.0
         for i, node in enumerate(na):
             if i in match:
@@ -344,13 +358,16 @@ class _Differ:
                 entries.append((anchor + 0.5, Change(
                     section="graph", kind="removed", where=f"{path}.nodes[{node.name}]",
                     a=view_a.node_line(node))))
+                slots.append((anchor + 0.5, (i, None)))
         for j, node in enumerate(nb):
+            slots.append((j, (rev.get(j), j)))
             if j in rev:
                 entries.append((j, (rev[j], j)))
             else:
                 entries.append((j, Change(section="graph", kind="added", where=f"{path}.nodes[{node.name}]",
                                           b=view_b.node_line(node))))
         entries.sort(key=lambda e: e[0])
+        self.alignment[path] = [pair for _, pair in sorted(slots, key=lambda e: e[0])]
         for _, e in entries:
             if isinstance(e, Change):
                 self.changes.append(e)

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("b", help="the new artifact")
     p.add_argument("--json", action="store_true", help="print a machine-readable JSON report")
     p.add_argument("--html", metavar="FILE",
-                   help="also write a page that draws the changed region of the graph (as `pt2serde view`)")
+                   help="also write a page that draws A and B side by side, nodes paired as the diff matched them")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ import os
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = "draw the program as a self-contained HTML page: grouped by module, shapes on edges, ops coloured by kind"
+HELP = ("draw the program as a self-contained HTML page: module calls as boxes with their in/out shapes, "
+        "opened on click; search; ops coloured by kind (docs/view.md)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
