@@ -35,6 +35,9 @@ __all__ = [
     "UnknownOperatorError",
     "OperatorChangeError",
     "UpgradeError",
+    "WeightsFileError",
+    "WeightsMismatchError",
+    "StructureOnlyError",
     "register_tensor_subclass",
     "unregister_tensor_subclass",
     "UnknownTensorSubclassError",
@@ -51,6 +54,9 @@ __all__ = [
 # name -> the module (under serde) that defines it, imported on first use.
 _LAZY = {
     "save": "api", "load": "api", "attach_weights": "api", "Limits": "core.limits",
+    # weights kept as safetensors files next to the artifact, and structure-only programs
+    "WeightsFileError": "archive.safetensors", "WeightsMismatchError": "archive.safetensors",
+    "StructureOnlyError": "api",
     # tensor subclasses that loading may rebuild
     "register_tensor_subclass": "bridge.subclasses", "unregister_tensor_subclass": "bridge.subclasses",
     "UnknownTensorSubclassError": "bridge.subclasses",
