@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 NATIVE_BUILD ?= build/native
 export PT2SERDE_NATIVE_BUILD := $(abspath $(NATIVE_BUILD))
 
-.PHONY: demo test test-all test-thorough test-torch test-cross bench lint contracts schema-check clean browser native
+.PHONY: demo test test-unit test-all test-thorough test-torch test-cross bench lint contracts schema-check clean browser native
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 
 test: $(STAMP) schema-check contracts native
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(XDIST) $(TESTS)
+
+# The torch-free unit tier: the tests marked `unit`, in one process that refuses to import torch
+# (tests/conftest.py), so a unit test that reaches torch fails instead of quietly getting slow.
+test-unit: $(STAMP)
+	PT2SERDE_UNIT_TIER=1 $(PY) -m pytest -q -m "unit and not torch and not slow" -p no:cacheprovider -p no:xdist $(TESTS)
 
 # The fast suite (or TESTS=...) under another torch release, in its own venv and C++ build.
 test-torch:
