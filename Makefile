@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 NATIVE_BUILD ?= build/native
 export PT2SERDE_NATIVE_BUILD := $(abspath $(NATIVE_BUILD))
 
-.PHONY: demo test test-all test-thorough test-torch test-cross bench lint contracts schema-check clean browser native
+.PHONY: demo test test-unit test-all test-thorough test-torch test-cross bench lint contracts schema-check clean browser native
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,18 +32,28 @@ XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 test: $(STAMP) schema-check contracts native
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(XDIST) $(TESTS)
 
+# The torch-free unit tier: the tests marked `unit`, in one process that refuses to import torch
+# (tests/conftest.py), so a unit test that reaches torch fails instead of quietly getting slow.
+test-unit: $(STAMP)
+	PT2SERDE_UNIT_TIER=1 $(PY) -m pytest -q -m "unit and not torch and not slow" -p no:cacheprovider -p no:xdist $(TESTS)
+
 # The fast suite (or TESTS=...) under another torch release, in its own venv and C++ build.
 test-torch:
 	$(MAKE) test TORCH=$(TORCH) VENV=.venv-torch-$(TORCH) NATIVE_BUILD=build/native-torch-$(TORCH)
 
-# What CI runs beside `make test`: the tests that read artifacts written by the other supported
-# releases, the checks whose subject differs between releases (operators, guards), and the C++
-# runtime, under CROSS_TORCH.
+# What CI runs beside `make test`: under CROSS_TORCH, in its own venv, the tests whose outcome can
+# differ between releases: artifacts written by every supported release (tests/compat), the version
+# range, the operator sets and upgraders, the guards torch prints. Only pure-Python loading differs
+# here: the C++ runtime built against CROSS_TORCH's libtorch (a 4-minute build) is left to `make
+# test-all`, and so are the schema and import checks, which do not depend on torch.
 CROSS_TORCH ?= $(lastword $(SUPPORTED_TORCH_VERSIONS))
+CROSS_VENV := .venv-torch-$(CROSS_TORCH)
 CROSS_TESTS ?= tests/compat tests/serde/test_torch_range.py tests/serde/test_opsets.py tests/serde/test_guards.py \
-  tests/serde/test_guard_ranges.py tests/native/test_native_opsets.py tests/native/test_cpp_engine.py
+  tests/serde/test_guard_ranges.py tests/native/test_native_opsets.py
 test-cross:
-	$(MAKE) test-torch TORCH=$(CROSS_TORCH) TESTS="$(CROSS_TESTS)"
+	$(MAKE) TORCH=$(CROSS_TORCH) VENV=$(CROSS_VENV) $(CROSS_VENV)/.installed-stamp
+	PT2SERDE_NATIVE_BUILD=$(abspath build/native-torch-$(CROSS_TORCH)) $(CROSS_VENV)/bin/python -m pytest -q \
+	  -m "not slow" -p no:cacheprovider $(XDIST) $(CROSS_TESTS)
 
 schema-check: $(STAMP)
 	$(VENV)/bin/pt2serde schema check

@@ -15,14 +15,23 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import pytest
 import torch
 from torch.export import Dim, ExportedProgram
 
-__all__ = ["CHUNKS", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "resized_inputs", "same",
+__all__ = ["CHUNKS", "chunk_params", "OTHER_DTYPES", "UNINITIALIZED", "Sample", "samples", "export", "resized_inputs", "same",
            "ModuleSample", "module_samples"]
 
 # Tests split the operators into this many parametrized chunks (one pytest item is a few seconds).
 CHUNKS = 8
+
+
+def chunk_params(fast: int) -> list:
+    """``range(CHUNKS)`` as test parameters, every chunk but ``fast`` marked slow: ``make test`` sweeps
+    every CHUNKS-th operator (or module) from ``fast`` on, a spread over the whole database, and
+    ``make test-all`` sweeps them all. Tests of different runtimes keep different chunks, so that
+    the fast suite as a whole reaches more operators."""
+    return [c if c == fast else pytest.param(c, marks=pytest.mark.slow) for c in range(CHUNKS)]
 
 # The dtypes the "dtypes" variant tries, where an operator supports them (float32 is the default's).
 OTHER_DTYPES = (torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int64, torch.int32,
@@ -211,14 +220,15 @@ class ModuleSample:
     kwargs: dict
 
 
-def module_samples(samples_per_module: int = 2) -> Iterator[ModuleSample]:
-    """Every ``nn.Module`` of torch's ModuleInfo database, float32, in eval then train mode (where
-    batch norms update their running statistics and dropouts draw)."""
+def module_samples(samples_per_module: int = 2, chunk: int | None = None) -> Iterator[ModuleSample]:
+    """Every ``nn.Module`` of torch's ModuleInfo database (with ``chunk``: every ``CHUNKS``-th from
+    ``chunk`` on), float32, in eval then train mode (where batch norms update their running
+    statistics and dropouts draw)."""
     from torch.testing._internal.common_modules import module_db
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for info in module_db:
+        for info in (module_db if chunk is None else module_db[chunk::CHUNKS]):
             for training in (False, True):
                 torch.manual_seed(0)
                 made = info.module_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=False,

@@ -9,8 +9,15 @@ ticket asked for them.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
 
 TESTS = Path(__file__).resolve().parent
 SOURCES = sorted(TESTS.rglob("*.py"))
@@ -72,3 +79,23 @@ def test_the_checks_catch_what_they_look_for(tmp_path: Path):
         "line 6: pytest.importorskip (a missing module of ours must fail)",
     ]
     assert _tracker_hits(sample) == ["line 7: # see ticket 12"]
+
+
+def test_the_unit_tier_refuses_torch_and_leaves_unmarked_files_alone(tmp_path: Path):
+    # `make test-unit` as CI runs it, on a unit test that reaches torch and a file that marks nothing
+    # `unit` (importing it would import torch): the first must fail naming the import, the second must
+    # not even be collected.
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\npytestmark = pytest.mark.unit\n\n\n"
+        "def test_reaches_torch():\n    import torch  # noqa: F401\n\n\ndef test_plain():\n    pass\n")
+    (tmp_path / "test_unmarked.py").write_text("import torch\n\n\ndef test_x():\n    pass\n")
+    root = TESTS.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-c", str(root / "pyproject.toml"),
+         "--rootdir", str(root), "-p", "tests.conftest", "-m", "unit and not torch", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PT2SERDE_UNIT_TIER": "1", "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])})
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "test_marked.py::test_reaches_torch" in proc.stdout
+    assert "the unit tier runs without torch, but `torch` was imported" in proc.stdout
+    assert "test_unmarked" not in proc.stdout

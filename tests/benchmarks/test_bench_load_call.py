@@ -6,6 +6,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 
 def _load_runner():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -49,12 +50,13 @@ class Net(torch.nn.Module):
 """
 
 # One process saves several programs: each model file (argv: label=path=mode) under both IRs with
-# a dynamic batch, or strict-exported, then the breadth cases. Two such processes, with other hash seeds, object ids, source paths
+# a dynamic batch, or strict-exported, then the breadth cases, then the zoo's MLP in core ATen IR
+# with debug info. Two such processes, with other hash seeds, object ids, source paths
 # and file names, must write the same bytes.
 DRIVER = """
 import importlib.util, sys, torch, serde
 from torch.export import Dim
-from tests import zoo_breadth
+from tests import zoo, zoo_breadth
 out, models, breadth = sys.argv[1], sys.argv[2], sys.argv[3]
 for entry in models.split(","):
     label, path, mode = entry.split("=")
@@ -77,6 +79,7 @@ for entry in models.split(","):
         serde.save(ep, f"{out}/{label}_{ir}.pt2s")
 for name in breadth.split(","):
     serde.save(zoo_breadth.export_case(zoo_breadth.get(name)), f"{out}/{name}.pt2s")
+serde.save(zoo.export_case(zoo.get("mlp")).run_decompositions(), f"{out}/debug_mlp.pt2s", debug_info=True)
 """
 
 BREADTH = ["associative_scan", "flex_attention_aten", "sym_scalars", "unbacked", "cond_nested"]
@@ -91,8 +94,9 @@ _RUNS = (
 
 
 @pytest.fixture(scope="module")
-def two_processes(tmp_path_factory) -> list[dict[str, str]]:
-    """Per process: artifact name -> sha256 of its bytes."""
+def two_process_outputs(tmp_path_factory) -> list[Path]:
+    """The folder each of the two save processes wrote to (each process does every save: two torch
+    imports in all, not two per test)."""
     outs, runs = [], []
     for run, seed, models in _RUNS:
         out = tmp_path_factory.mktemp(run)
@@ -106,7 +110,14 @@ def two_processes(tmp_path_factory) -> list[dict[str, str]]:
         outs.append(out)
         runs.append(((str(out), ",".join(entries), ",".join(BREADTH)), seed))
     save_in_subprocesses(DRIVER, *runs)
-    return [{p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")} for out in outs]
+    return outs
+
+
+@pytest.fixture(scope="module")
+def two_processes(two_process_outputs) -> list[dict[str, str]]:
+    """Per process: artifact name -> sha256 of its bytes."""
+    return [{p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.pt2s")}
+            for out in two_process_outputs]
 
 
 @pytest.mark.parametrize("ir", ["training", "aten"])
@@ -177,18 +188,10 @@ def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_p
     assert a.getvalue() == b.getvalue()
 
 
-# Saves the zoo's MLP in core ATen IR with debug info: each node's provenance (from_node) records
-# the graphs it passed through by id(graph), an address that differs from process to process.
-DEBUG_DRIVER = """
-import sys, serde
-from tests import zoo
-serde.save(zoo.export_case(zoo.get("mlp")).run_decompositions(), sys.argv[1], debug_info=True)
-"""
-
-
-def test_debug_info_saves_give_identical_bytes_in_two_processes(tmp_path):
-    paths = [tmp_path / "one.pt2s", tmp_path / "two.pt2s"]
-    save_in_subprocesses(DEBUG_DRIVER, ((str(paths[0]),), "1"), ((str(paths[1]),), "2"))
+def test_debug_info_saves_give_identical_bytes_in_two_processes(two_process_outputs):
+    # The zoo's MLP in core ATen IR with debug info: each node's provenance (from_node) records the
+    # graphs it passed through by id(graph), an address that differs from process to process.
+    paths = [out / "debug_mlp.pt2s" for out in two_process_outputs]
     debug = [read_archive(p.read_bytes()).member("debug.json") for p in paths]
     assert b'"graph_id' in bytes(debug[0])  # the provenance is there, so the test compares something
     assert bytes(debug[0]) == bytes(debug[1])

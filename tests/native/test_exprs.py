@@ -13,6 +13,8 @@ from native.memory import code_bounds
 from serde.core.symbolic import parse_to_tree, tree_to_sympy
 from serde.errors import UnsupportedConstructError
 
+pytestmark = pytest.mark.unit
+
 NAMES = ["s0", "s1", "s2"]
 
 
@@ -44,6 +46,7 @@ def _sympy_value(tree: tuple, env: list[int]) -> int:
     return int(e.subs({syms[n]: v for n, v in zip(NAMES, env, strict=True)}))
 
 
+@pytest.mark.torch
 @given(TREES, ENVS)
 def test_evaluation_matches_sympy(tree, env):
     code = E.compile_tree(tree, _index, where="test")

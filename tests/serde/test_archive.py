@@ -37,6 +37,8 @@ from serde.core import schema, wire
 from serde.core.version import FORMAT_VERSION, SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError
 
+pytestmark = pytest.mark.unit
+
 TORCH = "2.13.0"
 
 
@@ -385,6 +387,7 @@ def test_member_lookup_of_absent_name() -> None:
         got.member(payload_name("f" * 64))
 
 
+@pytest.mark.torch
 def test_torch_export_save_is_recognised(tmp_path: Path) -> None:
     import torch
 
@@ -425,6 +428,7 @@ def _check_members(schema_version: tuple[int, int] = SCHEMA_VERSION) -> dict[str
     return {"program.json": wire.encode(program), "weights.json": wire.encode(weights), name_a: a, name_b: b}
 
 
+@pytest.mark.torch
 def test_check_reports_versions_and_sizes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "ok.pt2s"
     write_archive(path, _check_members(), schema_version=SCHEMA_VERSION, torch_version=TORCH)

@@ -19,7 +19,7 @@ import torch
 
 import serde
 from serde.errors import SerializeError
-from tests.opinfo import CHUNKS, Sample, export, resized_inputs, same, samples
+from tests.opinfo import CHUNKS, Sample, chunk_params, export, resized_inputs, same, samples
 
 # (pattern of our refusal, why it is right). torch.export.save refuses it as well.
 REFUSALS = (
@@ -140,7 +140,7 @@ def _judge(chunk: int, samples_per_op: int, variant: str = "float32") -> None:
         assert tally.resized_refused > 0, tally
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("chunk", chunk_params(fast=0))
 def test_opinfo_samples_compute_like_the_exported_program(chunk: int) -> None:
     _judge(chunk, samples_per_op=1)
 

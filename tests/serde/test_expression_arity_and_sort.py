@@ -99,6 +99,7 @@ def test_the_unedited_program_loads_and_emits() -> None:
     native.load(native.emit_artifact(data).encode()).run(*args, **kwargs)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "sort"), [
     ("s0 + 1", symbolic.NUM), ("Max(s0, 2*s1)", symbolic.NUM), ("Eq(Mod(s0, 2), 0)", symbolic.BOOL),
     ("(s0 > 2) & (s1 <= 3)", symbolic.BOOL), ("Piecewise((s0, s1 > 2), (1, True))", symbolic.NUM),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from serde.core.memo import Memo
+
+pytestmark = pytest.mark.unit
 
 
 def test_remember_returns_the_value_and_reads_like_a_dict() -> None:
@@ -29,6 +33,7 @@ def test_overwriting_a_key_of_a_full_memo_also_clears_it() -> None:
     assert dict(m) == {"a": 3}
 
 
+@pytest.mark.torch
 def test_forget_all_empties_every_memo_and_a_save_then_writes_the_same_bytes(tmp_path) -> None:
     # The memos only ever skip work: a save that does all of it again, as the first save of a
     # program in a process does, writes the very bytes a save served from the memos writes.

@@ -20,6 +20,8 @@ from serde.core.version import SCHEMA_VERSION
 from serde.dev.schema_check import compare_type, python_document
 from serde.dev.thrift import EnumDef, parse_file
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 IDL = parse_file(REPO / "schema.thrift")
 PY, PY_PROBLEMS = python_document(schema)

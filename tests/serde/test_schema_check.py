@@ -23,6 +23,8 @@ from serde.dev import schema_check
 from serde.dev.schema_check import BREAKING, COMPATIBLE, SchemaCheckError, check, write_snapshot
 from serde.dev.thrift import EnumDef, Type, parse_file
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 BASE_1_0 = Path(__file__).resolve().parent / "data" / "schema_1_0.thrift"
 _counter = itertools.count()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from serde.core import schema, wire
+
+pytestmark = pytest.mark.unit
 
 
 def test_tensor_ref_is_the_checked_argument():

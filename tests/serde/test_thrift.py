@@ -21,6 +21,8 @@ from serde.dev.thrift import (
 )
 from serde.errors import SerializeError
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -11,6 +11,8 @@ from upgraders._helpers import add_default, drop_field, format_path, has_keys, m
 
 from serde.errors import UpgradeError
 
+pytestmark = pytest.mark.unit
+
 
 def _containers(x) -> list:
     """Every dict and list inside ``x`` (iteratively)."""

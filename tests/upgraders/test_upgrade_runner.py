@@ -16,6 +16,8 @@ from serde.archive.upgrade import available_steps, check_readable, document_vers
 from serde.core import version
 from serde.errors import MalformedArtifactError, SchemaVersionError, UpgradeError
 
+pytestmark = pytest.mark.unit
+
 # A step that records itself in program["trail"], renames a field with the shared helpers and
 # builds new dicts throughout (pure).
 STEP = """
