@@ -299,10 +299,16 @@ def source_resolver(flat: list[tuple | None]) -> Callable[[SourceKey], SourceKey
     return resolve
 
 
-def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
+def input_arguments(gm: schema.GraphModule, paths: list[tuple | None] | None = None
+                    ) -> dict[tuple, schema.Argument]:
     """Nameable user inputs by guard path -> the graph input they are (empty without a root
-    module call signature, so that every guard source is then "not an input")."""
-    paths = flat_input_paths(gm)
+    module call signature, so that every guard source is then "not an input").
+
+    ``paths`` are the flat inputs' paths when the caller knows more than the stored spec says
+    (the bridge fills in the leaves of registered classes from the live pytree registry);
+    default :func:`flat_input_paths` of ``gm``."""
+    if paths is None:
+        paths = flat_input_paths(gm)
     if paths is None:
         return {}
     user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=False)
