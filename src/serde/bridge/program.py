@@ -13,6 +13,7 @@ from torch.export.exported_program import ExportedProgram
 
 from serde.core import schema
 from serde.core.guards import (
+    ATTR,
     SourceKey,
     failing_guard,
     flat_input_paths,
@@ -315,6 +316,8 @@ def _guard_path(kp: tuple, names: list[str]) -> tuple | None:
             out.append(k.idx)
         elif isinstance(k, pytree.MappingKey) and type(k.key) in (str, int):
             out.append(k.key)
+        elif isinstance(k, pytree.GetAttrKey) and isinstance(k.name, str) and ATTR not in k.name:
+            out.append(ATTR + k.name)
         else:
             return None
     return tuple(out)
