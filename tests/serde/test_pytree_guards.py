@@ -208,3 +208,30 @@ def test_a_path_cannot_start_with_an_attribute() -> None:
 
 def test_an_attribute_key_is_a_schema_member() -> None:
     assert schema.GuardKey(attr="a").kind == "attr"
+
+
+# ---------------------------------------------------------------- the native runtime
+
+
+def test_native_runtime_checks_namedtuple_fields_as_the_exported_program_does() -> None:
+    from native.emit import emit_artifact
+    from native.runtime import run
+
+    ep = _export("namedtuple", False)
+    nat = emit_artifact(_save(ep))
+    for args in [ep.example_inputs[0], *CASES["namedtuple"][3]]:
+        want = _message(ep.module(), args)
+        if want.startswith("ok"):
+            assert torch.equal(run(nat, *copy.deepcopy(args)), ep.module()(*copy.deepcopy(args)))
+        else:
+            with pytest.raises(SerializeError, match=r"fail the export guard"):
+                run(nat, *copy.deepcopy(args))
+
+
+@pytest.mark.parametrize("name", ["registered", "dataclass"])
+def test_native_runtime_refuses_guards_on_fields_only_a_registry_names(name: str) -> None:
+    from native.emit import emit_artifact
+    from serde.errors import UnsupportedConstructError
+
+    with pytest.raises(UnsupportedConstructError, match=r"native runtime cannot name such fields"):
+        emit_artifact(_save(_export(name, False)))
