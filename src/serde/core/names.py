@@ -11,8 +11,11 @@ grammar, before any torch object is built from the program:
   builtin it writes raw). Other builtin names such as ``input`` or ``max`` stay allowed:
   torch.export itself names placeholders after the user's forward arguments.
 * **FQNs** (parameters, buffers, constants, custom objects, module call graph entries,
-  ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier or a decimal
-  index (``layers.0.weight``, as ModuleList makes them); no segment may start with ``__``, be a
+  ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier, a decimal
+  index (``layers.0.weight``, as ModuleList makes them), or printable ASCII text without quotes,
+  backslashes and ``@`` (``foo:bar``, ``slice(2, 3, None)``), which torch allows as attribute names
+  and fx writes only between double quotes (``getattr(self, "foo:bar")``, the node named
+  ``foo_bar``); no segment may start with ``__``, be a
   keyword or an attribute of ``nn.Module`` / ``GraphModule`` / the modules ``ep.module()`` and
   ``unflatten`` build (``forward``, ``training``, ``graph``, ``_modules``, ``_in_spec`` ...),
   which torch would either refuse or let the file overwrite; nor may the whole FQN give its fx
