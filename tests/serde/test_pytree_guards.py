@@ -235,3 +235,29 @@ def test_native_runtime_refuses_guards_on_fields_only_a_registry_names(name: str
 
     with pytest.raises(UnsupportedConstructError, match=r"native runtime cannot name such fields"):
         emit_artifact(_save(_export(name, False)))
+
+
+@dataclasses.dataclass
+class Prefixed:
+    a: torch.Tensor
+    ab: torch.Tensor
+
+
+torch.export.register_dataclass(Prefixed, serialized_type_name=f"{__name__}.Prefixed")
+
+
+class FieldsAB(torch.nn.Module):
+    def forward(self, inputs):
+        return inputs.a[: inputs.ab.shape[0]] * 2
+
+
+def test_fields_whose_text_begins_anothers_are_refused_saying_why() -> None:
+    # torch's ep.module() replaces L['inputs'].a inside L['inputs'].ab.size()[0] too, and its guard
+    # code then does not compile; the exported program's own module fails so.
+    ep = torch.export.export(FieldsAB(), (Prefixed(T(6, 3), T(4, 3)),),
+                             dynamic_shapes=([{0: Dim("a")}, {0: Dim("b")}],))
+    with pytest.raises(SyntaxError):
+        ep.module()
+    with pytest.raises(SerializeError, match=r"input L\['inputs'\]\.ab begins with the text of input "
+                                             r"L\['inputs'\]\.a.*rename one of the two fields"):
+        _save(ep)

@@ -262,6 +262,7 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
     if not codes:
         return None
     paths = guard_input_paths(gm, ep.example_inputs)
+    _check_guard_paths_compile(paths)
     leaves = input_leaves(gm, input_arguments(gm, paths))
     stored = source_resolver(paths or [])
 
@@ -323,6 +324,29 @@ def _guard_path(kp: tuple, names: list[str]) -> tuple | None:
     return tuple(out)
 
 
+def _check_guard_paths_compile(paths: list[tuple | None] | None) -> None:
+    """torch's ep.module() compiles the guards after replacing each input's text (``L['x'].a``)
+    by its argument (``args[0]``), one input after the other; where one input's text begins
+    another's and an identifier goes on (fields ``a`` and ``ab``), it leaves ``args[0]b``, which
+    does not compile (torch's own ep.module() of such a program fails with a SyntaxError).
+
+    Raises:
+        UnsupportedConstructError: names both inputs and what to rename.
+    """
+    texts = sorted(source_text((p, int(schema.GuardProperty.VALUE), -1)) for p in paths or [] if p is not None)
+    for i, short in enumerate(texts):
+        j = i + 1
+        while j < len(texts) and texts[j].startswith(short):  # what a text begins sorts right after it
+            long = texts[j]
+            j += 1
+            if not (long[len(short)].isalnum() or long[len(short)] == "_"):
+                continue
+            raise UnsupportedConstructError(
+                f"guards: input {long} begins with the text of input {short}, and torch's ep.module() finds "
+                "a guard's input by replacing that text, so the guard code it builds does not compile "
+                "(torch's own ep.module() of this program fails too); rename one of the two fields")
+
+
 def _through_registered(gm: schema.GraphModule) -> bool:
     """Whether some flat input sits where only the loading process's pytree registry can name it."""
     return any(p is None for p in flat_input_paths(gm) or [])
@@ -346,6 +370,7 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule,
         return []
     # validates keys before anything else reads them; max/min as the running torch prints them
     codes = guards_to_code(g, where="guards", spelling=guard_spelling())
+    _check_guard_paths_compile(paths)
     arguments = input_arguments(gm, paths)
     leaves = input_leaves(gm, arguments)
     for i, s in enumerate(g.sources):
