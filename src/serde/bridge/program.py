@@ -52,7 +52,7 @@ from .signature import (
 from .values import SymbolicContext, serialize_range_constraints
 from .weights import alias_key
 
-__all__ = ["serialize_program", "deserialize_program"]
+__all__ = ["serialize_program", "deserialize_program", "guard_input_paths", "with_registered_paths"]
 
 # Verifier dialects we know; loading never resolves a verifier class by name any other way.
 _VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
@@ -286,10 +286,19 @@ def guard_input_paths(gm: schema.GraphModule, example_inputs: Any) -> list[tuple
     here is one its guard function reads. None without a root call signature.
     """
     flat = flat_input_paths(gm)
-    if flat is None or example_inputs is None or all(p is not None for p in flat):
-        return flat
+    if flat is None:
+        return None
     root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
-    names = list(root.forward_arg_names or []) if root is not None else []
+    return with_registered_paths(flat, list(root.forward_arg_names or []) if root is not None else [],
+                                 example_inputs)
+
+
+def with_registered_paths(flat: list[tuple | None], names: list[str], example_inputs: Any) -> list[tuple | None]:
+    """``flat`` (:func:`serde.core.guards.input_paths`) with its unnamed leaves named from
+    ``example_inputs`` as this process's pytree registry flattens them with keys; ``names`` are
+    the forward's argument names."""
+    if example_inputs is None or all(p is not None for p in flat):
+        return flat
     try:
         keyed, _ = pytree.tree_flatten_with_path(example_inputs)
     except (TypeError, ValueError, RuntimeError):  # a class registered without flatten_with_keys
