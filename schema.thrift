@@ -1,6 +1,6 @@
 // pt2serde wire schema: the source of truth. src/serde/schema.py mirrors it one-to-one.
 //
-// SCHEMA_VERSION 2.6
+// SCHEMA_VERSION 2.7
 //
 // Version history (date, change, compatibility):
 //   1.0  2026-11-22  First release.
@@ -26,9 +26,9 @@
 //   2.5  2026-11-28  TreeSpec type "structseq": torch's named results (torch.return_types.max,
 //                    topk, svd...), stored as their name and fields. Compatible; a 2.4 reader
 //                    refuses such a spec as an unknown pytree type.
-//   2.6  2026-12-02  GuardKey.attr: a guard reads a field of a dataclass or namedtuple input as an
+//   2.7  2026-12-02  GuardKey.attr: a guard reads a field of a dataclass or namedtuple input as an
 //                    attribute (L['inputs'].a.size()[0]), as torch's pytree keys name it.
-//                    Compatible; a 2.5 reader refuses such a key as an unknown union member.
+//                    Compatible; a 2.6 reader refuses such a key as an unknown union member.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -518,7 +518,7 @@ enum GuardProperty {
 union GuardKey {
   10: string name;              // an identifier
   20: i64 index;                // >= 0
-  30: string attr;              // an identifier: a field of a dataclass or namedtuple input (added 2.6)
+  30: string attr;              // an identifier: a field of a dataclass or namedtuple input (added 2.7)
 }
 
 // A value a guard reads, e.g. L['y'].size()[0] is path [name "y"], SIZE, dim 0.

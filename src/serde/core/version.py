@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION", "SUPPORTED_TORCH", "torch_release"]
 
-SCHEMA_VERSION: tuple[int, int] = (2, 6)
+SCHEMA_VERSION: tuple[int, int] = (2, 7)
 # Oldest schema version this reader still loads (through upgraders/).
 MIN_SUPPORTED: tuple[int, int] = (1, 0)
 # Version of the archive layout (zip members, manifest); independent of the schema.
