@@ -31,6 +31,9 @@
 //                    Storage.external names the file and key holding a storage's bytes (no
 //                    data/<sha256> member then). Compatible; such an artifact says archive
 //                    format version 4, which a 2.5 reader refuses by version.
+//                    GuardKey.attr: a guard reads a field of a dataclass or namedtuple input as an
+//                    attribute (L['inputs'].a.size()[0]), as torch's pytree keys name it.
+//                    Compatible; a 2.5 reader refuses such a key as an unknown union member.
 //
 // Rules (enforced by `pt2serde schema check`):
 //   * Every field has a thrift id; ids are never reused.      last used ids are noted per struct.
@@ -516,10 +519,11 @@ enum GuardProperty {
   // last used: 4
 }
 
-// One step into the call's inputs: ['x'] or [0].
+// One step into the call's inputs: ['x'], [0] or .x (pytree's MappingKey, SequenceKey, GetAttrKey).
 union GuardKey {
   10: string name;              // an identifier
   20: i64 index;                // >= 0
+  30: string attr;              // an identifier: a field of a dataclass or namedtuple input (added 2.6)
 }
 
 // A value a guard reads, e.g. L['y'].size()[0] is path [name "y"], SIZE, dim 0.

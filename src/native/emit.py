@@ -18,7 +18,7 @@ from serde.bridge.operators import PREDISPATCH_TARGETS
 from serde.bridge.weights import validate_weights
 from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
-from serde.core.guards import guards_to_code, input_arguments, source_key
+from serde.core.guards import flat_input_paths, guards_to_code, input_arguments, source_key, source_text
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
@@ -170,6 +170,13 @@ class _Emitter:
     def guard_source(self, by_path: dict[tuple, schema.Argument], s: schema.GuardSource, where: str) -> tuple:
         path, prop, dim = source_key(s)
         arg = by_path.get(path)
+        if arg is None and any(p is None for p in flat_input_paths(self.ep.graph_module) or []):
+            # Only a pytree registry names the leaves of a registered class (a dataclass, a cache
+            # class); the emitter has none, so the path may well be one of them.
+            raise UnsupportedConstructError(
+                f"{where}: a guard reads {source_text(source_key(s))}, which may be a field of a registered "
+                "pytree class among the inputs; the native runtime cannot name such fields, so it cannot "
+                "enforce this guard (load the artifact with serde.load instead)")
         if arg is None:
             raise MalformedArtifactError(f"{where}: {path!r} is not a user input of the program")
         g = self.ep.graph_module.graph

@@ -13,6 +13,7 @@ from torch.export.exported_program import ExportedProgram
 
 from serde.core import schema
 from serde.core.guards import (
+    ATTR,
     SourceKey,
     failing_guard,
     flat_input_paths,
@@ -51,7 +52,7 @@ from .signature import (
 from .values import SymbolicContext, serialize_range_constraints
 from .weights import alias_key
 
-__all__ = ["serialize_program", "deserialize_program"]
+__all__ = ["serialize_program", "deserialize_program", "guard_input_paths", "with_registered_paths"]
 
 # Verifier dialects we know; loading never resolves a verifier class by name any other way.
 _VERIFIERS: dict[str, type[Verifier]] = {"ATEN": Verifier, "TRAINING": TrainingIRVerifier}
@@ -142,19 +143,21 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     _set_example_inputs(ep, example_inputs)
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
-    ep._guards_code = deserialize_guards(p.guards, gm_s)
+    paths = guard_input_paths(gm_s, example_inputs) if p.guards is not None else None
+    ep._guards_code = deserialize_guards(p.guards, gm_s, paths)
     # Programs torch derives from this one compute their guards from the graph's ShapeEnv (a
     # program without guards or symbols has nothing to record there).
     if p.guards is not None or ctx.shape_env.var_to_range:
-        record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s))
+        record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s, paths))
     return ep
 
 
-def _input_values(graph: torch.fx.Graph, gm: schema.GraphModule) -> dict[tuple, Any]:
+def _input_values(graph: torch.fx.Graph, gm: schema.GraphModule, paths: list[tuple | None] | None = None
+                  ) -> dict[tuple, Any]:
     """Each nameable user input's value in the loaded graph, by guard path (see input_arguments)."""
     nodes = {n.name: n for n in graph.nodes if n.op == "placeholder"}
     out: dict[tuple, Any] = {}
-    for path, arg in input_arguments(gm).items():
+    for path, arg in input_arguments(gm, paths).items():
         v = getattr(arg, arg.kind)
         name = v.name if arg.kind == "as_tensor" else getattr(v, "as_name", None)
         node = nodes.get(name) if isinstance(name, str) else None
@@ -258,8 +261,10 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
     codes = list(getattr(ep, "_guards_code", None) or [])
     if not codes:
         return None
-    leaves = input_leaves(gm)
-    stored = source_resolver(flat_input_paths(gm) or [])
+    paths = guard_input_paths(gm, ep.example_inputs)
+    _check_guard_paths_compile(paths)
+    leaves = input_leaves(gm, input_arguments(gm, paths))
+    stored = source_resolver(paths or [])
 
     def resolve(k: SourceKey) -> SourceKey:
         out = stored(k)
@@ -272,8 +277,96 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
     return guards_from_code(codes, where="guards", resolve=resolve)
 
 
-def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> list[str]:
+def guard_input_paths(gm: schema.GraphModule, example_inputs: Any) -> list[tuple | None] | None:
+    """The guard path of every flat user input of ``gm``: what the stored spec names
+    (:func:`serde.core.guards.flat_input_paths`), with the leaves inside registered pytree classes
+    (a transformers ``DynamicCache``, a dataclass) filled in from ``example_inputs`` as this
+    process's pytree registry flattens them with keys. torch's ``ep.module()`` finds a guard's
+    input the same way (``"L" + keystr(path)`` of the flattened example inputs), so a path named
+    here is one its guard function reads. None without a root call signature.
+    """
+    flat = flat_input_paths(gm)
+    if flat is None:
+        return None
+    root = next((e.signature for e in gm.module_call_graph if e.fqn == "" and e.signature), None)
+    return with_registered_paths(flat, list(root.forward_arg_names or []) if root is not None else [],
+                                 example_inputs)
+
+
+def with_registered_paths(flat: list[tuple | None], names: list[str], example_inputs: Any) -> list[tuple | None]:
+    """``flat`` (:func:`serde.core.guards.input_paths`) with its unnamed leaves named from
+    ``example_inputs`` as this process's pytree registry flattens them with keys; ``names`` are
+    the forward's argument names."""
+    if example_inputs is None or all(p is not None for p in flat):
+        return flat
+    try:
+        keyed, _ = pytree.tree_flatten_with_path(example_inputs)
+    except (TypeError, ValueError, RuntimeError):  # a class registered without flatten_with_keys
+        return flat
+    if len(keyed) != len(flat):
+        return flat
+    return [p if p is not None else _guard_path(kp, names) for p, (kp, _) in zip(flat, keyed, strict=True)]
+
+
+def _guard_path(kp: tuple, names: list[str]) -> tuple | None:
+    """A pytree key path of the (args, kwargs) example inputs as a guard path, or None where a
+    guard cannot name it: the forward's parameter name, then dict keys, indices and attributes."""
+    if len(kp) < 2 or not isinstance(kp[0], pytree.SequenceKey):
+        return None
+    top, first = kp[0].idx, kp[1]
+    if top == 0 and isinstance(first, pytree.SequenceKey) and first.idx < len(names):
+        root = names[first.idx]
+    elif top == 1 and isinstance(first, pytree.MappingKey) and type(first.key) is str:
+        root = first.key
+    else:
+        return None
+    out: list[str | int] = [root]
+    for k in kp[2:]:
+        if isinstance(k, pytree.SequenceKey) and type(k.idx) is int:
+            out.append(k.idx)
+        elif isinstance(k, pytree.MappingKey) and type(k.key) in (str, int):
+            out.append(k.key)
+        elif isinstance(k, pytree.GetAttrKey) and isinstance(k.name, str) and ATTR not in k.name:
+            out.append(ATTR + k.name)
+        else:
+            return None
+    return tuple(out)
+
+
+def _check_guard_paths_compile(paths: list[tuple | None] | None) -> None:
+    """torch's ep.module() compiles the guards after replacing each input's text (``L['x'].a``)
+    by its argument (``args[0]``), one input after the other; where one input's text begins
+    another's and an identifier goes on (fields ``a`` and ``ab``), it leaves ``args[0]b``, which
+    does not compile (torch's own ep.module() of such a program fails with a SyntaxError).
+
+    Raises:
+        UnsupportedConstructError: names both inputs and what to rename.
+    """
+    texts = sorted(source_text((p, int(schema.GuardProperty.VALUE), -1)) for p in paths or [] if p is not None)
+    for i, short in enumerate(texts):
+        j = i + 1
+        while j < len(texts) and texts[j].startswith(short):  # what a text begins sorts right after it
+            long = texts[j]
+            j += 1
+            if not (long[len(short)].isalnum() or long[len(short)] == "_"):
+                continue
+            raise UnsupportedConstructError(
+                f"guards: input {long} begins with the text of input {short}, and torch's ep.module() finds "
+                "a guard's input by replacing that text, so the guard code it builds does not compile "
+                "(torch's own ep.module() of this program fails too); rename one of the two fields")
+
+
+def _through_registered(gm: schema.GraphModule) -> bool:
+    """Whether some flat input sits where only the loading process's pytree registry can name it."""
+    return any(p is None for p in flat_input_paths(gm) or [])
+
+
+def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule,
+                       paths: list[tuple | None] | None = None) -> list[str]:
     """Validated guard text for ``ep._guards_code`` (printed by us, never taken from the file).
+
+    ``paths`` are :func:`guard_input_paths` of the loaded program (default: what the stored spec
+    names alone).
 
     Raises:
         UnsafeArtifactError: a source key that is not a plain identifier or index.
@@ -286,11 +379,20 @@ def deserialize_guards(g: schema.InputGuards | None, gm: schema.GraphModule) -> 
         return []
     # validates keys before anything else reads them; max/min as the running torch prints them
     codes = guards_to_code(g, where="guards", spelling=guard_spelling())
-    arguments = input_arguments(gm)
+    _check_guard_paths_compile(paths)
+    arguments = input_arguments(gm, paths)
     leaves = input_leaves(gm, arguments)
     for i, s in enumerate(g.sources):
         path, prop, dim = source_key(s)
         why = source_problem(path, prop, dim, leaves)
+        if why and path not in leaves and _through_registered(gm):
+            # The path may name a field of a registered class that this process flattens under
+            # other keys (or does not register with keys at all): not the file's fault.
+            raise UnsupportedConstructError(
+                f"guards.sources[{i}]: {source_text(s)} {why}, as this process flattens the inputs; a "
+                "pytree class among the inputs is registered here with other keys than where the "
+                "program was saved (or without flatten_with_keys): register it as the saving process "
+                "did, then load")
         if why:
             raise MalformedArtifactError(f"guards.sources[{i}]: {source_text(s)} {why}; the artifact is damaged")
     why = failing_guard(g, gm, arguments=arguments)

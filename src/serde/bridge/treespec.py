@@ -113,6 +113,15 @@ def serialize_treespec(spec: pytree.TreeSpec, where: str = "treespec") -> schema
     if typ.__module__ == _RETURN_TYPES and _return_type(typ.__qualname__) is typ:
         context = _dump({"name": f"{_RETURN_TYPES}.{typ.__qualname__}", "fields": list(typ.__match_args__)})
         return schema.TreeSpec(type=_STRUCTSEQ, context=context, children=children)
+    if isinstance(typ, type) and issubclass(typ, torch.nn.Module):
+        raise UnsupportedConstructError(
+            f"{where}: an input is an nn.Module ({typ.__module__}.{typ.__qualname__}). torch.export.save "
+            "stores it by pickling the module itself into the example inputs, and its load unpickles it "
+            "(weights_only refuses the class, then it retries unsafely); pt2serde never pickles, and a "
+            "module cannot be rebuilt from its tensors without running its class's code. Pass the "
+            "module's parameters and buffers as a dict of tensors instead: export a wrapper whose "
+            "forward takes (x, params) and calls torch.func.functional_call(module, params, (x,)), with "
+            "params = dict(module.named_parameters()) | dict(module.named_buffers())")
     node_def = pytree.SUPPORTED_SERIALIZED_TYPES.get(typ)
     serialized = getattr(node_def, "serialized_type_name", None)
     if node_def is None or serialized in (None, pytree.NO_SERIALIZED_TYPE_NAME_FOUND):

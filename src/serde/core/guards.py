@@ -29,7 +29,7 @@ from .memo import Memo
 from .symbolic import MAX_EXPR_DEPTH
 
 __all__ = [
-    "MAX_GUARDS", "MAX_GUARD_CHARS", "SPELLINGS", "SourceKey", "guards_from_code", "guards_to_code",
+    "MAX_GUARDS", "MAX_GUARD_CHARS", "ATTR", "SPELLINGS", "SourceKey", "guards_from_code", "guards_to_code",
     "canonical_guards", "source_key", "source_text", "guard_texts", "input_paths", "flat_input_paths",
     "STRICT_FLAT_ARGS", "source_resolver", "input_arguments", "input_leaves", "source_problem", "failing_guard",
 ]
@@ -44,8 +44,11 @@ _MAX_PATH = 32
 _MAX_INDEX = 1 << 31
 _INT_LIMIT = 1 << 63
 
-# A source as a hashable, sortable key: (path, property, dim); path items are str or int.
+# A source as a hashable, sortable key: (path, property, dim); path items are str (a dict key),
+# int (an index) or an attribute as "." + its name (a dataclass or namedtuple field): names never
+# hold a ".", so the two cannot be confused.
 SourceKey = tuple[tuple[str | int, ...], int, int]
+ATTR = "."
 
 # A name key must look like a plain identifier and not a dunder: it is printed inside quotes,
 # but keeping it boring means no key can ever reach anything but a dict lookup.
@@ -214,13 +217,14 @@ def guard_texts(g: schema.InputGuards | None, *, where: str = "guards") -> list[
 
 
 def source_key(s: schema.GuardSource) -> SourceKey:
-    return tuple(k.value for k in s.path), int(s.property), -1 if s.dim is None else s.dim
+    return (tuple(ATTR + k.attr if k.kind == "attr" else k.value for k in s.path), int(s.property),
+            -1 if s.dim is None else s.dim)
 
 
 def source_text(s: schema.GuardSource | SourceKey) -> str:
     """``L['x'].size()[0]`` for a (validated) source."""
     path, prop, dim = s if isinstance(s, tuple) else source_key(s)
-    text = "L" + "".join(f"['{k}']" if isinstance(k, str) else f"[{k}]" for k in path)
+    text = "L" + "".join(_key_text(k) for k in path)
     fmt = _PROPERTY_TEXT.get(P(prop))
     return text if fmt is None else text + fmt.format(dim)
 
@@ -299,10 +303,16 @@ def source_resolver(flat: list[tuple | None]) -> Callable[[SourceKey], SourceKey
     return resolve
 
 
-def input_arguments(gm: schema.GraphModule) -> dict[tuple, schema.Argument]:
+def input_arguments(gm: schema.GraphModule, paths: list[tuple | None] | None = None
+                    ) -> dict[tuple, schema.Argument]:
     """Nameable user inputs by guard path -> the graph input they are (empty without a root
-    module call signature, so that every guard source is then "not an input")."""
-    paths = flat_input_paths(gm)
+    module call signature, so that every guard source is then "not an input").
+
+    ``paths`` are the flat inputs' paths when the caller knows more than the stored spec says
+    (the bridge fills in the leaves of registered classes from the live pytree registry);
+    default :func:`flat_input_paths` of ``gm``."""
+    if paths is None:
+        paths = flat_input_paths(gm)
     if paths is None:
         return {}
     user = [arg for spec, arg in zip(gm.signature.input_specs, gm.graph.inputs, strict=False)
@@ -354,6 +364,13 @@ def _flat_leaf_path(k: SourceKey, flat: list[tuple | None]) -> tuple:
     return path
 
 
+def _key_text(k: str | int) -> str:
+    """One path item as torch's pytree keystr prints it: ['k'], [0] or .a."""
+    if isinstance(k, str):
+        return k if k.startswith(ATTR) else f"['{k}']"
+    return f"[{k}]"
+
+
 def _sort_key_path(path: tuple) -> tuple:
     return _sort_key((path, 0, 0))
 
@@ -368,11 +385,24 @@ def _walk_paths(s: schema.TreeSpec, path: tuple | None, out: list, where: str, d
         keys: list[Any] = list(range(len(s.children)))
     elif s.type in ("dict", "OrderedDict", "defaultdict"):
         keys = _dict_keys(s, where)
-    else:  # namedtuple fields and registered classes are attributes, which guards never name
+    elif s.type == "namedtuple":  # pytree flattens its fields with attribute keys (GetAttrKey)
+        keys = [ATTR + f if isinstance(f, str) else None for f in _namedtuple_fields(s, where)]
+    else:  # registered classes name their children as they please: the bridge asks its registry
         keys = [None] * len(s.children)
     for k, c in zip(keys, s.children, strict=True):
         ok = path is not None and (type(k) is int or isinstance(k, str))
         _walk_paths(c, (*path, k) if ok else None, out, where, depth + 1)
+
+
+def _namedtuple_fields(s: schema.TreeSpec, where: str) -> list:
+    try:
+        ctx = json.loads(s.context or "null")
+    except ValueError:
+        raise MalformedArtifactError(f"{where}: namedtuple context is not JSON") from None
+    fields = ctx.get("fields") if isinstance(ctx, dict) else None
+    if not isinstance(fields, list) or len(fields) != len(s.children):
+        raise MalformedArtifactError(f"{where}: namedtuple context must list one field per child")
+    return fields
 
 
 def _dict_keys(s: schema.TreeSpec, where: str) -> list:
@@ -506,13 +536,19 @@ class _Parser:
             return self._path(n.value.func.value), int(prop), dim
         if isinstance(n, ast.Call) and _method(n) == "storage_offset":
             return self._path(n.func.value), int(P.STORAGE_OFFSET), -1
-        if isinstance(n, ast.Name) or (isinstance(n, ast.Subscript) and _rooted_at_l(n)):
+        if isinstance(n, ast.Name) or (isinstance(n, (ast.Subscript, ast.Attribute)) and _rooted_at_l(n)):
             return self._path(n), int(P.VALUE), -1
         return None
 
     def _path(self, n: ast.AST) -> tuple[str | int, ...]:
         keys: list[str | int] = []
-        while isinstance(n, ast.Subscript) and len(keys) <= _MAX_PATH:
+        while isinstance(n, (ast.Subscript, ast.Attribute)) and len(keys) <= _MAX_PATH:
+            if isinstance(n, ast.Attribute):  # a field of a dataclass or namedtuple input: .a
+                if not _KEY_RE.match(n.attr):
+                    self._refuse(self.text, f"input attribute {n.attr!r} is not a plain identifier")
+                keys.append(ATTR + n.attr)
+                n = n.value
+                continue
             k = _int_key(n.slice)
             if k is None and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
                 k = n.slice.value
@@ -525,7 +561,7 @@ class _Parser:
         if not (isinstance(n, ast.Name) and n.id == "L"):
             self._refuse(self.text, f"`{_snippet(n)}` is not an input (inputs are L[<name>]...)")
         keys.reverse()
-        if not keys or not isinstance(keys[0], str) or len(keys) > _MAX_PATH:
+        if not keys or not isinstance(keys[0], str) or keys[0].startswith(ATTR) or len(keys) > _MAX_PATH:
             self._refuse(self.text, f"an input path starts with a name and has 1..{_MAX_PATH} keys")
         if len(self.sources) >= _MAX_SOURCES:
             self._refuse(self.text, f"more than {_MAX_SOURCES} distinct inputs")
@@ -579,7 +615,8 @@ def _sort_key(k: SourceKey) -> tuple:
 
 def _make_source(symbol: str, k: SourceKey) -> schema.GuardSource:
     path, prop, dim = k
-    keys = [schema.GuardKey(name=x) if isinstance(x, str) else schema.GuardKey(index=x) for x in path]
+    keys = [schema.GuardKey(index=x) if not isinstance(x, str) else schema.GuardKey(attr=x[1:])
+            if x.startswith(ATTR) else schema.GuardKey(name=x) for x in path]
     return schema.GuardSource(symbol=symbol, path=keys, property=P(prop), dim=None if dim < 0 else dim)
 
 
@@ -631,7 +668,7 @@ def _method(n: ast.Call) -> str | None:
 
 
 def _rooted_at_l(n: ast.AST) -> bool:
-    while isinstance(n, ast.Subscript):
+    while isinstance(n, (ast.Subscript, ast.Attribute)):
         n = n.value
     return isinstance(n, ast.Name) and n.id == "L"
 
@@ -665,11 +702,11 @@ def _source_names(g: schema.InputGuards, where: str) -> dict[str, str]:
             raise MalformedArtifactError(f"{w}.path: must start with an input name and have 1..{_MAX_PATH} keys")
         for j, k in enumerate(s.path):
             v = k.value
-            ok = _KEY_RE.match(v) if k.kind == "name" else type(v) is int and 0 <= v < _MAX_INDEX
+            ok = _KEY_RE.match(v) if k.kind in ("name", "attr") else type(v) is int and 0 <= v < _MAX_INDEX
             if not ok:
                 raise UnsafeArtifactError(
-                    f"{w}.path[{j}]: key {v!r} is not a plain identifier or a non-negative index; "
-                    "guards are printed as code, so the artifact is refused.")
+                    f"{w}.path[{j}]: key {v!r} is not a plain identifier (not a dunder) or a non-negative "
+                    "index; guards are printed as code, so the artifact is refused.")
         sized = s.property in (P.SIZE, P.STRIDE)
         if sized != (s.dim is not None) or (sized and not 0 <= s.dim < _MAX_INDEX):
             raise MalformedArtifactError(f"{w}.dim: {s.dim!r} does not fit property {s.property.name}")

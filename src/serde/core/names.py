@@ -11,8 +11,11 @@ grammar, before any torch object is built from the program:
   builtin it writes raw). Other builtin names such as ``input`` or ``max`` stay allowed:
   torch.export itself names placeholders after the user's forward arguments.
 * **FQNs** (parameters, buffers, constants, custom objects, module call graph entries,
-  ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier or a decimal
-  index (``layers.0.weight``, as ModuleList makes them); no segment may start with ``__``, be a
+  ``nn_module_stack`` paths): segments joined by ``.``, each an ASCII identifier, a decimal
+  index (``layers.0.weight``, as ModuleList makes them), or printable ASCII text without quotes,
+  backslashes and ``@`` (``foo:bar``, ``slice(2, 3, None)``), which torch allows as attribute names
+  and fx writes only between double quotes (``getattr(self, "foo:bar")``, the node named
+  ``foo_bar``); no segment may start with ``__``, be a
   keyword or an attribute of ``nn.Module`` / ``GraphModule`` / the modules ``ep.module()`` and
   ``unflatten`` build (``forward``, ``training``, ``graph``, ``_modules``, ``_in_spec`` ...),
   which torch would either refuse or let the file overwrite; nor may the whole FQN give its fx
@@ -70,6 +73,14 @@ class UnsafeNameError(UnsafeArtifactError):
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SEGMENT = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]*)\Z")
+# A segment that is no identifier, which torch.fx writes between double quotes instead of after a
+# dot (``getattr(self, "foo:bar")``, ``getattr(self.layers, "slice(2, 3, None)")``): printable
+# ASCII without what would end or escape that literal (quotes, backslash), without "." (the
+# separator) and "@" (unflatten's call index). Non-ASCII is refused: fx writes a non-ASCII
+# identifier raw, where Python's NFKC normalization could make it another attribute.
+# How dynamo spells the module root in its sources (getattr(L['self'], 'sub:mod')).
+_DYNAMO_SOURCE = "L['self']"
+_QUOTED_SEGMENT = re.compile(r"""[^"'\\@.\x00-\x1f\x7f-\U0010ffff]+\Z""")
 _CALL_INDEX = re.compile(r"@(?:0|[1-9][0-9]*)\Z")   # unflatten's "sub@1": the second call of sub
 # Everything str.splitlines() breaks on except "\n", and the other C0/C1 controls except "\t".
 _BAD_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -164,10 +175,17 @@ def check_fqn(name: object, where: str, limits: Limits = DEFAULT_LIMITS, *, root
             f"{_fx_node_name(path)!r}, which shadows the generated forward's 'self' (ep.module() then "
             f"fails); {_HOSTILE}")
     for seg in path.split("."):
-        if not _SEGMENT.match(seg):
+        if not _SEGMENT.match(seg) and not _QUOTED_SEGMENT.match(seg):
+            if _DYNAMO_SOURCE in text:
+                raise UnsafeNameError(
+                    f"{where}: FQN {_show(text)} is the source text strict export (dynamo) records for a "
+                    "submodule whose name is no identifier, not a module path (torch's own unflatten makes a "
+                    "module of that name); export with strict=False, which records the submodule's name, "
+                    "or give the submodule an identifier name")
             raise UnsafeNameError(
-                f"{where}: FQN {_show(text)} has segment {_show(seg)}, which is neither an ASCII identifier "
-                f"nor a decimal index (segments look like 'layers', '0', 'weight'); {_HOSTILE}")
+                f"{where}: FQN {_show(text)} has segment {_show(seg)}, which is neither an ASCII identifier, "
+                f"a decimal index, nor printable ASCII text without quotes, backslashes, '.' and '@' (torch.fx "
+                f"writes such a segment between double quotes: getattr(self, \"foo:bar\")); {_HOSTILE}")
         _check_attr_segment(seg, text, where)
     return text
 
@@ -551,8 +569,8 @@ def _fqn_ok(name: object, limits: Limits) -> bool:
     if len(name) == 4 and _fx_node_name(name) in _FX_SHADOWING:
         return False
     for seg in name.split("."):
-        if (_SEGMENT.match(seg) is None or seg in _KEYWORDS or seg in RESERVED_ATTRIBUTES
-                or seg.startswith("__")):
+        if ((_SEGMENT.match(seg) is None and _QUOTED_SEGMENT.match(seg) is None) or seg in _KEYWORDS
+                or seg in RESERVED_ATTRIBUTES or seg.startswith("__")):
             return False
     return True
 

@@ -572,6 +572,7 @@ class GuardProperty(enum.IntEnum):
 class GuardKey(Union, kw_only=True):
     name: Annotated[Optional[str], Id(10)] = None
     index: Annotated[Optional[I64], Id(20)] = None
+    attr: Annotated[Optional[str], Id(30)] = None
 
 
 class GuardSource(Struct, kw_only=True):

@@ -721,6 +721,7 @@ def _stored_sources(ep: ExportedProgram) -> Callable[[SourceKey], SourceKey] | N
     """How saving stores the sources of ``ep``'s guards (strict export's ``L['flat_args'][i]`` as
     the input's path, ``L['xs'][1]`` as ``L['xs_1']``...), the form ep.module() checks; None when
     ``ep`` has no root call signature to read input paths from."""
+    from serde.bridge.program import with_registered_paths
     from serde.bridge.treespec import serialize_treespec
 
     sig = ep.module_call_graph[0].signature if ep.module_call_graph else None
@@ -730,4 +731,4 @@ def _stored_sources(ep: ExportedProgram) -> Callable[[SourceKey], SourceKey] | N
         flat = input_paths(serialize_treespec(sig.in_spec), list(sig.forward_arg_names or []))
     except SerializeError:  # an input structure save refuses anyway: compare the text as it is
         return None
-    return source_resolver(flat)
+    return source_resolver(with_registered_paths(flat, list(sig.forward_arg_names or []), ep.example_inputs))

@@ -6,7 +6,7 @@ from serde.core.names import UnsafeNameError
 from tests.serde.attacks.program._program_kit import rename
 
 ERROR = UnsafeNameError
-MATCH = r"weights\.state_dict\[.*is neither an ASCII identifier nor a decimal index"
+MATCH = r"weights\.state_dict\[.*is neither an ASCII identifier, a decimal index, nor printable ASCII text without quotes"
 RUNS_CODE = True
 
 
