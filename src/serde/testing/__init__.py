@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
         return getattr(strategies, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-DEFAULT_METADATA = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+DEFAULT_METADATA = ("nn_module_stack", "module_types", "source_fn_stack", "torch_fn", "custom")
 
 
 class ProgramMismatch(AssertionError):
@@ -68,8 +68,8 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
                      inputs: Any = None, **kwargs: Any) -> ExportedProgram:
     """Save ``ep`` (to memory), load it back, assert the two are equal, return the loaded program.
 
-    With ``debug_info=True`` (the default here) stack traces and module type names (debug-only
-    metadata) are kept and compared too.
+    With ``debug_info=True`` (the default here) stack traces (debug-only metadata) are kept and
+    compared too.
     """
     import serde
 
@@ -77,7 +77,7 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
     serde.save(ep, buf, debug_info=debug_info)
     loaded = serde.load(buf.getvalue())
     if metadata is None:
-        metadata = DEFAULT_METADATA + (("stack_trace", "module_types") if debug_info else ())
+        metadata = DEFAULT_METADATA + (("stack_trace",) if debug_info else ())
     assert_programs_equal(ep, loaded, metadata=metadata, inputs=inputs, **kwargs)
     return loaded
 
@@ -585,7 +585,7 @@ def _dead_getitem(n: torch.fx.Node) -> bool:
 
 
 def _meta(n: torch.fx.Node, key: str) -> Any:
-    if key == "module_types":  # the type half of nn_module_stack: debug metadata
+    if key == "module_types":  # the type half of nn_module_stack (keys and paths are the other)
         stack = n.meta.get("nn_module_stack")
         return None if stack is None else [(k, _type_name(t)) for k, (_, t) in stack.items()]
     v = n.meta.get(key)
