@@ -47,7 +47,8 @@ from serde.errors import SerializeError, UnsupportedConstructError
 # Hypothesis strategies live in serde.testing.strategies (hypothesis is a test dependency): loaded on use.
 _STRATEGIES = ("exported_programs", "program_specs", "build_program", "export_spec", "schema_structs")
 
-__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA", *_STRATEGIES]
+__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA",
+           "register_torch_test_subclasses", *_STRATEGIES]
 
 
 def __getattr__(name: str) -> Any:
@@ -80,6 +81,25 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
         metadata = DEFAULT_METADATA + (("stack_trace",) if debug_info else ())
     assert_programs_equal(ep, loaded, metadata=metadata, inputs=inputs, **kwargs)
     return loaded
+
+
+def register_torch_test_subclasses() -> list[str]:
+    """Register the tensor subclasses torch's own tests use, so programs holding them round-trip.
+
+    ``torch.export.load`` unpickles such a class by its name; ``serde.load`` never imports a class a
+    file names, so a test that exports a model with, say, a ``TwoTensor`` parameter registers the
+    class first (``serde.register_tensor_subclass``). This does it for ``TwoTensor``,
+    ``ConstantExtraMetadataTensor``, ``CustomTensorPlainOut`` and ``WrapperSubclass`` (all from
+    ``torch.testing._internal``) and returns their registered names. Registering is idempotent.
+    """
+    from torch.testing._internal.custom_tensor import ConstantExtraMetadataTensor, CustomTensorPlainOut
+    from torch.testing._internal.subclasses import WrapperSubclass
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from serde.bridge.subclasses import register_tensor_subclass
+
+    return [register_tensor_subclass(c)
+            for c in (TwoTensor, ConstantExtraMetadataTensor, CustomTensorPlainOut, WrapperSubclass)]
 
 
 def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names: bool = False,
