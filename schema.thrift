@@ -655,7 +655,10 @@ struct Weights {
 struct NodeDebug {
   10: optional string stack_trace;
   20: optional string from_node;
-  30: optional map<string, string> module_types;   // canonical nn_module_stack key -> module type name
+  30: optional map<string, string> module_types;   // canonical nn_module_stack key -> module type name;
+                                                    // no longer written: module types stay in the
+                                                    // program (ModuleStackEntry.type_name), this is
+                                                    // read from artifacts written before
 }
 
 // Keyed by "<subgraph path>/<canonical node name>" ("" path for the top graph: bare node names).

@@ -251,6 +251,22 @@ def export_max_min_of_three(strict: bool = False) -> torch.export.ExportedProgra
                                dynamic_shapes={"x": auto, "y": auto, "z": auto}, strict=strict)
 
 
+class MaxIsFirst(torch.nn.Module):
+    def forward(self, x, y):
+        m = torch.sym_max(x.shape[1], y.shape[1])
+        if m == x.shape[1] and m != y.shape[1]:
+            return x.sum(1)
+        return y.sum(1)
+
+
+def export_max_is_first(strict: bool = False) -> torch.export.ExportedProgram:
+    """max(x.size(1), y.size(1)) == x.size(1), then != y.size(1): an input with a wider y fails
+    both, and a module reports the first (torch records them in this order; sorted, != comes first)."""
+    auto = {0: Dim.AUTO, 1: Dim.AUTO}
+    return torch.export.export(MaxIsFirst(), (T(2, 5), T(2, 3)), dynamic_shapes={"x": auto, "y": auto},
+                               strict=strict)
+
+
 def export_max_of_constant(strict: bool = False) -> torch.export.ExportedProgram:
     """max(4, x.size(0)) > 5 and min(n, x.size(0)) < 7, with an int input n."""
     return torch.export.export(MaxOfConstant(), (T(6), 5), dynamic_shapes={"x": {0: Dim.AUTO}, "n": Dim.AUTO},

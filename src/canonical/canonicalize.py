@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from serde.core import schema
+from serde.core import schema, symbolic
 from serde.core.gcpause import paused_gc
 from serde.core.guards import canonical_guards
 from serde.core.opfacts import OPAQUE, FactsFn, OpFacts
@@ -38,7 +38,7 @@ from serde.core.walk import (
     is_bare_return,
     rename_argument,
 )
-from serde.errors import MalformedArtifactError
+from serde.errors import MalformedArtifactError, SerializeError
 
 from .debuginfo import (
     DebugInfo,
@@ -292,7 +292,7 @@ class _Plan:
 
     def __init__(self, g: schema.Graph, input_names: list[list[str]], reserved: set[str], where: str,
                  attrs: set[str], facts: FactsFn) -> None:
-        g = _assert_templates(g)
+        g, self.assert_exprs = _assert_templates(g, where)
         self.graph, self.where = g, where
         nodes = g.nodes
         # Subgraphs first: the parent's order and names use their fingerprints.
@@ -419,6 +419,11 @@ class _Plan:
                 m = tensor_values.get(name)
                 if m is None or not seen_meta(m):  # (most values share a meta seen already)
                     self._see_value(name, syms)
+            text = self.assert_exprs.get(i)
+            if text is not None:
+                # A message may name a symbol nothing else holds any more (torch replaced it
+                # after the check was written): it is numbered where the message stands.
+                syms.see_text(text, f"{self.where}.nodes[{i}].inputs[1]")
 
     def _see_value(self, name: str, syms: SymbolRenamer) -> None:
         g = self.graph
@@ -498,7 +503,7 @@ class _Plan:
             else:
                 outputs = [rename(o) for o in outs]
             if node.target == _ASSERT_TARGET and _has_template(inputs):
-                inputs[1] = self._assert_message(inputs[1], node.inputs[0].arg, syms)
+                inputs[1] = self._assert_message(inputs[1], node.inputs[0].arg, syms, self.assert_exprs.get(i))
             meta, dbg = canonical_metadata(node.metadata, name, keys, labels, debug is not None)
             if dbg is not None and debug is not None:
                 debug[prefix + name] = dbg
@@ -523,12 +528,15 @@ class _Plan:
             sym_float_values=self._table(g.sym_float_values, "sym_float_values", syms.value),
         )
 
-    def _assert_message(self, na: schema.NamedArgument, cond: schema.Argument, syms: SymbolRenamer
-                        ) -> schema.NamedArgument:
-        """torch's message for an assert of ``cond``, in canonical symbols and names."""
+    def _assert_message(self, na: schema.NamedArgument, cond: schema.Argument, syms: SymbolRenamer,
+                        text: str | None) -> schema.NamedArgument:
+        """torch's message for an assert of ``cond``, in canonical symbols and names: its own
+        expression ``text`` when it had one, else the expression of ``cond``'s value."""
         name = cond.as_sym_bool.as_name
         v = self.graph.sym_bool_values.get(name)
-        if v is None or v.as_expr is None:
+        if text is not None:
+            expr = syms.text(text, f"{self.where}.sym_bool_values[{name!r}]")
+        elif v is None or v.as_expr is None:
             expr = str(v.as_bool) if v is not None else name
         else:
             expr = syms.text(syms.expr_text(v.as_expr.expr, f"{self.where}.sym_bool_values[{name!r}]"))
@@ -566,21 +574,36 @@ def _has_template(inputs: list[schema.NamedArgument]) -> bool:
             and inputs[0].arg.as_sym_bool.as_name is not None and inputs[1].arg.as_string == _ASSERT_TEMPLATE)
 
 
-def _assert_templates(g: schema.Graph) -> schema.Graph:
-    """``g`` with the messages torch wrote for its asserts of named symbolic bools as the template."""
+def _assert_templates(g: schema.Graph, where: str) -> tuple[schema.Graph, dict[int, str]]:
+    """``g`` with the messages torch wrote for its asserts of named symbolic bools as the template,
+    and the expression text of each such message that parses, by node index.
+
+    The expression is kept from the message rather than printed again from the asserted value:
+    torch may have simplified that value since (a check that became known, a symbol replaced by
+    another), and then only the message still says what was checked.
+    """
     if not any(n.target == _ASSERT_TARGET for n in g.nodes):
-        return g
+        return g, {}
     nodes = []
-    for n in g.nodes:
+    exprs: dict[int, str] = {}
+    for i, n in enumerate(g.nodes):
         ins = n.inputs
+        m = None
         if (n.target == _ASSERT_TARGET and len(ins) == 2 and ins[0].arg.as_sym_bool is not None
-                and ins[0].arg.as_sym_bool.as_name is not None and ins[1].arg.as_string is not None
-                and ASSERT_MESSAGE.fullmatch(ins[1].arg.as_string)):
+                and ins[0].arg.as_sym_bool.as_name is not None and ins[1].arg.as_string is not None):
+            m = ASSERT_MESSAGE.fullmatch(ins[1].arg.as_string)
+        if m is not None:
             msg = schema.NamedArgument(name=ins[1].name, arg=schema.Argument(as_string=_ASSERT_TEMPLATE),
                                        kind=ins[1].kind)
             n = msgspec.structs.replace(n, inputs=[ins[0], msg])
+            try:
+                symbolic.free_symbol_names(m.group(1), where=f"{where}.nodes[{i}].inputs[1]")
+            except SerializeError:
+                pass  # not an expression this parser reads: the message is printed from the value
+            else:
+                exprs[i] = m.group(1)
         nodes.append(n)
-    return msgspec.structs.replace(g, nodes=nodes)
+    return msgspec.structs.replace(g, nodes=nodes), exprs
 
 
 # ---------------------------------------------------------------- signature

@@ -1,13 +1,15 @@
 """Node metadata in canonical form, and the debug-only part kept apart from it.
 
 Debug-only (removed from the canonical program, returned in :class:`DebugInfo` on request):
-``stack_trace`` (absolute paths, line numbers), ``from_node`` (pass names and per-process graph
-ids) and ``ModuleStackEntry.type_name`` (names the module that defined the class, so it changes
-when the same model lives in another file).
+``stack_trace`` (absolute paths, line numbers) and ``from_node`` (pass names and per-process graph
+ids). ``DebugInfo.module_types`` is read back from artifacts written before module types were kept
+in the program, and no longer written.
 
 Semantic (kept, made stable):
 
-- ``nn_module_stack`` keys and paths, used by ``torch.export.unflatten``. Strict export keys a
+- ``nn_module_stack`` keys, paths and module types. ``torch.export.unflatten`` uses keys and
+  paths; pt2e quantizers and partitioners select nodes by module type (a qualified class name,
+  ``torch.nn.modules.linear.Linear``: no path, so the same in every process). Strict export keys a
   frame by ``id(module)``, which differs per process; such a key becomes ``L__self__<path>`` (what
   non-strict export writes), keeping its ``@<call index>`` suffix.
 - ``source_fn_stack`` and ``torch_fn``: their names only group nodes that came from one call
@@ -75,12 +77,11 @@ class ModuleKeys:
     def __init__(self) -> None:
         self._bases: dict[str, str] = {}
         self._taken: set[str] = set()
-        # (stored key, path) -> canonical entry: nodes of one module share their stack entries
-        self.entries: dict[tuple[str, str], schema.ModuleStackEntry] = {}
-        # id(stored stack list) -> (the stored list, canonical list, module types by canonical key):
-        # nodes that share a stored stack share the canonical one (the stored list is kept so
-        # its id stays its own)
-        self.stacks: dict[int, tuple[list, list[schema.ModuleStackEntry], dict[str, str]]] = {}
+        # (stored key, path, type) -> canonical entry: nodes of one module share their stack entries
+        self.entries: dict[tuple[str, str, str | None], schema.ModuleStackEntry] = {}
+        # id(stored stack list) -> (the stored list, canonical list): nodes that share a stored
+        # stack share the canonical one (the stored list is kept so its id stays its own)
+        self.stacks: dict[int, tuple[list, list[schema.ModuleStackEntry]]] = {}
 
     def key(self, key: str, path: str) -> str:
         base, at, call = key.partition("@")
@@ -118,7 +119,6 @@ class Labels:
         return new
 
 
-_NO_TYPES: dict[str, str] = {}  # (read only)
 _SourceFn, _NodeMetadata = schema.SourceFn, schema.NodeMetadata  # (looked up once per node otherwise)
 
 
@@ -127,26 +127,22 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
     """(canonical metadata, debug-only part or None) of one node; the debug part is always None
     without ``want_debug``."""
     stack = None
-    types: dict[str, str] = _NO_TYPES
     stored = m.nn_module_stack
     if stored is not None:
         known = keys.stacks.get(id(stored))
         if known is not None:
-            _, stack, types = known
+            stack = known[1]
         else:
-            stack, types = [], {}
+            stack = []
             entries = keys.entries
             for e in stored:
-                new = entries.get((e.key, e.path))
+                new = entries.get((e.key, e.path, e.type_name))
                 if new is None:
                     k = keys.key(e.key, e.path) if e.key != EMPTY_STACK_KEY else e.key
-                    new = entries[(e.key, e.path)] = schema.ModuleStackEntry(key=k, path=e.path)
+                    new = entries[(e.key, e.path, e.type_name)] = schema.ModuleStackEntry(
+                        key=k, path=e.path, type_name=e.type_name)
                 stack.append(new)
-                if e.type_name is not None:
-                    types[new.key] = e.type_name
-            keys.stacks[id(stored)] = (stored, stack, types)
-        if not want_debug:
-            types = _NO_TYPES
+            keys.stacks[id(stored)] = (stored, stack)
     sfs = None
     if m.source_fn_stack is not None:
         sfs = [schema.SourceFn(name=labels.label("source_fn", s.name, node_name), target=s.target)
@@ -155,16 +151,20 @@ def canonical_metadata(m: schema.NodeMetadata, node_name: str, keys: ModuleKeys,
     if tfn is not None:
         tfn = _SourceFn(name=labels.label("torch_fn", tfn.name, node_name), target=tfn.target)
     meta = _NodeMetadata(nn_module_stack=stack, source_fn_stack=sfs, torch_fn=tfn, custom=m.custom)
-    if not want_debug or (m.stack_trace is None and m.from_node is None and not types):
+    if not want_debug or (m.stack_trace is None and m.from_node is None):
         return meta, None
-    return meta, NodeDebug(stack_trace=m.stack_trace, from_node=m.from_node, module_types=types or None)
+    return meta, NodeDebug(stack_trace=m.stack_trace, from_node=m.from_node)
 
 
 def with_debug(m: schema.NodeMetadata, d: NodeDebug) -> schema.NodeMetadata:
     """Canonical metadata ``m`` with debug-only fields ``d`` put back."""
     stack = m.nn_module_stack
     if stack is not None and d.module_types:
-        stack = [schema.ModuleStackEntry(key=e.key, path=e.path, type_name=d.module_types.get(e.key))
+        # an artifact written before module types were part of the program keeps them here; a
+        # type the program holds wins
+        stack = [schema.ModuleStackEntry(key=e.key, path=e.path,
+                                         type_name=e.type_name if e.type_name is not None
+                                         else d.module_types.get(e.key))
                  for e in stack]
     return schema.NodeMetadata(
         stack_trace=d.stack_trace, nn_module_stack=stack, source_fn_stack=m.source_fn_stack,

@@ -398,11 +398,11 @@ def _with_meta(p: S.ExportedProgram, f) -> S.ExportedProgram:
 def test_debug_metadata_is_removed_and_can_be_put_back():
     base = render(chain(5, 1))
 
-    def meta(tag):
+    def meta(tag, type_name="models.Model"):
         def f(i, m):
             return S.NodeMetadata(
                 stack_trace=f'File "/home/{tag}/model.py", line {i}', from_node=f'[{{"graph_id": {id(tag)}}}]',
-                nn_module_stack=[S.ModuleStackEntry(key="L__self__", path="", type_name=f"{tag}.Model")],
+                nn_module_stack=[S.ModuleStackEntry(key="L__self__", path="", type_name=type_name)],
                 custom='{"k":1}')
         return f
     a, b = _with_meta(base, meta("alice")), _with_meta(base, meta("bob"))
@@ -410,13 +410,18 @@ def test_debug_metadata_is_removed_and_can_be_put_back():
     cb, _ = canonicalize(b, facts=op_facts)
     assert wire.encode(ca) == wire.encode(cb)
     m = nodes_of(ca)[0].metadata
-    assert m.stack_trace is None and m.from_node is None and m.nn_module_stack[0].type_name is None
+    assert m.stack_trace is None and m.from_node is None
+    # the module type holds no path: it is part of the program (pt2e selects nodes by it)
+    assert m.nn_module_stack[0].type_name == "models.Model"
     assert m.custom == '{"k":1}' and m.nn_module_stack[0].key == "L__self__"
     assert set(da.nodes) == {n.name for n in nodes_of(ca)}
+    assert all(d.module_types is None for d in da.nodes.values())
+    other, _ = canonicalize(_with_meta(base, meta("alice", "models.Other")), facts=op_facts)
+    assert wire.encode(other) != wire.encode(ca)
     back = attach_debug(ca, da)
     first = nodes_of(back)[0]
     assert first.metadata.stack_trace.startswith('File "/home/alice/model.py"')
-    assert first.metadata.nn_module_stack[0].type_name == "alice.Model"
+    assert first.metadata.nn_module_stack[0].type_name == "models.Model"
     # debug info survives its own encoding (it is stored as debug.json)
     assert wire.decode(wire.encode(da), type(da)) == da
 

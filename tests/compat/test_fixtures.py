@@ -11,6 +11,7 @@ import copy
 import functools
 import importlib
 import importlib.util
+import json
 import pkgutil
 import re
 from pathlib import Path
@@ -131,7 +132,36 @@ def _strip_writer(data: bytes, written_by: tuple[int, int] | None = None):
     for field, since in _ADDED_IN.items():
         if written_by is not None and written_by < since:
             doc.pop(field, None)
-    return _same_torch_fn_spelling(doc)
+    return as_frozen(_same_torch_fn_spelling(doc))
+
+
+def as_frozen(doc):
+    """``doc`` as the frozen artifacts were written, which every one of them predates:
+
+    - module types of ``nn_module_stack`` entries went to debug.json only; a fresh save keeps
+      them in the program (same schema field), checked by tests/serde/test_module_types.py;
+    - guard checks were sorted; a fresh save keeps torch's order (a module reports the first
+      check that fails), checked by tests/serde/test_guards.py.
+    """
+    guards = doc.get("guards") if isinstance(doc, dict) else None
+    if isinstance(guards, dict) and isinstance(guards.get("checks"), list):
+        guards["checks"] = sorted(guards["checks"], key=lambda c: json.dumps(c, sort_keys=True))
+    return _without_module_types(doc)
+
+
+def _without_module_types(doc):
+    if isinstance(doc, dict):
+        stack = doc.get("nn_module_stack")
+        if isinstance(stack, list):
+            for e in stack:
+                if isinstance(e, dict):
+                    e.pop("type_name", None)
+        for v in doc.values():
+            _without_module_types(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            _without_module_types(v)
+    return doc
 
 
 def _same_torch_fn_spelling(doc):

@@ -87,6 +87,10 @@ CASES = [
           ((T(6), T(2), T(2)), {}), ((T(5), T(4), T(2)), {})], 2),
     Case("max_of_constant", gp.export_max_of_constant,
          [((T(6), 5), {}), ((T(5), 5), {}), ((T(8), 9), {}), ((T(8), 3), {}), ((T(9), 7), {})], 3),
+    # an input with a wider y fails both checks: the message names the one torch recorded first
+    Case("max_is_first", gp.export_max_is_first,
+         [((T(2, 5), T(2, 3)), {}), ((T(2, 1), T(2, 3)), {}), ((T(2, 3), T(2, 7)), {}), ((T(2, 5), T(2, 5)), {}),
+          ((T(3, 6), T(3, 2)), {})], 3),
     Case("true_div", gp.export_halved, [((T(6),), {}), ((T(4),), {}), ((T(5),), {})], 1),
     Case("sum", gp.export_summed, [((T(4), T(5)), {}), ((T(2), T(3)), {}), ((T(3), T(5)), {})], 1),
 ]
@@ -288,13 +292,19 @@ def test_guards_are_canonical_whatever_the_input_order() -> None:
     codes = ["(-1) + L['y'].size()[0] >= 2", "L['x'].size()[0] == ((-1) + L['y'].size()[0])",
              "(L['x'].size()[0] % 4) == 0", "L['n'] > 3"]
     a = guards_from_code(codes)
-    b = guards_from_code(list(reversed(codes)) + codes[:1])  # order and duplicates do not matter
+    b = guards_from_code(codes + list(reversed(codes)))  # a repeated check is stored once, where it came first
     assert a == b
     assert [s.symbol for s in a.sources] == [f"g{i}" for i in range(len(a.sources))]
     assert canonical_guards(a) == a
-    assert guards_to_code(a) == sorted([
-        "(((-1) + L['y'].size()[0]) >= 2)", "((L['x'].size()[0] % 4) == 0)",
-        "(L['n'] > 3)", "(L['x'].size()[0] == ((-1) + L['y'].size()[0]))"])
+    assert guards_to_code(a) == [
+        "(((-1) + L['y'].size()[0]) >= 2)", "(L['x'].size()[0] == ((-1) + L['y'].size()[0]))",
+        "((L['x'].size()[0] % 4) == 0)", "(L['n'] > 3)"]
+    # The order is torch's: a module reports the first check that fails, so two orders are two
+    # programs (sources are still numbered by input, whatever order the checks name them in).
+    r = guards_from_code(list(reversed(codes)))
+    assert r != a and r.sources == a.sources
+    assert guards_to_code(r) == list(reversed(guards_to_code(a)))
+    assert canonical_guards(r) == r
 
 
 # The same guards as torch 2.13 and torch 2.14 write them (from the exports in _guard_programs and

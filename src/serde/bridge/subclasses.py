@@ -115,10 +115,31 @@ def lookup_subclass(name: str, where: str) -> type:
     if cls is None:
         raise UnknownTensorSubclassError(
             f"{where}: the tensor subclass {name!r} is not registered in this process, so it is not "
-            f"rebuilt (loading never imports classes named by a file). If you trust this class, import "
-            f"it and call serde.register_tensor_subclass(<the class>, name={name!r}) before loading; registered: "
-            f"{sorted(_REGISTRY) or 'none'}")
+            f"rebuilt (loading never imports classes named by a file). If you trust this class, register "
+            f"it before loading:\n{registration_lines(name)}\nRegistered: {sorted(_REGISTRY) or 'none'}")
     return cls
+
+
+def registration_lines(name: str) -> str:
+    """The code that registers the class stored as ``name``, for an error message.
+
+    A stored name is ``<module>.<qualname>`` unless the writer chose another, so the import is
+    what the name says; the general form with ``name=`` is given too, for the other cases.
+    """
+    general = f"serde.register_tensor_subclass(<the class>, name={name!r})"
+    module, _, cls = name.rpartition(".")
+    if "<locals>" in name or not module:
+        return f"    {general}\n(the class object itself: a class defined inside a function cannot be imported)"
+    lines = f"    from {module} import {cls}\n    serde.register_tensor_subclass({cls})\n" \
+            f"(a class that lives elsewhere than its stored name says: import it from there and call {general})"
+    if name.startswith(_TORCH_TEST_MODULES):
+        lines += ("; serde.testing.register_torch_test_subclasses() registers torch's own test subclasses "
+                  "(torch.testing._internal) at once")
+    return lines
+
+
+# Where torch keeps the tensor subclasses its own tests use (serde.testing can register them).
+_TORCH_TEST_MODULES = "torch.testing._internal."
 
 
 # ---------------------------------------------------------------- flatten context <-> ContextValue

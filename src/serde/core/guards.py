@@ -103,7 +103,8 @@ _BINARY_ONLY = {"float_true_div", "floor_div", "python_mod", "pow", "eq", "ne", 
 
 def guards_from_code(codes: list[str], *, where: str = "guards",
                      resolve: Callable[[SourceKey], SourceKey] | None = None) -> schema.InputGuards | None:
-    """Parse torch guard text into sorted, numbered ``InputGuards`` (``None`` when empty).
+    """Parse torch guard text into numbered ``InputGuards`` (``None`` when empty), checks in
+    torch's order.
 
     ``resolve`` maps each source to the form to store (and raises when it names no input).
 
@@ -194,11 +195,11 @@ _REVALIDATED = Memo(1 << 12)
 
 
 def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> schema.InputGuards | None:
-    """``g`` with sources renumbered and checks sorted and deduplicated (idempotent)."""
+    """``g`` with sources renumbered and checks deduplicated, in their order (idempotent)."""
     if g is None:
         return None
     if _is_numbered(g):
-        # Built by _number in this process from parsed checks: numbering and sorting are what this
+        # Built by _number in this process from parsed checks: numbering and deduplicating are what this
         # would redo, and a parsed tree prints to text that parses back to it (the print/parse
         # round trip), so the result would equal ``g``. Its printed checks must still pass the
         # allow-list that loading applies to them (text can outgrow a limit when printed).
@@ -569,7 +570,14 @@ class _Parser:
 
 
 def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schema.InputGuards:
-    """Rename the symbols to g0.. in sorted-source order; sort and dedupe the checks."""
+    """Rename the symbols to g0.. in sorted-source order; dedupe the checks, keeping the first of
+    each in place.
+
+    The checks keep torch's order: a module runs its guards in order and reports the first that
+    fails, so the order is what ``ep.module()`` says about an input that fails several. torch
+    records them in tracing order, which the program's code fixes (the same program gives the
+    same order on every export).
+    """
     order = sorted(sources, key=_sort_key)
     rename = {sources[k]: f"g{i}" for i, k in enumerate(order)}
     table = [_make_source(f"g{i}", k) for i, k in enumerate(order)]
@@ -585,7 +593,7 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
         used |= expr_symbols(t)
     if used != set(rename.values()):  # unreachable: every source came from a check
         raise AssertionError("guard sources and checks disagree")
-    out = schema.InputGuards(sources=table, checks=[checks[k] for k in sorted(checks)])
+    out = schema.InputGuards(sources=table, checks=list(checks.values()))
     _NUMBERED.remember(id(out), out)
     return out
 

@@ -47,7 +47,8 @@ from serde.errors import SerializeError, UnsupportedConstructError
 # Hypothesis strategies live in serde.testing.strategies (hypothesis is a test dependency): loaded on use.
 _STRATEGIES = ("exported_programs", "program_specs", "build_program", "export_spec", "schema_structs")
 
-__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA", *_STRATEGIES]
+__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA",
+           "register_torch_test_subclasses", *_STRATEGIES]
 
 
 def __getattr__(name: str) -> Any:
@@ -57,7 +58,7 @@ def __getattr__(name: str) -> Any:
         return getattr(strategies, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-DEFAULT_METADATA = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+DEFAULT_METADATA = ("nn_module_stack", "module_types", "source_fn_stack", "torch_fn", "custom")
 
 
 class ProgramMismatch(AssertionError):
@@ -68,8 +69,8 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
                      inputs: Any = None, **kwargs: Any) -> ExportedProgram:
     """Save ``ep`` (to memory), load it back, assert the two are equal, return the loaded program.
 
-    With ``debug_info=True`` (the default here) stack traces and module type names (debug-only
-    metadata) are kept and compared too.
+    With ``debug_info=True`` (the default here) stack traces (debug-only metadata) are kept and
+    compared too.
     """
     import serde
 
@@ -77,9 +78,28 @@ def assert_roundtrip(ep: ExportedProgram, *, debug_info: bool = True, metadata: 
     serde.save(ep, buf, debug_info=debug_info)
     loaded = serde.load(buf.getvalue())
     if metadata is None:
-        metadata = DEFAULT_METADATA + (("stack_trace", "module_types") if debug_info else ())
+        metadata = DEFAULT_METADATA + (("stack_trace",) if debug_info else ())
     assert_programs_equal(ep, loaded, metadata=metadata, inputs=inputs, **kwargs)
     return loaded
+
+
+def register_torch_test_subclasses() -> list[str]:
+    """Register the tensor subclasses torch's own tests use, so programs holding them round-trip.
+
+    ``torch.export.load`` unpickles such a class by its name; ``serde.load`` never imports a class a
+    file names, so a test that exports a model with, say, a ``TwoTensor`` parameter registers the
+    class first (``serde.register_tensor_subclass``). This does it for ``TwoTensor``,
+    ``ConstantExtraMetadataTensor``, ``CustomTensorPlainOut`` and ``WrapperSubclass`` (all from
+    ``torch.testing._internal``) and returns their registered names. Registering is idempotent.
+    """
+    from torch.testing._internal.custom_tensor import ConstantExtraMetadataTensor, CustomTensorPlainOut
+    from torch.testing._internal.subclasses import WrapperSubclass
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from serde.bridge.subclasses import register_tensor_subclass
+
+    return [register_tensor_subclass(c)
+            for c in (TwoTensor, ConstantExtraMetadataTensor, CustomTensorPlainOut, WrapperSubclass)]
 
 
 def assert_programs_equal(a: ExportedProgram, b: ExportedProgram, *, exact_names: bool = False,
@@ -585,7 +605,7 @@ def _dead_getitem(n: torch.fx.Node) -> bool:
 
 
 def _meta(n: torch.fx.Node, key: str) -> Any:
-    if key == "module_types":  # the type half of nn_module_stack: debug metadata
+    if key == "module_types":  # the type half of nn_module_stack (keys and paths are the other)
         stack = n.meta.get("nn_module_stack")
         return None if stack is None else [(k, _type_name(t)) for k, (_, t) in stack.items()]
     v = n.meta.get(key)

@@ -6,7 +6,7 @@ from serde.bridge.subclasses import UnknownTensorSubclassError
 from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = UnknownTensorSubclassError
-MATCH = (r"weights\.state_dict\['scale'\]: the tensor subclass 'this\.Zen' is not registered in this process.*"
+MATCH = (r"(?s)weights\.state_dict\['scale'\]: the tensor subclass 'this\.Zen' is not registered in this process.*"
          r"serde\.register_tensor_subclass")
 LOAD_ONLY = True  # the name is well formed: only loading asks the registry (`pt2serde check` never builds tensors)
 
