@@ -154,6 +154,7 @@ def _canonical(program) -> dict:
 
     doc = wire.decode_json(wire.encode(canonicalize(program, facts=op_facts)[0]))
     doc.pop("torch_version", None)  # the writer's patch release
+    doc.pop("schema_version", None)  # a later pt2serde writes its own, from the same export
     return as_frozen(doc)  # the corpus was frozen before module types and torch's guard order were kept
 
 
