@@ -71,15 +71,17 @@ _EVERY_PROGRAM = (Bar("save_speedup.min", ">=", 8.0, "goal 2: every program"),
                   Bar("load_vs_floor.min", "<=", 1.3, "goal 3: load near its floor"))
 
 # The large case's bars (issue 40, items 3 and 7), judged on the first call of a fresh process
-# ("cold"); the warm figures are printed beside them.
-_LARGE = (Bar("cold.load_vs_floor", "<=", 1.3, "item 3: verified load near its floor", unit="x floor"),
-          Bar("cold.load_mmap_vs_floor", "<=", 1.3, "item 3: verified load near its floor", unit="x floor"),
+# ("cold"), except those against the floor: the floor's child must load the program (untimed) before
+# it can build it again, which imports what a first load imports, so its cold build is warm on
+# imports; those bars are judged warm against warm. The other figure is printed beside each.
+_LARGE = (Bar("warm.load_vs_floor", "<=", 1.3, "item 3: verified load near its floor", unit="x floor"),
+          Bar("warm.load_mmap_vs_floor", "<=", 1.3, "item 3: verified load near its floor", unit="x floor"),
           Bar("cold.load_vs_torch", ">=", 3.0, "item 3: load vs torch"),
           Bar("cold.load_mmap_vs_torch", ">=", 10.0, "item 3: mmap load vs torch"),
           Bar("cold.save_file_vs_safetensors_plus_graph", "<=", 1.2, "item 3: save vs save_file + graph",
               unit="x bar"),
           Bar("peak_vs_weights.serde", "<=", 1.1, "item 3: peak RSS of a load", unit="x weights"),
-          Bar("cold.load_trusted_vs_load_file_plus_graph", "<=", 2.0, "item 7: trusted load vs load_file + graph",
+          Bar("warm.load_trusted_vs_load_file_plus_graph", "<=", 2.0, "item 7: trusted load vs load_file + graph",
               unit="x bar"))
 
 # Cold goals (issue 40, item 5): the first save and load of a fresh process.
@@ -297,6 +299,11 @@ def issue_goal_lines(records: list[dict[str, Any]]) -> list[str]:
                 continue
             out.append(f"{bar.source}: {case.name} {bar.metric} = {_num(v)} vs {bar.text()}: "
                        f"{'met' if bar.met(r) else 'MISSED (' + _miss(bar, v) + ')'}")
+    for r in records:
+        if r.get("bench") == "large" and "error" not in r:
+            for when in ("cold", "warm"):
+                out.append(f"{r['case']} seconds, {when} (median; for the reader, no bar uses them): "
+                           + ", ".join(f"{k} {v:g}" for k, v in r[when]["seconds"].items()))
     cold = [r for r in records if r.get("bench") == "save_load" and "cold_save_speedup" in r]
     for r in cold:
         out.append(f"item 5 (no bar): {r['case']} cold save {_num(r['cold_save_speedup']['median'])}x, cold load "
@@ -401,11 +408,14 @@ def _large_rows(r: dict[str, Any]) -> list[Row]:
     def both(key: str) -> tuple[str, str]:
         return f"{c[key]:.2f}x", f"warm {w[key]:.2f}x"
 
+    def both_warm(key: str) -> tuple[str, str]:
+        return f"{w[key]:.2f}x", f"cold {c[key]:.2f}x"
+
     peak = r["peak_vs_weights"]
     return [
-        (f"{r['params'] / 1e9:.2f}B parameters, {_mb(r['weights_bytes'])} of weights; artifacts: serde "
-         f"{_mb(r['sizes']['serde'])}, torch {_mb(r['sizes']['torch'])}, safetensors {_mb(r['sizes']['safetensors'])}",
-         "", "", ""),
+        ("parameters; weights", f"{r['params'] / 1e9:.2f}B", _mb(r["weights_bytes"]), ""),
+        ("artifact: serde, torch, safetensors", _mb(r["sizes"]["serde"]),
+         f"{_mb(r['sizes']['torch'])}, {_mb(r['sizes']['safetensors'])}", ""),
         ("save to a path, durable: speedup vs torch.export.save", *both("save_path_vs_torch"), ""),
         ("save to a file object: speedup vs torch.export.save", *both("save_file_vs_torch"), ""),
         ("save to a file object / (save_file + the graph's save)", *both("save_file_vs_safetensors_plus_graph"),
@@ -415,16 +425,16 @@ def _large_rows(r: dict[str, Any]) -> list[Row]:
         ("load: speedup vs torch.export.load", *both("load_vs_torch"), "cold.load_vs_torch"),
         ("load(mmap=True): speedup vs torch.export.load", *both("load_mmap_vs_torch"), "cold.load_mmap_vs_torch"),
         ("load(mmap=True, verify=False): speedup vs torch.export.load", *both("load_trusted_vs_torch"), ""),
-        ("load / floor (read + xxh3 on all cores + build the graph)", *both("load_vs_floor"), "cold.load_vs_floor"),
-        ("load(mmap=True) / floor", *both("load_mmap_vs_floor"), "cold.load_mmap_vs_floor"),
+        ("load / floor (read + xxh3 on all cores + build the graph), warm", *both_warm("load_vs_floor"),
+         "warm.load_vs_floor"),
+        ("load(mmap=True) / floor, warm", *both_warm("load_mmap_vs_floor"), "warm.load_mmap_vs_floor"),
         ("  floor: share of reading and hashing", *both("floor_digest_share"), ""),
-        ("load(mmap=True, verify=False) / (load_file + the graph's floor)",
-         *both("load_trusted_vs_load_file_plus_graph"), "cold.load_trusted_vs_load_file_plus_graph"),
+        ("load(mmap=True, verify=False) / (load_file + the graph's floor), warm",
+         *both_warm("load_trusted_vs_load_file_plus_graph"), "warm.load_trusted_vs_load_file_plus_graph"),
         ("  load / safetensors load_file (maps, verifies nothing)", *both("load_vs_safetensors"), ""),
         ("peak RSS growth of a load / weights: serde", f"{peak['serde']:.3f}x",
          f"mmap {peak['serde_mmap']:.3f}, trusted {peak['serde_trusted']:.3f}, torch {peak['torch']:.3f}, "
          f"safetensors {peak['safetensors']:.3f}", "peak_vs_weights.serde"),
-        ("seconds, cold (median): " + ", ".join(f"{k} {v:g}" for k, v in c["seconds"].items()), "", "", ""),
     ]
 
 
@@ -439,9 +449,9 @@ def _corpus_rows(r: dict[str, Any]) -> list[Row]:
             out.append((f"  {what}: the worst model ({s[key]['worst']})", f"{s[key]['min']:.2f}x", "",
                         f"summary.{key}.min"))
     for name, m in r["models"].items():
-        cells = ", ".join(f"{k.replace('_', ' ')} {m[k]['median']:.1f}x" for k in ("cold_save", "cold_load",
-                                                                                   "warm_save", "warm_load") if k in m)
-        out.append((f"  {name} ({m['nodes']} nodes)", cells, "", ""))
+        keys = [k for k in ("cold_save", "cold_load", "warm_save", "warm_load") if k in m]
+        out.append((f"  {name} ({m['nodes']} nodes): {keys[0].replace('_', ' ')}", f"{m[keys[0]]['median']:.2f}x",
+                    ", ".join(f"{k.replace('_', ' ')} {m[k]['median']:.2f}x" for k in keys[1:]), ""))
     for name, err in r.get("failed", {}).items():
         out.append((f"  {name}: FAILED", err[:80], "", ""))
     return out
@@ -727,7 +737,7 @@ def machine() -> dict[str, Any]:
 
 
 def write_docs(path: Path, records: list[dict[str, Any]], table: str, goals: list[str], before: dict[str, Any],
-               after: dict[str, Any], command: str) -> None:
+               after: dict[str, Any], command: str, note: str | None = None) -> None:
     """docs/benchmarks.md: the latest table of one run, what each case measures, the machine and its load."""
     import datetime
     import subprocess as sp
@@ -758,11 +768,14 @@ def write_docs(path: Path, records: list[dict[str, Any]], table: str, goals: lis
         "count. Cold means the first save or load of a fresh process; warm means a later call in the same "
         "process.",
         "",
+        *([f"**Note on this run.** {note}", ""] if note else []),
         "## Machine and load",
         "",
         f"- {before.get('nproc')} CPUs ({before.get('cpu', '?')}), {before.get('memory_gb', '?')} GB of memory, "
         f"{before.get('platform', '?')}, Python {before.get('python', '?')}",
-        f"- load average (1, 5, 15 min) before the run: {before.get('loadavg')}, after: {after.get('loadavg')}"
+        (f"- load average (1, 5, 15 min) before the run: {before.get('loadavg')}, after: {after.get('loadavg')}"
+         if before.get("loadavg") else "- load average before and after the run: not recorded (this page was "
+         "written from the JSON lines of the run, which record the 1-minute load as each case started and ended)")
         + (f"; 1-minute load during the cases {min(loads):.1f} to {max(loads):.1f}" if loads else ""),
         "- A load average above the CPU count means other processes competed for the cores: wall-clock "
         "ratios are then noisier (the `cpu` spread is steadier).",
@@ -802,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--docs", help=f"write the page of this run there (default: {DOCS.relative_to(HERE.parent)} "
                                   "after a full run, nowhere after --only or --smoke)")
+    p.add_argument("--note", help="a paragraph for the page, e.g. what a partial run left out and why")
     p.add_argument("--records", help="do not run: read the cases' JSON lines from this file (the lines a run "
                                      "echoed) and print their table and goals")
     a = p.parse_args(argv)
@@ -845,6 +859,9 @@ def main(argv: list[str] | None = None) -> int:
             not all(b.met(record) for b in case.bars)
         table += rows(case, record, smoke=a.smoke)
     after = machine()
+    if a.records:  # this process's load says nothing about the run that wrote the lines
+        before.pop("loadavg", None)
+        after.pop("loadavg", None)
     text = format_table(table)
     print()
     print(text)
@@ -862,7 +879,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = Path(a.docs) if a.docs else (DOCS if not a.only and not a.smoke and not a.records else None)
     if docs is not None:
         command = "benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        write_docs(docs, records, text, goals, before, after, command.strip())
+        write_docs(docs, records, text, goals, before, after, command.split(" --note")[0].strip(), a.note)
         print(f"wrote {docs}")
     return 1 if failed or (a.check and missed) else 0
 
