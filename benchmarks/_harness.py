@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 __all__ = [
     "Timing", "time_interleaved", "ratio", "emit", "main_guard", "base_parser",
     "chain_length_for", "export_chain", "export_transformer", "export_wide", "export_zoo", "ZOO_PROGRAMS",
-    "graph_nodes", "calibrate", "callgrind_counts",
+    "graph_nodes", "calibrate", "callgrind_counts", "installed_env",
 ]
 
 # torch warns about a missing numpy on import; the JSON line must be the only thing on stdout
@@ -126,6 +126,40 @@ def _loadavg() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # not on every platform
         return None
+
+
+# ---------------------------------------------------------------- fresh processes as installed
+
+_ROOT = Path(__file__).resolve().parents[1]
+_BYTECODE: dict[str, str] = {}
+
+
+def installed_env() -> dict[str, str]:
+    """The environment for a child process whose first call is timed: pt2serde's modules compiled
+    to bytecode once (as an installed package's are), not compiled again on every import.
+
+    Without it, a checkout run with ``PYTHONDONTWRITEBYTECODE`` (as the test and bench environment
+    is) compiles every pt2serde module from source on its first import in each process, while
+    torch's come compiled from site-packages: the first save or load would pay a cost no installed
+    pt2serde pays. The bytecode goes to a cache directory of this process (``PYTHONPYCACHEPREFIX``),
+    filled once by ``compileall``; the checkout itself is not written to.
+    """
+    if "dir" not in _BYTECODE:
+        d = tempfile.mkdtemp(prefix="pt2serde-bench-pycache-")
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": d}
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0",
+                        *(str(_ROOT / p) for p in ("src", "tests", "benchmarks", "upgraders") if (_ROOT / p).exists())],
+                       env=env, check=False, capture_output=True)
+        # With a cache prefix, Python reads no bytecode from site-packages' own __pycache__ either:
+        # the heavy torch modules both sides import on first use are compiled into it here, untimed.
+        subprocess.run([sys.executable, "-c", "import torch, torch._dynamo, torch.export, sympy, "
+                        "torch._export.serde.serialize, torch.fx.experimental.symbolic_shapes, serde.api"],
+                       env=env, check=False, capture_output=True, cwd=_ROOT)
+        _BYTECODE["dir"] = d
+        import atexit
+
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": _BYTECODE["dir"]}
 
 
 # ---------------------------------------------------------------- instruction counts

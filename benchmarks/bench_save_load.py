@@ -35,6 +35,12 @@ measures of the load itself:
   every per-process memo of pt2serde emptied before each call (``serde.core.memo.forget_all``),
   as in the first save or load of a program in a process; the other metrics time back-to-back
   calls, of which all but the first find the memos filled.
+- ``cold_save_speedup`` and ``cold_load_speedup``: the first save (into an ``io.BytesIO``) and the
+  first load (from the path, the file in the page cache) of a *fresh process*, one process per side
+  and repeat (``--cold-repeats``, default 3), torch's time over ours by the minimum and the median.
+  The save child exports the program itself first (untimed), as a user saves after exporting; the
+  load child imports torch and pt2serde (untimed) and loads. Nothing else is warmed up: lazy
+  imports, operator registries and first-call caches are in the timed call, on both sides.
 - ``save_durable_bound``: ``torch.export.save`` to a file over serde.save's durable write alone
   (temporary file, fsync, rename, fsync of the directory) of the same artifact's bytes, already in
   memory: the highest ``save_speedup`` any save that writes durably can reach on this disk.
@@ -54,10 +60,16 @@ what the exported one does: the same graph, values, signature and weights.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import io
+import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _harness import (
@@ -70,6 +82,7 @@ from _harness import (
     export_wide,
     export_zoo,
     graph_nodes,
+    installed_env,
     main_guard,
     ratio,
     time_interleaved,
@@ -83,7 +96,7 @@ _MODELS = {
 }
 
 
-def run(model: str, size: int, repeats: int, sample: float) -> dict:
+def run(model: str, size: int, repeats: int, sample: float, cold_repeats: int = 3) -> dict:
     import torch
 
     import serde
@@ -142,6 +155,7 @@ def run(model: str, size: int, repeats: int, sample: float) -> dict:
                                  "floor": lambda: build_floor(ep).module()(*args)},
                                 repeats, inner)
         sizes = {"serde_bytes": os.path.getsize(ours), "torch_bytes": os.path.getsize(theirs)}
+        cold = cold_ratios(model, size, ours, theirs, cold_repeats) if cold_repeats else {}
 
     # When serde.load's graph module got its Python code: at load, or at first use (it has none yet).
     codegen = "load" if "_code" in vars(loaded["serde"].graph_module) else "first use"
@@ -168,6 +182,7 @@ def run(model: str, size: int, repeats: int, sample: float) -> dict:
         "load_call_speedup": ratio(call["torch"], call["serde"]),
         "load_call_vs_floor": ratio(call["serde"], call["floor"]),
         "load_codegen": codegen,
+        **cold,
         **sizes,
         "size_ratio": round(sizes["serde_bytes"] / sizes["torch_bytes"], 3),
         "outputs_match": True,
@@ -345,6 +360,72 @@ for path in sys.argv[2:]:
 """
 
 
+# ---------------------------------------------------------------- cold: fresh processes
+
+COLD_SIDES = ("serde_save", "torch_save", "serde_load", "torch_load")
+
+
+def cold_ratios(model: str, size: int, ours: str, theirs: str, repeats: int) -> dict:
+    """The first save and the first load of a fresh process, one process per side and repeat,
+    sides alternating: torch's seconds over ours (min and median over the repeats)."""
+    secs: dict[str, list[float]] = {side: [] for side in COLD_SIDES}
+    for _ in range(repeats):
+        for side in COLD_SIDES:
+            path = theirs if side.startswith("torch") else ours
+            secs[side].append(_cold_child(["--cold-child", side, "--model", model, "--size", str(size),
+                                           "--path", path])["seconds"])
+    return {"cold_save_speedup": wall_ratio(secs["torch_save"], secs["serde_save"]),
+            "cold_load_speedup": wall_ratio(secs["torch_load"], secs["serde_load"]),
+            "cold_repeats": repeats}
+
+
+def wall_ratio(num: list[float], den: list[float]) -> dict[str, float]:
+    return {"min": round(min(num) / min(den), 3), "median": round(statistics.median(num) / statistics.median(den), 3)}
+
+
+def _cold_child(argv: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--case", "cold", *argv],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], env=installed_env())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"cold child {argv} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def cold_child(side: str, model: str, size: int, path: str) -> dict:
+    """Seconds of this fresh process's first save (into memory) or first load of the program.
+
+    ``import torch`` is paid before the clock (both sides need it); pt2serde's own import (its API
+    module is imported on first use of ``serde.save``/``serde.load``) is inside the timed call, as is
+    whatever ``torch.export.save``/``load`` import on their first call."""
+    import torch
+
+    if side.endswith("_save"):
+        if model in ZOO_PROGRAMS:
+            ep, _ = export_zoo(model)
+        else:
+            ep, _ = _MODELS[model][0](size)
+        buf = io.BytesIO()
+        t0 = time.perf_counter()
+        if side == "serde_save":
+            import serde
+
+            serde.save(ep, buf)
+        else:
+            torch.export.save(ep, buf)
+        return {"seconds": time.perf_counter() - t0}
+    if model in ZOO_PROGRAMS:  # its custom ops and classes registered, as the exporting process had them
+        importlib.import_module(f"tests.{ZOO_PROGRAMS[model][0]}")
+    t0 = time.perf_counter()
+    if side == "serde_load":
+        import serde
+
+        serde.load(path)
+    else:
+        torch.export.load(path)
+    return {"seconds": time.perf_counter() - t0}
+
+
 def _saved(save, ep, path: str) -> str:
     save(ep, path)
     return path
@@ -359,7 +440,14 @@ def main() -> int:
     p.add_argument("--models", help="with --instructions: comma-separated small programs")
     p.add_argument("--sample-seconds", type=float, default=0.05,
                    help="back-to-back calls per sample: as many as torch's side takes this long for")
+    p.add_argument("--cold-repeats", type=int, default=3,
+                   help="fresh processes per side for the first save and load (0: skip them)")
+    p.add_argument("--cold-child", choices=COLD_SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--path", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.cold_child:
+        print(json.dumps(cold_child(a.cold_child, a.model, a.size, a.path)))
+        return 0
     if a.instructions:
         if not a.models:
             p.error("--instructions needs --models (comma-separated small programs)")
@@ -370,7 +458,7 @@ def main() -> int:
         return main_guard(a.case, lambda: run_instructions(models))
     if a.model is None:
         p.error("--model is required (or --instructions --models ...)")
-    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats, a.sample_seconds))
+    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats, a.sample_seconds, a.cold_repeats))
 
 
 if __name__ == "__main__":

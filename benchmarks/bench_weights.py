@@ -102,8 +102,8 @@ def run_load(layers: int, width: int, repeats: int, fresh: bool = True) -> dict:
             fn()
         t = time_interleaved(sides, repeats)
         firsts = _fresh_loads(ours, theirs, repeats) if fresh else None
-        floor = [_floor(ours, "xxh3") for _ in range(repeats)]
-        floor_sha = [_floor(ours, "sha256") for _ in range(repeats)]
+        floor = [read_and_digest(ours, "xxh3") for _ in range(repeats)]
+        floor_sha = [read_and_digest(ours, "sha256") for _ in range(repeats)]
         expected = ep.module()(*args)
         for side, ep2 in loaded.items():
             torch.testing.assert_close(ep2.module()(*args), expected, rtol=0, atol=0,
@@ -143,7 +143,7 @@ def _fresh_loads(ours: str, theirs: str, repeats: int) -> dict[str, list[float]]
     return out
 
 
-def _floor(path: str, digest: str) -> float:
+def read_and_digest(path: str, digest: str) -> float:
     """Seconds to read the file into fresh memory and hash all of it with ``digest`` ("xxh3":
     XXH3-128, or "sha256"), split over every core (each thread reads and hashes its share in 1 MB
     pieces while they are in cache). The memory is a fresh anonymous mapping backed by huge pages

@@ -30,7 +30,9 @@ runner = _load_runner()
 CASE_NAMES = [c.name for c in runner.CASES]
 # ``make test`` runs the first case of each benchmark script through the runner's main; the other
 # cases (the same scripts at other models or sizes) run one by one under ``-m slow``.
-FAST = [c.name for i, c in enumerate(runner.CASES) if c.script not in {d.script for d in runner.CASES[:i]}]
+# A case whose smoke size still takes minutes (fast_smoke=False) runs only there.
+FAST = [c.name for i, c in enumerate(runner.CASES)
+        if c.fast_smoke and c.script not in {d.script for d in runner.CASES[:i]}]
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,12 @@ def test_case_record_is_well_formed(request, name):
         _ratio_ok(r["load_call_speedup"])
         assert r["serde_bytes"] > 0 and r["torch_bytes"] > 0
         assert r["size_ratio"] == pytest.approx(r["serde_bytes"] / r["torch_bytes"], abs=1e-3)
+        case = runner.CASES[CASE_NAMES.index(name)]
+        if "--cold-repeats" not in case.smoke_args or case.smoke_args[case.smoke_args.index("--cold-repeats") + 1] != "0":
+            for key in ("cold_save_speedup", "cold_load_speedup"):
+                assert set(r[key]) == {"min", "median"} and all(v > 0 and math.isfinite(v) for v in r[key].values())
+        else:
+            assert "cold_save_speedup" not in r
     elif kind == "canonicalize":
         for key in ("cost_fraction", "canonicalize_fraction", "encode_fraction"):
             _ratio_ok(r[key])
@@ -160,6 +168,24 @@ def test_case_record_is_well_formed(request, name):
             for key in ("run_vs_eager", "arena_run_vs_eager", "arena_vs_heap"):
                 assert math.isfinite(p[key]) and p[key] > 0
         assert r["arena_vs_heap_worst"] == max(p["arena_vs_heap"] for p in r["programs"].values())
+    elif kind == "large":
+        assert r["outputs_match"] is True  # every loaded program computed the exported one's logits
+        assert r["graph_twin_nodes"] == r["nodes"]  # the graph's save is timed on the same graph
+        assert r["params"] > 0 and r["weights_bytes"] >= 2 * r["params"]  # bf16
+        assert all(v > r["weights_bytes"] * 0.9 for v in r["sizes"].values())
+        for when in ("cold", "warm"):
+            for key, v in r[when].items():
+                if key != "seconds":
+                    assert v > 0 and math.isfinite(v), (when, key, v)
+            assert all(v > 0 for v in r[when]["seconds"].values())
+        assert set(r["peak_vs_weights"]) == {"serde", "serde_mmap", "serde_trusted", "torch", "safetensors"}
+    elif kind == "corpus":
+        assert r["models"] and not r["failed"], r["failed"]
+        for m in r["models"].values():
+            for key in ("cold_save", "cold_load", "warm_save", "warm_load"):
+                assert m[key]["min"] > 0 and math.isfinite(m[key]["median"])
+        for v in r["summary"].values():
+            assert 0 < v["min"] <= v["geomean"] + 1e-3  # a geometric mean is never below the minimum
     else:
         pytest.fail(f"{name}: unknown bench kind {kind!r}; add checks for it here")
 
@@ -180,7 +206,8 @@ def test_every_bar_names_a_row_of_its_case():
     # A bar whose metric no table row shows would never be judged in the table.
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
              "bench_diff_locality.py": "diff_locality", "bench_native.py": "native",
-             "bench_scaling.py": "scaling", "bench_native_cpp.py": "native_cpp"}
+             "bench_scaling.py": "scaling", "bench_native_cpp.py": "native_cpp",
+             "bench_large.py": "large", "bench_corpus.py": "corpus"}
     for case in runner.CASES:
         # bench_weights.py: one kind per --goal
         kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
@@ -194,7 +221,8 @@ def _fake_record(kind: str) -> dict:
     r = {"min": 1.0, "median": 1.0, "cpu": 1.0}
     return {
         "save_load": {"save_speedup": r, "load_speedup": r, "load_vs_floor": r, "load_call_speedup": r,
-                      "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0},
+                      "serde_bytes": 1, "torch_bytes": 1, "size_ratio": 1.0,
+                      "cold_save_speedup": {"min": 1.0, "median": 1.0}, "cold_load_speedup": {"min": 1.0, "median": 1.0}},
         "canonicalize": {"cost_fraction": r, "canonicalize_fraction": r, "encode_fraction": r},
         "diff_locality": {"changed_lines": 1, "show_lines": 2},
         "native": {"run_vs_eager": r, "arena_run_vs_eager": r, "emit_vs_torch_save": r,
@@ -210,6 +238,19 @@ def _fake_record(kind: str) -> dict:
                            "peak_fraction": {"serde": 1.0, "serde_mmap": 0.1, "torch": 1.0}},
         "scaling": {"sizes": [{"nodes": 3, "save_us_per_node": r, "load_us_per_node": r}],
                     "save_linearity": r, "load_linearity": r},
+        "large": {"params": 1, "weights_bytes": 2, "sizes": {"serde": 2, "torch": 2, "safetensors": 2},
+                  "peak_vs_weights": dict.fromkeys(("serde", "serde_mmap", "serde_trusted", "torch", "safetensors"), 1.0),
+                  **{when: {**dict.fromkeys(("save_path_vs_torch", "save_file_vs_torch", "save_file_vs_safetensors",
+                                             "save_file_vs_safetensors_plus_graph", "save_path_vs_safetensors",
+                                             "load_vs_torch", "load_mmap_vs_torch", "load_trusted_vs_torch",
+                                             "load_vs_floor", "load_mmap_vs_floor",
+                                             "load_trusted_vs_load_file_plus_graph", "load_vs_safetensors",
+                                             "floor_digest_share"), 1.0), "seconds": {"load_serde": 1.0}}
+                     for when in ("cold", "warm")}},
+        "corpus": {"models": {"m": {"nodes": 3, **{k: {"min": 1.0, "median": 1.0}
+                                                    for k in ("cold_save", "cold_load", "warm_save", "warm_load")}}},
+                   "summary": {k: {"geomean": 1.0, "min": 1.0, "median": 1.0, "worst": "m"}
+                               for k in ("cold_save", "cold_load", "warm_save", "warm_load")}},
         "native_cpp": {"cpp_vs_eager": r, "cpp_arena_vs_eager": r, "cpp_vs_python_runtime": r,
                        "overhead_us_per_instruction": 0.1, "us_per_instruction": 1.0, "instructions": 2},
     }[kind]
