@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.bridge.weights import validate_weights
+from serde.bridge.weights import ITEMSIZE, validate_weights
 from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import guards_to_code, input_arguments, source_key
@@ -102,6 +102,11 @@ class _Emitter:
         gm = program.graph_module
         self.bindings = _bind_symbols(gm.graph, gm.signature)
         ranges = {k: (r.min_val, r.max_val) for k, r in ranges_by_text(program.range_constraints).items()}
+        for k, (lo, hi) in ranges.items():  # as the load refuses it: the runtime would refuse every input
+            if lo is not None and hi is not None and lo > hi:
+                raise MalformedArtifactError(f"range_constraints[{k!r}]: [{lo}, {hi}] is not a valid range: its "
+                                             "minimum exceeds its maximum; the artifact is damaged or was edited "
+                                             "after saving")
         self.b = ProgramBuilder(self.bindings, ranges)
         self.false = self.b.const(P.Bool(False))
         self.zero = self.b.const(P.Int(0))
@@ -347,6 +352,10 @@ class _Emitter:
         if meta.device.type != "cpu":
             raise UnsupportedConstructError(f"{where}: a tensor on device {meta.device.type!r}; the reference "
                                             "runtime runs CPU programs only")
+        if meta.dtype not in ITEMSIZE:  # as the load refuses it (the planner sizes tensors by it)
+            raise MalformedArtifactError(f"{where}: unsupported scalar type {meta.dtype!r}; supported: "
+                                         f"{sorted(str(int(d)) for d in ITEMSIZE)}; the artifact is damaged or was "
+                                         "edited after saving")
         if len(meta.sizes) != len(meta.strides):  # as the load refuses it (the planner zips them)
             raise MalformedArtifactError(f"{where}: {len(meta.sizes)} sizes but {len(meta.strides)} strides; "
                                          "the artifact is damaged")
