@@ -674,6 +674,16 @@ _sym_int = _sym_arg(P.Int)
 _sym_bool = _sym_arg(P.Bool)
 _sym_float = _sym_arg(lambda x: P.Float(_f(x)))
 
+def _known(make: Callable[[int], P.Value], what: str) -> Callable[[_Emitter, Any, Scope, str], int]:
+    """A dtype, layout or memory format argument; Unknown (0) is no torch value, and the load refuses it."""
+    def arg(em: _Emitter, v: Any, s: Scope, w: str) -> int:
+        if int(v) == 0:
+            raise MalformedArtifactError(f"{w}: {what} {v!r} has no torch value; the artifact is damaged or was "
+                                         "edited after saving")
+        return em.b.const(make(int(v)))
+    return arg
+
+
 _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_none": lambda em, v, s, w: em.b.const(P.NoneValue()),
     "as_tensor": lambda em, v, s, w: em.ref(v.name, s, w),
@@ -686,9 +696,9 @@ _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_strings": lambda em, v, s, w: em.b.const(P.StringList(list(v))),
     "as_sym_int": _sym_int,
     "as_sym_ints": _sym_list(P.IntList, _sym_int),
-    "as_scalar_type": lambda em, v, s, w: em.b.const(P.ScalarType(int(v))),
-    "as_memory_format": lambda em, v, s, w: em.b.const(P.MemoryFormat(int(v))),
-    "as_layout": lambda em, v, s, w: em.b.const(P.Layout(int(v))),
+    "as_scalar_type": _known(P.ScalarType, "scalar type"),
+    "as_memory_format": _known(P.MemoryFormat, "memory format"),
+    "as_layout": _known(P.Layout, "layout"),
     "as_device": lambda em, v, s, w: em.b.const(P.Device(v.type, v.index)),
     "as_bool": lambda em, v, s, w: em.b.const(P.Bool(v)),
     "as_bools": lambda em, v, s, w: em.b.const(P.BoolList(list(v))),

@@ -152,3 +152,22 @@ def test_emit_refuses_what_the_load_refuses_before_planning() -> None:
         for load in (serde.load, native.emit_artifact):
             with pytest.raises(MalformedArtifactError, match=match):
                 load(data)
+
+
+def test_emit_refuses_an_unknown_layout_argument_as_load_does() -> None:
+    # Layout.Unknown (0) decodes (it is a member of the schema's enum) but is no torch layout;
+    # emit wrote it into a program the Python runtime failed on with a KeyError.
+    c = read_archive(ROOT / "fixtures" / "v2.5" / "all_dtypes" / "model.pt2s")
+    members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
+    program = json.loads(members["program.json"])
+    arg = next(na["arg"] for n in program["graph_module"]["graph"]["nodes"] for na in n["inputs"]
+               if "as_layout" in na["arg"])
+    arg["as_layout"] = 0
+    members["program.json"] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, members, schema_version=c.schema_version, torch_version="test")
+    data = out.getvalue()
+    with pytest.raises(MalformedArtifactError, match=r"layout"):
+        serde.load(data)
+    with pytest.raises(MalformedArtifactError, match=r"\.inputs\['layout'\]: layout <Layout\.Unknown: 0> has no torch value"):
+        native.emit_artifact(data)
