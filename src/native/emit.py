@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.bridge.weights import validate_weights
+from serde.bridge.weights import ITEMSIZE, validate_weights
 from serde.core import schema, symbolic
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import flat_input_paths, guards_to_code, input_arguments, source_key, source_text
@@ -102,6 +102,11 @@ class _Emitter:
         gm = program.graph_module
         self.bindings = _bind_symbols(gm.graph, gm.signature)
         ranges = {k: (r.min_val, r.max_val) for k, r in ranges_by_text(program.range_constraints).items()}
+        for k, (lo, hi) in ranges.items():  # as the load refuses it: the runtime would refuse every input
+            if lo is not None and hi is not None and lo > hi:
+                raise MalformedArtifactError(f"range_constraints[{k!r}]: [{lo}, {hi}] is not a valid range: its "
+                                             "minimum exceeds its maximum; the artifact is damaged or was edited "
+                                             "after saving")
         self.b = ProgramBuilder(self.bindings, ranges)
         self.false = self.b.const(P.Bool(False))
         self.zero = self.b.const(P.Int(0))
@@ -354,6 +359,10 @@ class _Emitter:
         if meta.device.type != "cpu":
             raise UnsupportedConstructError(f"{where}: a tensor on device {meta.device.type!r}; the reference "
                                             "runtime runs CPU programs only")
+        if meta.dtype not in ITEMSIZE:  # as the load refuses it (the planner sizes tensors by it)
+            raise MalformedArtifactError(f"{where}: unsupported scalar type {meta.dtype!r}; supported: "
+                                         f"{sorted(str(int(d)) for d in ITEMSIZE)}; the artifact is damaged or was "
+                                         "edited after saving")
         if len(meta.sizes) != len(meta.strides):  # as the load refuses it (the planner zips them)
             raise MalformedArtifactError(f"{where}: {len(meta.sizes)} sizes but {len(meta.strides)} strides; "
                                          "the artifact is damaged")
@@ -672,6 +681,16 @@ _sym_int = _sym_arg(P.Int)
 _sym_bool = _sym_arg(P.Bool)
 _sym_float = _sym_arg(lambda x: P.Float(_f(x)))
 
+def _known(make: Callable[[int], P.Value], what: str) -> Callable[[_Emitter, Any, Scope, str], int]:
+    """A dtype, layout or memory format argument; Unknown (0) is no torch value, and the load refuses it."""
+    def arg(em: _Emitter, v: Any, s: Scope, w: str) -> int:
+        if int(v) == 0:
+            raise MalformedArtifactError(f"{w}: {what} {v!r} has no torch value; the artifact is damaged or was "
+                                         "edited after saving")
+        return em.b.const(make(int(v)))
+    return arg
+
+
 _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_none": lambda em, v, s, w: em.b.const(P.NoneValue()),
     "as_tensor": lambda em, v, s, w: em.ref(v.name, s, w),
@@ -684,9 +703,9 @@ _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_strings": lambda em, v, s, w: em.b.const(P.StringList(list(v))),
     "as_sym_int": _sym_int,
     "as_sym_ints": _sym_list(P.IntList, _sym_int),
-    "as_scalar_type": lambda em, v, s, w: em.b.const(P.ScalarType(int(v))),
-    "as_memory_format": lambda em, v, s, w: em.b.const(P.MemoryFormat(int(v))),
-    "as_layout": lambda em, v, s, w: em.b.const(P.Layout(int(v))),
+    "as_scalar_type": _known(P.ScalarType, "scalar type"),
+    "as_memory_format": _known(P.MemoryFormat, "memory format"),
+    "as_layout": _known(P.Layout, "layout"),
     "as_device": lambda em, v, s, w: em.b.const(P.Device(v.type, v.index)),
     "as_bool": lambda em, v, s, w: em.b.const(P.Bool(v)),
     "as_bools": lambda em, v, s, w: em.b.const(P.BoolList(list(v))),

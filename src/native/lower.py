@@ -102,9 +102,47 @@ def _move_out(em: Emitter, srcs: list[int], local: set[int], outs: list[int], wh
     em.free_all(local)
 
 
+_FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
+
+
+def _values(em: Emitter) -> list[P.Value]:
+    return em.b.values  # type: ignore[attr-defined]  # the ProgramBuilder's value table
+
+
+def _shape(t: P.Tensor) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "(symbolic)" for d in t.sizes) + "]"
+
+
+def _check_predicate(em: Emitter, v: int, where: str) -> None:
+    """cond's predicate: a boolean or a one-element tensor, as the load's consistency check
+    (serde.bridge.consistency) requires; a symbolic size could be any size."""
+    t = _values(em)[v]
+    if isinstance(t, P.Tensor) and any(type(n) is not int or n != 1 for n in t.sizes):
+        raise MalformedArtifactError(f"{where}: cond's predicate must be a boolean or a one-element tensor, "
+                                     f"it has the shape {_shape(t)}; {_FIX}")
+    if not isinstance(t, (P.Tensor, P.Bool, P.SymBool)):
+        raise MalformedArtifactError(f"{where}: cond's predicate must be a boolean or a one-element tensor, "
+                                     f"got a {type(t).__name__}; {_FIX}")
+
+
+def _check_loop_condition(em: Emitter, v: int, where: str) -> None:
+    """What while_loop checks of its condition's value on every iteration, checked once here as
+    the load checks it: otherwise a loop condition that never becomes false runs into the runtime's
+    loop cap instead of being refused."""
+    t = _values(em)[v]
+    if isinstance(t, P.Tensor) and t.dtype == schema.ScalarType.BOOL and t.sizes == []:
+        return
+    if not isinstance(t, (P.Bool, P.SymBool)):
+        got = (f"a {schema.ScalarType(t.dtype).name} tensor of shape {_shape(t)}" if isinstance(t, P.Tensor)
+               else f"a {type(t).__name__}")
+        raise MalformedArtifactError(f"{where}: the loop condition must compute a boolean or a 0-dim boolean "
+                                     f"tensor, it returns {got}; {_FIX}")
+
+
 def _cond(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where: str, defined: set[str]) -> None:
     args = _positional(node, 4, where)
     pred = em.arg(args[0], scope, f"{where}.pred")
+    _check_predicate(em, pred, f"{where}.inputs[0]")
     true_g, false_g = _graph(args[1], where), _graph(args[2], where)
     operands = _elements(em, args[3], scope, f"{where}.operands")
     outs = em.define_outputs(node, g, scope, where, defined)
@@ -271,6 +309,7 @@ def _while(em: Emitter, node: schema.Node, g: schema.Graph, scope: Scope, where:
     preds, cond_local = em.subgraph(cond_g, carry + extra, f"{where} cond")
     if len(preds) != 1:
         raise MalformedArtifactError(f"{where}: the cond graph returns {len(preds)} values instead of 1")
+    _check_loop_condition(em, preds[0], f"{where}.inputs[0]")
     to_end = b.emit(P.JumpFalseCall(preds[0], -1))
     em.free_all(cond_local)
     srcs, local = em.subgraph(body_g, carry + extra, f"{where} body")

@@ -12,7 +12,8 @@
   and each call that then cannot be planned gets its aliasing back, until nothing changes. A
   class lives from its first to its last event (write, read or free), stretched over any loop it
   is touched in. Planned are the tensors a kernel's out= variant or an ``AllocCall`` writes,
-  outside loops, not reachable from inputs, state or outputs, with an upper bound on their size:
+  outside loops, not reachable from inputs, state or outputs, with an upper bound on their size
+  that one arena may hold (``Limits.max_arena_bytes``):
   sizes, strides and offset are evaluated as intervals over the symbols' ranges
   (``range_constraints``). Packing is greedy by size: largest first, each at the lowest 64-byte
   aligned offset free over its whole lifetime; :func:`pack` is the same packing, which the
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from serde.bridge.weights import ITEMSIZE
 from serde.core import schema
+from serde.core.limits import DEFAULT_LIMITS
 from serde.core.walk import argument_names, output_leaves
 
 from . import exprs as E
@@ -370,6 +372,14 @@ def plan_memory(p: P.Program) -> P.MemoryPlan:
                         unplanned=_count_unplanned(p, {a.value for a in allocations}))
 
 
+def _plannable_nbytes(p: P.Program, value: int) -> int | None:
+    """``upper_nbytes``, or None when the bound is more than one arena may hold: such a tensor is
+    allocated at run time, as an unbounded one is. (Symbol ranges near int64 make bounds past
+    anything the format or a loader's arena cap accepts.)"""
+    nb = upper_nbytes(p, value)
+    return nb if nb is not None and nb <= DEFAULT_LIMITS.max_arena_bytes else None
+
+
 def _candidates(p: P.Program, lt: Lifetimes, runs_out: set[int]) -> tuple[list[tuple[int, int, int, int]], set[int]]:
     """(nbytes, start, end, value) of every plannable tensor, and the out= calls all of whose outputs are."""
     cands: list[tuple[int, int, int, int]] = []
@@ -380,7 +390,7 @@ def _candidates(p: P.Program, lt: Lifetimes, runs_out: set[int]) -> tuple[list[t
         got = []
         for o in outs:
             iv = lt.interval(o) if lt.producers.get(o) == pos else None
-            nb = upper_nbytes(p, o) if iv is not None else None
+            nb = _plannable_nbytes(p, o) if iv is not None else None
             if iv is None or nb is None:
                 break
             got.append((nb, iv[0], iv[1], o))
@@ -390,7 +400,7 @@ def _candidates(p: P.Program, lt: Lifetimes, runs_out: set[int]) -> tuple[list[t
     for v, pos in lt.producers.items():
         if isinstance(p.instructions[pos], P.AllocCall):
             iv = lt.interval(v)
-            nb = upper_nbytes(p, v) if iv is not None else None
+            nb = _plannable_nbytes(p, v) if iv is not None else None
             if iv is not None and nb is not None:
                 cands.append((nb, iv[0], iv[1], v))
     return cands, planned_calls

@@ -35,8 +35,10 @@ _OVERLOAD_RE = re.compile(r"[A-Za-z0-9_]*\Z")
 _INT64_MAX = (1 << 63) - 1
 _ZERO_CHUNK = 1 << 20  # padding is compared in bounded pieces
 _SCALAR_TYPES = frozenset(int(s) for s in ITEMSIZE)
-_LAYOUTS = frozenset(int(x) for x in schema.Layout)
-_FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
+# Unknown (0) has no torch layout or memory format: the runtimes could not turn it into one (the
+# C++ loader refuses it; the Python runtime failed with a KeyError when the value was first used).
+_LAYOUTS = frozenset(int(x) for x in schema.Layout if x != schema.Layout.Unknown)
+_FORMATS = frozenset(int(x) for x in schema.MemoryFormat if x != schema.MemoryFormat.Unknown)
 
 
 def decode(buf: bytes | bytearray | memoryview, *, what: str = "native program", verify: bool = True,

@@ -47,3 +47,25 @@ def test_negative_alias_positions_are_refused() -> None:
     ops = [P.Operator(o.name, o.overload, [[-5]]) for o in p.operators]
     with pytest.raises(NativeFormatError, match=r"operators\[0\]\.returns_alias\[0\]: argument positions \[-5\]"):
         decode(edited(native, operators=ops))
+
+
+@pytest.mark.parametrize("kind", ["layout", "memory_format"])
+def test_unknown_layout_or_memory_format_is_refused_by_both_loaders(kind: str) -> None:
+    # Unknown (0) is a member of the schema's enums but no torch value: the Python loader let it
+    # through and its runtime failed with a KeyError at run time (found by the fuzzer through emit).
+    from pathlib import Path
+
+    import native
+    from native import cpp_engine
+    from native.errors import NativeFormatError
+
+    good = native.emit_artifact(Path(__file__).resolve().parents[2] / "fixtures" / "v2.5" / "all_dtypes" / "model.pt2s")
+    i = next(i for i, v in enumerate(good.program.values) if isinstance(v, P.Layout))
+    values = list(good.program.values)
+    values[i] = P.Layout(0) if kind == "layout" else P.MemoryFormat(0)
+    bad = edited(good, values=values)
+    with pytest.raises(NativeFormatError, match=rf"values\[{i}\].*(layout|memory format)"):
+        native.load(bad)
+    if cpp_engine.available():
+        with pytest.raises(NativeFormatError, match=r"native program: "):
+            native.load(bad, engine="cpp")

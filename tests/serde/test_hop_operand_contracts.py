@@ -147,3 +147,47 @@ def test_without_the_check_the_program_fails_or_breaks_its_own_metas(case: str,
         assert "more than one value is ambiguous" in str(e)
         return
     assert [t.shape for t in got] != [t.shape for t in want]
+
+
+class WhileLoop(torch.nn.Module):
+    def forward(self, i, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * 2), (i, x))
+
+
+def _while_program() -> tuple[bytes, tuple]:
+    args = (torch.tensor(0), torch.ones(3))
+    return _saved(WhileLoop(), args), args
+
+
+def _loop_condition_returns_a_float(graph: dict) -> None:
+    cond = _hop(graph, "while_loop")["inputs"][0]["arg"]["as_graph"]["graph"]
+    x = cond["inputs"][1]["as_tensor"]["name"]  # the carried [3] float tensor
+    cond["outputs"][0]["as_tensor"]["name"] = x
+
+
+# the same edits through emit (the native runtime): refused there as the load refuses them; before,
+# a loop condition that is no boolean ran into the native runtime's loop cap (found by the fuzz
+# campaign), and a many-element predicate was emitted into a program the runtime refuses to branch on
+EMIT_CASES = {
+    "cond_predicate_symbolic_size": (_cond_program, CASES["cond_predicate_symbolic_size"][1],
+                                     r"inputs\[0\]: cond's predicate must be a boolean or a one-element tensor, "
+                                     r"it has the shape \[(s0|\(symbolic\))\]"),
+    "while_condition_not_bool": (_while_program, _loop_condition_returns_a_float,
+                                 r"inputs\[0\]: the loop condition must compute a boolean or a 0-dim boolean tensor"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMIT_CASES))
+def test_hop_operand_contracts_are_checked_by_emit_as_by_load(case: str) -> None:
+    import native
+
+    make, change, match = EMIT_CASES[case]
+    data, args = make()
+    native.load(native.emit_artifact(data).encode()).run(*args)  # the unedited program emits and runs
+    bad = _edit(data, change)
+    with pytest.raises(InconsistentProgramError, match=match):
+        serde.load(bad)
+    with pytest.raises(serde.SerializeError, match=match):
+        native.emit_artifact(bad)

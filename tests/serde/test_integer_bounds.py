@@ -110,3 +110,64 @@ def test_native_header_integers_past_int64_are_refused() -> None:
     if cpp_engine.available():  # the C++ loader's decoder refuses it too (and did before)
         with pytest.raises(NativeFormatError, match=r"an integer larger than int64 - at `\$\.constants\[0\]\[2\]`"):
             native.load(bad, engine="cpp")
+
+
+def _run_both(loaded_native, data: bytes):
+    import torch
+
+    ep = serde.load(data)
+    args, kwargs = ep.example_inputs
+    expected = ep.module()(*args, **kwargs)
+    torch.testing.assert_close(loaded_native.run(*args, **kwargs), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("max_val", [2**40, 2**62, 2**63 - 1])
+def test_emit_plans_around_tensors_too_large_for_an_arena(max_val: int) -> None:
+    # A dim's range up to near int64 is a valid program: the memory planner's byte bounds over it
+    # overflowed msgpack's 64 bits (OverflowError at encode) or the loaders' arena cap; such a
+    # tensor is now allocated at run time, as an unbounded one is (found by the fuzz campaign).
+    from native import cpp_engine
+
+    data = _edited(lambda p, w: p["range_constraints"][0].__setitem__("max_val", max_val))
+    emitted = native.emit_artifact(data)
+    assert emitted.program.memory_plan.arena_size <= (1 << 36)
+    encoded = emitted.encode()
+    _run_both(native.load(encoded), data)
+    if cpp_engine.available():
+        _run_both(native.load(encoded, engine="cpp"), data)
+
+
+def test_emit_refuses_what_the_load_refuses_before_planning() -> None:
+    # An unknown dtype reached the planner's item-size table (KeyError), and a range whose minimum
+    # exceeds its maximum was emitted into a program that refuses every input.
+    def unknown_dtype(p: dict, w: dict) -> None:
+        next(iter(p["graph_module"]["graph"]["tensor_values"].values()))["dtype"] = 0
+
+    def empty_range(p: dict, w: dict) -> None:
+        p["range_constraints"][0].update(min_val=100, max_val=64)
+
+    for edit, match in ((unknown_dtype, r"unsupported scalar type <ScalarType\.UNKNOWN: 0>"),
+                        (empty_range, r"\[100, 64\] is not a valid range: its minimum exceeds its maximum")):
+        data = _edited(edit)
+        for load in (serde.load, native.emit_artifact):
+            with pytest.raises(MalformedArtifactError, match=match):
+                load(data)
+
+
+def test_emit_refuses_an_unknown_layout_argument_as_load_does() -> None:
+    # Layout.Unknown (0) decodes (it is a member of the schema's enum) but is no torch layout;
+    # emit wrote it into a program the Python runtime failed on with a KeyError.
+    c = read_archive(ROOT / "fixtures" / "v2.5" / "all_dtypes" / "model.pt2s")
+    members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
+    program = json.loads(members["program.json"])
+    arg = next(na["arg"] for n in program["graph_module"]["graph"]["nodes"] for na in n["inputs"]
+               if "as_layout" in na["arg"])
+    arg["as_layout"] = 0
+    members["program.json"] = json.dumps(program).encode()
+    out = io.BytesIO()
+    write_archive(out, members, schema_version=c.schema_version, torch_version="test")
+    data = out.getvalue()
+    with pytest.raises(MalformedArtifactError, match=r"layout"):
+        serde.load(data)
+    with pytest.raises(MalformedArtifactError, match=r"\.inputs\['layout'\]: layout <Layout\.Unknown: 0> has no torch value"):
+        native.emit_artifact(data)

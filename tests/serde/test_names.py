@@ -271,3 +271,30 @@ def test_node_arguments_are_checked_whole_in_every_flat_member(member: str, tmp_
     for value, error in refused:
         with pytest.raises(error, match=r"graph\.nodes\[0\]\.inputs\[0\]"):
             check_program(_with_first_input(p, schema.Argument(**{member: value})), limits)
+
+
+@pytest.mark.parametrize("attr", ["self", "Self", "SELF"])
+@pytest.mark.parametrize("fixture", ["scan", "while_loop", "cond"])
+def test_subgraph_attributes_fx_would_name_self_are_refused_at_load(fixture: str, attr: str) -> None:
+    # A higher-order op's subgraph is a get_attr node, named after its attribute as a state FQN
+    # is; 'self' used to load and then fail in ep.module()'s forward (found by the fuzzer).
+    import io
+    import json
+    from pathlib import Path
+
+    from torch.fx import Graph
+
+    from serde.archive import read_archive, write_archive
+
+    assert Graph()._target_to_str(attr) == "self"
+    c = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v2.5" / fixture / "model.pt2s")
+    members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
+    program = json.loads(members["program.json"])
+    node = next(n for n in program["graph_module"]["graph"]["nodes"] if ".higher_order." in n["target"])
+    old = next(a["arg"]["as_graph"]["name"] for a in node["inputs"] if "as_graph" in a["arg"])
+    members["program.json"] = members["program.json"].replace(json.dumps(old).encode(), json.dumps(attr).encode())
+    out = io.BytesIO()
+    write_archive(out, members, schema_version=c.schema_version, torch_version="test")
+    with pytest.raises(UnsafeNameError, match=r"subgraph\[0\]\.name: attribute name .* shadows the generated "
+                                              r"forward's 'self'"):
+        serde.load(out.getvalue())

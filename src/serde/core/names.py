@@ -202,6 +202,12 @@ def check_attr_name(name: object, where: str, limits: Limits = DEFAULT_LIMITS) -
     if not _IDENT.match(text) or text.startswith("_"):
         raise UnsafeNameError(f"{where}: attribute name {_show(text)} must be an ASCII identifier not "
                               f"starting with '_'; {_HOSTILE}")
+    # fx names a subgraph's get_attr node after its attribute, as it does a state FQN's
+    if _fx_node_name(text) in _FX_SHADOWING:
+        raise UnsafeNameError(
+            f"{where}: attribute name {_show(text)} gives the node torch.fx generates for it the name "
+            f"{_fx_node_name(text)!r}, which shadows the generated forward's 'self' (ep.module() then "
+            f"fails); {_HOSTILE}")
     _check_attr_segment(text, text, where)
     return text
 

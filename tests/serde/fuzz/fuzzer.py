@@ -54,6 +54,9 @@ canary               a file appeared in the worker's directory: code was execute
 undetected           a changed .pt2n file loaded (every byte is checksummed or zero)    bug
 ===================  =================================================================  =======
 
+The summaries of past campaigns (outcome counts, coverage, findings and what became of each) are
+kept in ``campaigns/``.
+
 Command line (from the repository root)::
 
     PYTHONPATH=src:. python tests/serde/fuzz/fuzzer.py --cases 50000 --jobs 2 --seed 0
