@@ -18,7 +18,7 @@ from serde.bridge.consistency import InconsistentProgramError
 from serde.bridge.operators import SYMBOLIC_TARGETS
 from serde.bridge.propagation import check_propagation
 from tests import zoo, zoo_breadth
-from tests.serde.attacks._attack_kit import nodes, rewrite_program
+from tests.serde.attacks._attack_kit import nodes, rewrite_artifact, rewrite_program
 
 _CASES = [("zoo", c.name) for c in zoo.CASES] + [("breadth", c.name) for c in zoo_breadth.CASES]
 HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
@@ -107,3 +107,31 @@ def test_in_place_operators_run_on_copies():
     after = {n.name: (n.meta["val"].shape, n.meta["val"].stride()) for n in loaded.graph.nodes
              if isinstance(n.meta.get("val"), torch.Tensor)}
     assert after == before
+
+
+class _Draws(torch.nn.Module):
+    """A lifted torch.Generator: the call that draws from it takes a custom object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = torch.Generator().manual_seed(0)
+
+    def forward(self, x):
+        return x + torch.rand(3, generator=self.g)
+
+
+def test_a_random_call_drawing_from_a_lifted_generator_is_compared():
+    ep = torch.export.export(_Draws(), (torch.randn(3),))
+    buf = io.BytesIO()
+    serde.save(ep, buf)
+    assert check_propagation(serde.load(io.BytesIO(buf.getvalue()), propagate=True)) == 2  # rand and add
+
+    def draw_more(p: dict) -> None:
+        nodes(p)["rand"]["inputs"][0]["arg"] = {"as_ints": [2**32]}  # the node still stores [3]
+
+    data = rewrite_artifact(buf.getvalue(), draw_more)
+    serde.load(io.BytesIO(data))  # every part fits the others: the default load takes it
+    with pytest.raises(InconsistentProgramError,
+                       match=r"graph\.nodes\['rand'\]: aten\.rand\.generator computes torch\.float32 \[4294967296\], "
+                             r"the node stores torch\.float32 \[3\]"):
+        serde.load(io.BytesIO(data), propagate=True)

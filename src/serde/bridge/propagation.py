@@ -13,10 +13,11 @@ What is compared: the number of results, each tensor's dtype, rank and sizes (sy
 expression, or, when the two expressions differ in form, by their example values), and numbers'
 kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
 expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
-left alone: running the operator names a fresh one. Skipped, not refused: calls that fail on fake
+left alone: running the operator names a fresh one. A lifted ``torch.Generator`` is replaced by a
+fresh one (it decides values, not metadata). Skipped, not refused: calls that fail on fake
 tensors (outside tracing some operators cannot run on them, and that looks the same as an
 operator refusing its inputs: such a file fails with torch's error when called), calls taking
-custom objects, and subgraphs that run under autocast (which picks the dtypes).
+other custom objects, and subgraphs that run under autocast (which picks the dtypes).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
 from .consistency import InconsistentProgramError, number_kind
+from .custom_objects import GENERATOR_CLASS
 from .operators import SYMBOLIC_TARGETS
 
 __all__ = ["check_propagation"]
@@ -108,8 +110,14 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     op = node.target
     args = torch.fx.node.map_arg(node.args, _stored)
     kwargs = torch.fx.node.map_arg(node.kwargs, _stored)
-    if any(isinstance(v, CustomObjArgument) for v in pytree.tree_leaves((args, kwargs))):
+    objects = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, CustomObjArgument)]
+    if any(v.class_fqn != GENERATOR_CLASS for v in objects):
         return 0  # a custom object's placeholder holds its description, not an object to call with
+    if objects:
+        # A generator decides only the values an operator draws, never their sizes or dtype: a
+        # fresh one serves to compute the metadata (a random op's size argument must still give
+        # the result the node stores).
+        args, kwargs = pytree.tree_map_only(CustomObjArgument, lambda _: torch.Generator(), (args, kwargs))
     if op._schema.is_mutable:
         # Run on copies: an in-place operator would change the stored values' metadata.
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
