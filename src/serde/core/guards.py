@@ -396,25 +396,24 @@ def _walk_paths(s: schema.TreeSpec, path: tuple | None, out: list, where: str, d
 
 
 def _namedtuple_fields(s: schema.TreeSpec, where: str) -> list:
-    try:
-        ctx = json.loads(s.context or "null")
-    except ValueError:
-        raise MalformedArtifactError(f"{where}: namedtuple context is not JSON") from None
-    fields = ctx.get("fields") if isinstance(ctx, dict) else None
-    if not isinstance(fields, list) or len(fields) != len(s.children):
-        raise MalformedArtifactError(f"{where}: namedtuple context must list one field per child")
-    return fields
+    return _context_list(s, where, "namedtuple", "fields", bare=False)
 
 
 def _dict_keys(s: schema.TreeSpec, where: str) -> list:
+    return _context_list(s, where, "dict", "keys", bare=True)
+
+
+def _context_list(s: schema.TreeSpec, where: str, kind: str, field: str, bare: bool) -> list:
+    """The list under ``field`` of a spec's JSON context, one item per child (``bare``: the context
+    may also be the list itself)."""
     try:
         ctx = json.loads(s.context or "null")
     except ValueError:
-        raise MalformedArtifactError(f"{where}: dict context is not JSON") from None
-    keys = ctx.get("keys") if isinstance(ctx, dict) else ctx
-    if not isinstance(keys, list) or len(keys) != len(s.children):
-        raise MalformedArtifactError(f"{where}: dict context must list one key per child")
-    return keys
+        raise MalformedArtifactError(f"{where}: {kind} context is not JSON") from None
+    items = ctx.get(field) if isinstance(ctx, dict) else (ctx if bare else None)
+    if not isinstance(items, list) or len(items) != len(s.children):
+        raise MalformedArtifactError(f"{where}: {kind} context must list one {field[:-1]} per child")
+    return items
 
 
 # ---------------------------------------------------------------- parsing (save side)
