@@ -295,3 +295,28 @@ def export_zoo(name: str):
     if kwargs:
         raise ValueError(f"zoo program {name!r} takes keyword inputs; the benchmark passes positional ones")
     return zoo.export_case(case), args
+
+
+def timed_call(side: str, subject: Any) -> dict[str, float]:
+    """Seconds of one ``serde`` or ``torch.export`` save of the program ``subject`` into memory
+    (``side`` ``serde_save`` / ``torch_save``), or load of the file ``subject`` (``serde_load`` /
+    ``torch_load``). The cold children call it once, so it times a fresh process's first call, with
+    whatever the library imports on first use inside the clock."""
+    import io
+
+    import torch
+
+    t0 = time.perf_counter()
+    if side == "serde_save":
+        import serde
+
+        serde.save(subject, io.BytesIO())
+    elif side == "torch_save":
+        torch.export.save(subject, io.BytesIO())
+    elif side == "serde_load":
+        import serde
+
+        serde.load(subject)
+    else:
+        torch.export.load(subject)
+    return {"seconds": time.perf_counter() - t0}

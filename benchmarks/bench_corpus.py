@@ -32,10 +32,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _harness import installed_env, main_guard, ratio, time_interleaved
+from _harness import installed_env, main_guard, ratio, time_interleaved, timed_call
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("serde_save", "torch_save", "serde_load", "torch_load")
@@ -48,28 +47,12 @@ def _cases():
 
 
 def child(side: str, name: str, path: str) -> dict:
-    import torch
 
     zoo_models = _cases()  # imports transformers and timm: registers their pytree classes
     if side.endswith("_save"):
         ep = zoo_models.export_model(zoo_models.get(name))
-        buf = io.BytesIO()
-        t0 = time.perf_counter()
-        if side == "serde_save":
-            import serde
-
-            serde.save(ep, buf)
-        else:
-            torch.export.save(ep, buf)
-        return {"seconds": time.perf_counter() - t0}
-    t0 = time.perf_counter()
-    if side == "serde_load":
-        import serde
-
-        serde.load(path)
-    else:
-        torch.export.load(path)
-    return {"seconds": time.perf_counter() - t0}
+        return timed_call(side, ep)
+    return timed_call(side, path)
 
 
 def _child(argv: list[str]) -> dict:

@@ -69,7 +69,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _harness import (
@@ -86,6 +85,7 @@ from _harness import (
     main_guard,
     ratio,
     time_interleaved,
+    timed_call,
 )
 
 _MODELS = {
@@ -398,32 +398,16 @@ def cold_child(side: str, model: str, size: int, path: str) -> dict:
     ``import torch`` is paid before the clock (both sides need it); pt2serde's own import (its API
     module is imported on first use of ``serde.save``/``serde.load``) is inside the timed call, as is
     whatever ``torch.export.save``/``load`` import on their first call."""
-    import torch
 
     if side.endswith("_save"):
         if model in ZOO_PROGRAMS:
             ep, _ = export_zoo(model)
         else:
             ep, _ = _MODELS[model][0](size)
-        buf = io.BytesIO()
-        t0 = time.perf_counter()
-        if side == "serde_save":
-            import serde
-
-            serde.save(ep, buf)
-        else:
-            torch.export.save(ep, buf)
-        return {"seconds": time.perf_counter() - t0}
+        return timed_call(side, ep)
     if model in ZOO_PROGRAMS:  # its custom ops and classes registered, as the exporting process had them
         importlib.import_module(f"tests.{ZOO_PROGRAMS[model][0]}")
-    t0 = time.perf_counter()
-    if side == "serde_load":
-        import serde
-
-        serde.load(path)
-    else:
-        torch.export.load(path)
-    return {"seconds": time.perf_counter() - t0}
+    return timed_call(side, path)
 
 
 def _saved(save, ep, path: str) -> str:
