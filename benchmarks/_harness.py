@@ -320,3 +320,25 @@ def timed_call(side: str, subject: Any) -> dict[str, float]:
     else:
         torch.export.load(subject)
     return {"seconds": time.perf_counter() - t0}
+
+
+def run_child(script: str, argv: list[str], *, case: str = "child", env: dict[str, str] | None = None) -> dict:
+    """The last JSON line a fresh process of ``script --case CASE *argv`` printed, run from the
+    repository root with ``env`` (default :func:`installed_env`: pt2serde's bytecode cached as an
+    installed copy has it)."""
+    proc = subprocess.run([sys.executable, str(Path(script).resolve()), "--case", case, *argv],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+                          env=installed_env() if env is None else env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{case} {argv} failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def proc_status(field: str) -> int:
+    """A byte count of this process from /proc/self/status (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")

@@ -29,12 +29,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _harness import installed_env, main_guard, ratio, time_interleaved, timed_call
+from _harness import main_guard, ratio, run_child, time_interleaved, timed_call
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("serde_save", "torch_save", "serde_load", "torch_load")
@@ -55,13 +54,6 @@ def child(side: str, name: str, path: str) -> dict:
     return timed_call(side, path)
 
 
-def _child(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--case", "child", *argv],
-                          capture_output=True, text=True, cwd=HERE.parent, env=installed_env())
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"child {argv} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(lines[-1])
 
 
 def _wall(num: list[float], den: list[float]) -> dict[str, float]:
@@ -104,7 +96,7 @@ def run(names: list[str] | None, repeats: int, cold: bool) -> dict:
                     for _ in range(repeats):
                         for side in SIDES:
                             path = theirs if side.startswith("torch") else ours
-                            secs[side].append(_child(["--child", side, "--model", name, "--path", path])["seconds"])
+                            secs[side].append(run_child(__file__, ["--child", side, "--model", name, "--path", path])["seconds"])
                     rec["cold_save"] = _wall(secs["torch_save"], secs["serde_save"])
                     rec["cold_load"] = _wall(secs["torch_load"], secs["serde_load"])
             except Exception as e:  # one model's failure is reported, not the end of the corpus

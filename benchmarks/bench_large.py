@@ -46,13 +46,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _harness import graph_nodes, installed_env, main_guard
+from _harness import graph_nodes, main_guard, proc_status, run_child
 
 HERE = Path(__file__).resolve().parent
 
@@ -147,18 +146,12 @@ def _weights(state_dict) -> dict:
 # ---------------------------------------------------------------- children
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _reset_peak() -> int:
     with open("/proc/self/clear_refs", "w") as f:  # VmHWM back to the current RSS
         f.write("5")
-    return _status("VmRSS")
+    return proc_status("VmRSS")
 
 
 def _timed(fn) -> float:
@@ -228,7 +221,7 @@ def child_load(side: str, paths: dict[str, str], tokens_file: str | None) -> dic
     t0 = time.perf_counter()
     got = load()
     cold = time.perf_counter() - t0
-    peak = _status("VmHWM") - before
+    peak = proc_status("VmHWM") - before
     out: dict = {"cold": cold, "peak_bytes": peak}
     if tokens_file and side != "safetensors":
         # the loaded program must compute what the exported one did (checked by the parent)
@@ -260,13 +253,6 @@ def _digest(t) -> str:
     return hashlib.sha256(t.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()).hexdigest()
 
 
-def _child(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--case", "child", *argv],
-                          capture_output=True, text=True, cwd=HERE.parent, env=installed_env())
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"child {argv} failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
 
 
 # ---------------------------------------------------------------- parent
@@ -317,20 +303,20 @@ def run(smoke: bool, layers: int | None, repeats: int, workdir: str | None) -> d
         for rep in range(repeats):
             # sides alternate within a repeat, so drift in the machine's load reaches all of them
             for side in (*SAVE_SIDES, "graph"):
-                rec = _child(["--child", "save", "--side", side, "--config", cfg_arg, "--dir", d, "--paths", path_arg])
+                rec = run_child(__file__, ["--child", "save", "--side", side, "--config", cfg_arg, "--dir", d, "--paths", path_arg])
                 saves[side]["cold"].append(rec["cold"])
                 saves[side]["warm"].append(rec["warm"])
                 if side == "graph":
                     graph_nodes_twin = rec["nodes"]
             for side in LOAD_SIDES:
                 argv = ["--child", "load", "--side", side, "--paths", path_arg]
-                rec = _child([*argv, "--tokens", tokens] if rep == 0 else argv)
+                rec = run_child(__file__, [*argv, "--tokens", tokens] if rep == 0 else argv)
                 if "logits_sha256" in rec and rec["logits_sha256"] != expected:
                     raise RuntimeError(f"{side}: the loaded program computes other logits than the exported one")
                 loads[side]["cold"].append(rec["cold"])
                 loads[side]["warm"].append(rec["warm"])
                 peaks[side].append(rec["peak_bytes"])
-            rec = _child(["--child", "floor", "--paths", path_arg])
+            rec = run_child(__file__, ["--child", "floor", "--paths", path_arg])
             for k in floors:
                 floors[k].append(rec[k])
     finally:

@@ -66,7 +66,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -81,9 +80,9 @@ from _harness import (
     export_wide,
     export_zoo,
     graph_nodes,
-    installed_env,
     main_guard,
     ratio,
+    run_child,
     time_interleaved,
     timed_call,
 )
@@ -372,8 +371,8 @@ def cold_ratios(model: str, size: int, ours: str, theirs: str, repeats: int) -> 
     for _ in range(repeats):
         for side in COLD_SIDES:
             path = theirs if side.startswith("torch") else ours
-            secs[side].append(_cold_child(["--cold-child", side, "--model", model, "--size", str(size),
-                                           "--path", path])["seconds"])
+            secs[side].append(run_child(__file__, ["--cold-child", side, "--model", model, "--size", str(size),
+                                           "--path", path], case="cold")["seconds"])
     return {"cold_save_speedup": wall_ratio(secs["torch_save"], secs["serde_save"]),
             "cold_load_speedup": wall_ratio(secs["torch_load"], secs["serde_load"]),
             "cold_repeats": repeats}
@@ -383,13 +382,6 @@ def wall_ratio(num: list[float], den: list[float]) -> dict[str, float]:
     return {"min": round(min(num) / min(den), 3), "median": round(statistics.median(num) / statistics.median(den), 3)}
 
 
-def _cold_child(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--case", "cold", *argv],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], env=installed_env())
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"cold child {argv} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(lines[-1])
 
 
 def cold_child(side: str, model: str, size: int, path: str) -> dict:

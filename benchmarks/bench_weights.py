@@ -54,7 +54,7 @@ from pathlib import Path
 
 import xxhash
 
-from _harness import base_parser, graph_nodes, main_guard, ratio, time_interleaved
+from _harness import base_parser, graph_nodes, main_guard, proc_status, ratio, run_child, time_interleaved
 
 HERE = Path(__file__).resolve().parent
 
@@ -138,7 +138,7 @@ def _fresh_loads(ours: str, theirs: str, repeats: int) -> dict[str, list[float]]
     for _ in range(repeats):
         for side in out:
             path = theirs if side == "torch" else ours
-            rec = _child(["--child", "load", "--side", side, "--path", path])
+            rec = run_child(__file__, ["--child", "load", "--side", side, "--path", path], env=dict(os.environ))
             out[side].append(rec["seconds"])
     return out
 
@@ -242,10 +242,10 @@ def run_streams(layers: int, width: int, repeats: int, fresh: bool = True) -> di
         if fresh:
             for _ in range(repeats):
                 for side in files:
-                    cold[side].append(_child(["--child", "stream", "--side", side, "--path", files[side]])["seconds"])
+                    cold[side].append(run_child(__file__, ["--child", "stream", "--side", side, "--path", files[side]], env=dict(os.environ))["seconds"])
             weights = _weights_bytes(ep)
             for side in files:
-                rec = _child(["--child", "stream_memory", "--side", side, "--path", files[side]])
+                rec = run_child(__file__, ["--child", "stream_memory", "--side", side, "--path", files[side]], env=dict(os.environ))
                 copies[side] = round(rec["peak_bytes"] / weights, 3)
     out: dict = {"bench": "weights_streams", **graph_nodes(ep), "weights_bytes": _weights_bytes(ep),
                  "repeats": repeats, "vs_path": {}, "vs_torch": {}, "cold_vs_path": {}, "cold_vs_torch": {},
@@ -330,7 +330,7 @@ def run_memory(layers: int, width: int, repeats: int) -> dict:
         serde.save(ep, ours)
         torch.export.save(ep, theirs)
         del ep
-        out = {side: _child(["--child", "memory", "--side", side, "--path", theirs if side == "torch" else ours])
+        out = {side: run_child(__file__, ["--child", "memory", "--side", side, "--path", theirs if side == "torch" else ours], env=dict(os.environ))
                for side in ("serde", "serde_mmap", "torch")}
     frac = {side: round(r["peak_bytes"] / weights, 3) for side, r in out.items()}
     return {
@@ -345,21 +345,8 @@ def run_memory(layers: int, width: int, repeats: int) -> dict:
 # ---------------------------------------------------------------- child processes
 
 
-def _child(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--case", "child", *argv],
-                          capture_output=True, text=True, cwd=HERE.parent)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"child {argv} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(lines[-1])
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def child(kind: str, side: str, path: str) -> dict:
@@ -387,13 +374,13 @@ def child(kind: str, side: str, path: str) -> dict:
         return {"seconds": time.perf_counter() - t0}
     with open("/proc/self/clear_refs", "w") as f:  # reset VmHWM to the current RSS
         f.write("5")
-    before = _status("VmRSS")
+    before = proc_status("VmRSS")
     ep = load()
-    out = {"peak_bytes": _status("VmHWM") - before}
+    out = {"peak_bytes": proc_status("VmHWM") - before}
     if side == "serde_mmap":
         for t in ep.state_dict.values():
             t.sum()  # touches every byte
-        out["touched_bytes"] = _status("VmRSS") - before
+        out["touched_bytes"] = proc_status("VmRSS") - before
     return out
 
 
@@ -416,9 +403,9 @@ def _stream_child(kind: str, side: str, path: str) -> dict:
         return {"seconds": time.perf_counter() - t0}
     with open("/proc/self/clear_refs", "w") as f:  # reset VmHWM to the current RSS
         f.write("5")
-    before = _status("VmRSS")
+    before = proc_status("VmRSS")
     ep = _stream_load(side, path, data)
-    out = {"peak_bytes": _status("VmHWM") - before}
+    out = {"peak_bytes": proc_status("VmHWM") - before}
     del ep
     return out
 
