@@ -149,35 +149,40 @@ def as_frozen(doc):
     return _without_module_types(doc)
 
 
+def _every_dict(doc, edit):
+    """Call ``edit`` on every dict of the JSON tree ``doc`` (in place); return ``doc``."""
+    todo = [doc]
+    while todo:
+        d = todo.pop()
+        if isinstance(d, dict):
+            edit(d)
+            todo.extend(d.values())
+        elif isinstance(d, list):
+            todo.extend(d)
+    return doc
+
+
 def _without_module_types(doc):
-    if isinstance(doc, dict):
-        stack = doc.get("nn_module_stack")
+    def drop(d):
+        stack = d.get("nn_module_stack")
         if isinstance(stack, list):
             for e in stack:
                 if isinstance(e, dict):
                     e.pop("type_name", None)
-        for v in doc.values():
-            _without_module_types(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            _without_module_types(v)
-    return doc
+
+    return _every_dict(doc, drop)
 
 
 def _same_torch_fn_spelling(doc):
     """torch names the method behind ``t == u`` ``method_descriptor.eq`` when numpy is absent and
     ``method_descriptor.__eq__`` when it is importable (torch wraps the dunder then); the fixtures
     were frozen without numpy. Both spellings name the same method, so compare them as one."""
-    if isinstance(doc, dict):
-        fn = doc.get("torch_fn")
+    def respell(d):
+        fn = d.get("torch_fn")
         if isinstance(fn, dict) and isinstance(fn.get("target"), str):
             fn["target"] = re.sub(r"^method_descriptor\.__(\w+)__$", r"method_descriptor.\1", fn["target"])
-        for v in doc.values():
-            _same_torch_fn_spelling(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            _same_torch_fn_spelling(v)
-    return doc
+
+    return _every_dict(doc, respell)
 
 
 def _version_of(fixture: Path) -> tuple[int, int]:
