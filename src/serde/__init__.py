@@ -7,8 +7,8 @@ The names in ``__all__`` are the public API, stable across moves of the modules 
 from serde.core.lazy import lazy_exports
 from serde.core.version import SCHEMA_VERSION
 
+from . import errors
 from .errors import *  # noqa: F403
-from .errors import __all__ as _ERRORS
 
 # name -> the module (under serde) that defines it, imported on first use.
 _LAZY = {
@@ -29,5 +29,5 @@ _LAZY = {
     "save_tree": "bridge.bundle", "load_tree": "bridge.bundle",
 }
 
-__all__ = ["SCHEMA_VERSION", *_ERRORS, *_LAZY]
+__all__ = ["SCHEMA_VERSION", *errors.__all__, *_LAZY]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

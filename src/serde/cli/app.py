@@ -12,9 +12,10 @@ import importlib
 import sys
 import warnings
 
+from serde.cli.errors import PluginError
 from serde.errors import SerializeError
 
-__all__ = ["main", "build_parser", "COMMANDS", "EXIT_CODES", "PluginError"]
+__all__ = ["main", "build_parser", "COMMANDS", "EXIT_CODES"]
 
 # name -> module implementing it. Order is the order shown in --help.
 COMMANDS: dict[str, str] = {
@@ -113,10 +114,6 @@ def _load_plugins(args: argparse.Namespace) -> None:
                 torch.ops.load_library(path)
             except (OSError, RuntimeError) as e:
                 raise PluginError(f"--load-library {path}: {e}") from None
-
-
-class PluginError(SerializeError):
-    """A module or library named on the command line could not be loaded."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import os
 import tempfile
 import time
 
-from serde.errors import SerializeError
+from serde.cli.errors import UnknownDemoModelError
 
 HELP = "export a built-in model, save it, load it back, compare, and show the artifact"
 
@@ -21,10 +21,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # Cases of the shared zoo (serde.testing.zoo) taking one tensor whose first dimension is dynamic, so
 # the comparison can run a second batch size.
 MODELS = ("transformer_block", "mlp")
-
-
-class UnknownDemoModelError(SerializeError):
-    """``--model`` names no built-in model."""
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,14 +23,14 @@ test, so hypothesis does not count the export as slow input generation::
 
 from serde.core.lazy import lazy_exports
 
-from .compare import DEFAULT_METADATA, assert_programs_equal
-from .errors import ProgramMismatch
-from .roundtrip import assert_roundtrip
-from .subclasses import register_torch_test_subclasses
+from . import compare, errors, roundtrip, subclasses
+from .compare import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .roundtrip import *  # noqa: F403
+from .subclasses import *  # noqa: F403
 
 _STRATEGIES = dict.fromkeys(("exported_programs", "program_specs", "build_program", "export_spec",
                              "schema_structs"), "strategies")
 
-__all__ = ["assert_programs_equal", "assert_roundtrip", "ProgramMismatch", "DEFAULT_METADATA",
-           "register_torch_test_subclasses", *_STRATEGIES]
+__all__ = [*compare.__all__, *errors.__all__, *roundtrip.__all__, *subclasses.__all__, *_STRATEGIES]
 __getattr__, __dir__ = lazy_exports(__name__, _STRATEGIES)
