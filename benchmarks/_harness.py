@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The models come from the test zoo (tests/zoo.py): make the repository root importable.
+# The zoo is serde.testing.zoo; the breadth and third-party zoos are test modules (tests/zoo_*.py):
+# make the repository root importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = [
@@ -204,7 +205,7 @@ def _callgrind_total(f: Path) -> int:
 
 
 def chain_length_for(ops: int) -> int:
-    """Smallest ``n`` such that ``tests.zoo.Chain(n)`` exports to at least ``ops`` op nodes.
+    """Smallest ``n`` such that ``serde.testing.zoo.Chain(n)`` exports to at least ``ops`` op nodes.
 
     Every third step of the chain is ``x * a + b`` (two ops), the others one pointwise op.
     """
@@ -221,7 +222,8 @@ def export_chain(ops: int, insert_at: int | None = None):
     minimal edit of the diff-locality case.
     """
     import torch
-    from tests.zoo import Chain
+
+    from serde.testing.zoo import Chain
 
     class _Edited(Chain):
         def forward(self, x):
@@ -240,11 +242,12 @@ def export_chain(ops: int, insert_at: int | None = None):
 
 
 def export_transformer(layers: int, d: int = 128, heads: int = 4):
-    """Export ``layers`` pre-norm transformer blocks (``tests.zoo.Block``) with dynamic batch and
+    """Export ``layers`` pre-norm transformer blocks (``serde.testing.zoo.Block``) with dynamic batch and
     sequence length."""
     import torch
-    from tests.zoo import Block
     from torch.export import Dim
+
+    from serde.testing.zoo import Block
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Block(d, heads) for _ in range(layers)]).eval()
@@ -273,11 +276,11 @@ def graph_nodes(ep) -> dict[str, int]:
 # Small programs of the zoo, each a different kind of graph (8 to 18 nodes): a benchmark name ->
 # (zoo module, case name).
 ZOO_PROGRAMS = {
-    "mlp": ("zoo", "mlp"),                          # dynamic batch
-    "cond": ("zoo", "cond"),                        # torch.cond with two subgraphs, dynamic batch
-    "custom_op": ("zoo_breadth", "custom_ops"),     # custom ops of a test-local namespace
-    "mutation": ("zoo", "input_mutation_aten"),     # a buffer mutation in core ATen IR
-    "sym_ops": ("zoo", "dynamic_arith"),            # symbolic sizes and int ops on them (add, mul, floordiv)
+    "mlp": ("serde.testing.zoo", "mlp"),                    # dynamic batch
+    "cond": ("serde.testing.zoo", "cond"),                  # torch.cond with two subgraphs, dynamic batch
+    "custom_op": ("tests.zoo_breadth", "custom_ops"),       # custom ops of a test-local namespace
+    "mutation": ("serde.testing.zoo", "input_mutation_aten"),  # a buffer mutation in core ATen IR
+    "sym_ops": ("serde.testing.zoo", "dynamic_arith"),      # symbolic sizes and int ops on them (add, mul, floordiv)
 }
 
 
@@ -288,7 +291,7 @@ def export_zoo(name: str):
     import torch
 
     module, case_name = ZOO_PROGRAMS[name]
-    zoo = importlib.import_module(f"tests.{module}")
+    zoo = importlib.import_module(module)
     case = zoo.get(case_name)
     torch.manual_seed(0)
     _, args, kwargs, _ = case.build()

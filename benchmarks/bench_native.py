@@ -103,7 +103,6 @@ def run_zoo(limit: int, repeats: int) -> dict:
     import time
 
     import torch
-    from tests import zoo
 
     from native.emit import emit
     from native.runtime import Method
@@ -111,6 +110,7 @@ def run_zoo(limit: int, repeats: int) -> dict:
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.errors import SerializeError
+    from serde.testing import zoo
 
     # One intra-op thread for every side: on a loaded machine a parallel kernel waits for its
     # descheduled sibling thread, which swamps the differences this case measures.

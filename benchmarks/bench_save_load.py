@@ -345,7 +345,7 @@ import serde
 from _harness import ZOO_PROGRAMS
 from bench_save_load import build_floor
 for module in {m for m, _ in ZOO_PROGRAMS.values()}:  # their custom operators, registered on import
-    importlib.import_module(f"tests.{module}")
+    importlib.import_module(module)
 for path in sys.argv[2:]:
     ep = serde.load(path)
     for _ in range(3):  # the steady state of the timed case's back-to-back calls
@@ -398,7 +398,7 @@ def cold_child(side: str, model: str, size: int, path: str) -> dict:
             ep, _ = _MODELS[model][0](size)
         return timed_call(side, ep)
     if model in ZOO_PROGRAMS:  # its custom ops and classes registered, as the exporting process had them
-        importlib.import_module(f"tests.{ZOO_PROGRAMS[model][0]}")
+        importlib.import_module(ZOO_PROGRAMS[model][0])
     return timed_call(side, path)
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_scaling.py --case scaling --sizes 1000,5000,20000
 
-Exports the chain (``tests.zoo.Chain``) at each size and times ``serde.save`` and ``serde.load``
+Exports the chain (``serde.testing.zoo.Chain``) at each size and times ``serde.save`` and ``serde.load``
 of it. Prints one JSON line with the time per node at each size, in microseconds (the one place a
 benchmark prints time: the question is its shape, not a comparison), and the linearity of each
 side: the time per node at the largest size divided by the time per node at the smallest. A cost

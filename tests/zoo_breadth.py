@@ -1,7 +1,7 @@
 """Real exported programs for everything beyond the core zoo: higher-order ops, custom ops,
 unbacked symbols, symbolic scalars, effects, other IRs and joint graphs.
 
-Each case is a :class:`tests.zoo.Case` (build with :func:`export_case`); ``other_inputs``
+Each case is a :class:`serde.testing.zoo.Case` (build with :func:`export_case`); ``other_inputs``
 take the other branch of a ``cond`` or other data-dependent sizes, so a round trip that runs them
 exercises both. Importing this module registers the custom ops of the test-local namespace
 ``pt2serde_zoo`` (an artifact that uses them loads only where this module was imported).
@@ -18,9 +18,8 @@ from torch._opaque_base import OpaqueBase
 from torch.export import Dim, ExportedProgram
 
 from serde.bridge.custom_objects import register_json_custom_object
-
-from . import zoo
-from .zoo import Case, decompose, export_case  # re-exported: breadth users call them from here
+from serde.testing import zoo
+from serde.testing.zoo import Case, decompose, export_case  # re-exported: breadth users call them from here
 
 __all__ = ["CASES", "NAMESPACE", "get", "export_case", "joint", "decompose"]
 

@@ -3,7 +3,7 @@
 Every model is built from a tiny config (hidden size 32-64, one or two layers) with random weights
 from a fixed seed, so nothing is downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is
 imported) and each export takes seconds. The cases are :class:`ModelCase`\\ s, the
-:class:`tests.zoo.Case` shape plus what these models need: a train-mode flag (batch norm updating
+:class:`serde.testing.zoo.Case` shape plus what these models need: a train-mode flag (batch norm updating
 its statistics) and decode steps for the programs that carry a KV cache.
 
 Importing this module needs ``transformers`` and ``timm`` (the ``models`` extra). timm imports
@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 from torch.export import Dim, ExportedProgram
 
-from .zoo import Case, decompose, find_case
+from serde.testing.zoo import Case, decompose, find_case
 
 __all__ = ["CASES", "ModelCase", "export_model", "get"]
 

@@ -5,24 +5,14 @@ format (:mod:`native.program`), ``load``/``Method`` (the reference runtime) and 
 helpers. Importing this package does not import torch; the names below load on first use.
 """
 
-from __future__ import annotations
+from serde.core.lazy import lazy_exports
 
-__all__ = ["emit", "emit_artifact", "load", "run", "Method", "NativeProgram", "read_program", "write_program",
-           "write_inputs", "read_inputs"]
-
+# name -> the module (under native) that defines it, imported on first use.
 _LAZY = {
     "emit": "emit", "emit_artifact": "emit", "load": "runtime", "run": "runtime", "Method": "runtime",
     "NativeProgram": "program", "read_program": "verify", "write_program": "program",
     "write_inputs": "io", "read_inputs": "io",
 }
 
-
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'native' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
+__all__ = list(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -4,52 +4,11 @@ The names in ``__all__`` are the public API, stable across moves of the modules 
 ``import serde`` does not import torch; ``serde.save`` / ``serde.load`` and the registries do on first use.
 """
 
-from __future__ import annotations
-
+from serde.core.lazy import lazy_exports
 from serde.core.version import SCHEMA_VERSION
 
-from .errors import (
-    ForeignArtifactError,
-    MalformedArtifactError,
-    OperatorChangeError,
-    SchemaVersionError,
-    SerializeError,
-    UnknownOperatorError,
-    UnsafeArtifactError,
-    UnsupportedConstructError,
-    UpgradeError,
-)
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "save",
-    "load",
-    "attach_weights",
-    "Limits",
-    "SerializeError",
-    "UnsupportedConstructError",
-    "SchemaVersionError",
-    "MalformedArtifactError",
-    "UnsafeArtifactError",
-    "ForeignArtifactError",
-    "UnknownOperatorError",
-    "OperatorChangeError",
-    "UpgradeError",
-    "WeightsFileError",
-    "WeightsMismatchError",
-    "StructureOnlyError",
-    "register_tensor_subclass",
-    "unregister_tensor_subclass",
-    "UnknownTensorSubclassError",
-    "register_custom_object",
-    "register_json_custom_object",
-    "unregister_custom_object",
-    "class_fqn_of",
-    "UnknownCustomObjectError",
-    "register_extension",
-    "save_tree",
-    "load_tree",
-]
+from . import errors
+from .errors import *  # noqa: F403
 
 # name -> the module (under serde) that defines it, imported on first use.
 _LAZY = {
@@ -70,17 +29,5 @@ _LAZY = {
     "save_tree": "bridge.bundle", "load_tree": "bridge.bundle",
 }
 
-
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'serde' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = ["SCHEMA_VERSION", *errors.__all__, *_LAZY]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -15,7 +15,7 @@ from serde.archive.artifact import write_artifact
 from serde.bridge.program import serialize_program
 from serde.bridge.weights import serialize_weights
 from serde.cli import main
-from tests import zoo
+from serde.testing import zoo
 
 
 @functools.cache

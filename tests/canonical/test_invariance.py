@@ -11,7 +11,7 @@ import pytest
 
 import serde
 from serde.archive import read_archive
-from tests import zoo
+from serde.testing import zoo
 from tests.canonical._procs import save_in_subprocesses
 from tests.canonical.test_canonicalize_real import MODEL as FRAME_MODEL
 
@@ -56,7 +56,8 @@ class Net(torch.nn.Module):
 DRIVER = """
 import importlib.util, sys, torch, serde
 from torch.export import Dim
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 out, models, breadth = sys.argv[1], sys.argv[2], sys.argv[3]
 for entry in models.split(","):
     label, path, mode = entry.split("=")

@@ -18,7 +18,7 @@ from serde.archive.artifact import read_artifact
 from serde.core import schema as s
 from serde.core.exprs import expr_from_text
 from serde.errors import MalformedArtifactError
-from tests.zoo import CASES, export_case
+from serde.testing.zoo import CASES, export_case
 
 POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
 

@@ -12,7 +12,7 @@ from serde.bridge.program import serialize_program
 from serde.core import schema, wire
 from serde.core.exprs import expr_from_text, expr_text
 from serde.core.memo import Memo
-from tests import zoo
+from serde.testing import zoo
 
 _MEMOS = ("_TEXTS", "_SYMBOLS", "_RENAMED", "_READ")
 

@@ -16,7 +16,8 @@ from native.runtime import Method
 from native.verify import decode
 from serde.api import to_artifact_parts
 from serde.archive import payload_name
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 
 CASES = {c.name: c for c in zoo.CASES + zoo_breadth.CASES}
 

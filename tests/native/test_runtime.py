@@ -254,7 +254,7 @@ def test_auto_functionalized_v1_and_effect_tokens():
 
     import torch._export.config as export_config
 
-    from tests import zoo
+    from serde.testing import zoo
 
     name = "effects_and_mutation_aten"
     with mock.patch.object(export_config, "enable_auto_functionalized_v2_for_export", False):

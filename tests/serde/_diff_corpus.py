@@ -1,6 +1,6 @@
 """The corpus the differential harness runs: every program we can get hold of.
 
-- ``zoo/<name>`` and ``breadth/<name>``: every case of :mod:`tests.zoo` and :mod:`tests.zoo_breadth`,
+- ``zoo/<name>`` and ``breadth/<name>``: every case of :mod:`serde.testing.zoo` and :mod:`tests.zoo_breadth`,
   with its other inputs;
 - ``fixture/v<N>/<name>``: every frozen fixture, loaded by us, with the runs of its ``io.json``
   (the loaded fixture is the reference; its stored results are checked too);
@@ -28,7 +28,8 @@ from torch.export import Dim, ExportedProgram
 
 import serde
 from serde.bridge.bundle import load_tree
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 from tests.serde._differential import Inputs, Result, differential, isolate, same
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -2,7 +2,7 @@
 at least one test artifact.
 
 The artifacts are the programs the round-trip tests save: every case of the core zoo
-(:mod:`tests.zoo`) and of the breadth zoo (:mod:`tests.zoo_breadth`), as ``serialize_program``
+(:mod:`serde.testing.zoo`) and of the breadth zoo (:mod:`tests.zoo_breadth`), as ``serialize_program``
 writes them. Two members are never written by pt2serde from a torch.export program, so they are
 covered by artifacts this file builds by editing a real one; the reader must still accept them
 (torch's own serializer and older tools write them):
@@ -23,8 +23,8 @@ import serde
 from serde.archive.artifact import read_artifact, write_artifact
 from serde.bridge.program import serialize_program
 from serde.core import schema
-from serde.testing import assert_programs_equal
-from tests import zoo, zoo_breadth
+from serde.testing import assert_programs_equal, zoo
+from tests import zoo_breadth
 
 NEVER_WRITTEN = {"as_optional_tensor", "as_sym_floats"}
 

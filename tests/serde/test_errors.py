@@ -12,7 +12,7 @@ import torch
 
 import serde
 from serde.errors import ForeignArtifactError, SerializeError, UnsupportedConstructError
-from tests import zoo
+from serde.testing import zoo
 
 
 def test_unsupported_node_target_at_save_names_node_and_construct():

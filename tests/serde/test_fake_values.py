@@ -13,7 +13,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import serde
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 
 CASES = [(zoo, "mlp"), (zoo, "transformer_block"), (zoo, "dynamic_arith"), (zoo, "cond"),
          (zoo, "unbacked_item"), (zoo_breadth, "sym_scalars"), (zoo_breadth, "classifier")]

@@ -7,8 +7,7 @@ import copy
 import pytest
 import torch
 
-from serde.testing import ProgramMismatch, assert_programs_equal
-from tests import zoo
+from serde.testing import ProgramMismatch, assert_programs_equal, zoo
 
 
 def _ep(name="mlp"):

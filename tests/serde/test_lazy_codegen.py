@@ -21,7 +21,8 @@ from torch.fx.graph_module import GraphModule
 import serde
 import serde.bridge.graph as bridge_graph
 import serde.bridge.program as bridge_program
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 from tests.serde._differential import _run, isolate, same
 
 # (zoo module, case): subgraphs (cond, nested cond, map, scan), dynamic shapes, buffer mutation.

@@ -40,7 +40,7 @@ def test_forget_all_empties_every_memo_and_a_save_then_writes_the_same_bytes(tmp
     import serde
     from serde.core import guards
     from serde.core.memo import forget_all
-    from tests import zoo
+    from serde.testing import zoo
 
     ep = zoo.export_case(zoo.get("dynamic_arith"))  # guards and symbolic sizes: most memos take part
     serde.save(ep, tmp_path / "warm0.pt2")

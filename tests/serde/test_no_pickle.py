@@ -11,7 +11,7 @@ import pytest
 
 import serde
 from serde.archive.artifact import read_artifact
-from tests import zoo
+from serde.testing import zoo
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}

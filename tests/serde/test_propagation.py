@@ -17,7 +17,8 @@ import serde
 from serde.bridge.consistency import InconsistentProgramError
 from serde.bridge.operators import SYMBOLIC_TARGETS
 from serde.bridge.propagation import check_propagation
-from tests import zoo, zoo_breadth
+from serde.testing import zoo
+from tests import zoo_breadth
 from tests.serde.attacks._attack_kit import nodes, rewrite_artifact, rewrite_program
 
 _CASES = [("zoo", c.name) for c in zoo.CASES] + [("breadth", c.name) for c in zoo_breadth.CASES]

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import serde
-from serde.testing import assert_programs_equal, assert_roundtrip
-from tests import zoo
+from serde.testing import assert_programs_equal, assert_roundtrip, zoo
 
 
 @functools.cache

@@ -20,8 +20,8 @@ import serde
 from serde.archive import ChecksumMismatchError
 from serde.archive import safetensors as st
 from serde.cli import main as cli
-from serde.testing import assert_programs_equal
-from tests import zoo, zoo_breadth
+from serde.testing import assert_programs_equal, zoo
+from tests import zoo_breadth
 
 FAST = ["mlp", "tied_weights", "all_dtypes", "convnet_bn", "transformer_block"]
 

@@ -15,7 +15,7 @@ from serde.archive import read_archive, write_archive
 from serde.archive.artifact import read_artifact, write_artifact
 from serde.core import schema, wire
 from serde.errors import MalformedArtifactError, UnsafeArtifactError
-from tests import zoo
+from serde.testing import zoo
 
 
 @functools.cache

@@ -11,7 +11,7 @@ from serde.archive import read_archive
 from serde.bridge.bundle import load_tree
 from serde.core import wire
 from serde.core.version import SCHEMA_VERSION
-from tests import zoo
+from serde.testing import zoo
 from tests.compat.test_fixtures import as_frozen
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"

@@ -1,5 +1,5 @@
 import sys
 
-from serde.cli import main
+from serde.cli.app import main
 
 sys.exit(main())

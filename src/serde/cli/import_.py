@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from serde.archive import MANIFEST, PROGRAM
-from serde.errors import ForeignArtifactError
+from serde.cli.errors import NotATorchArchiveError
 
 HELP = "convert a torch.export.save (.pt2) archive to a pt2serde artifact; only for files you trust"
 
@@ -14,10 +14,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="archive written by torch.export.save")
     p.add_argument("output", help="pt2serde artifact to write")
     p.add_argument("--debug-info", action="store_true", help="keep stack traces in a debug member")
-
-
-class NotATorchArchiveError(ForeignArtifactError):
-    """``pt2serde import`` was given something other than a torch.export.save archive."""
 
 
 def run(args: argparse.Namespace) -> int:

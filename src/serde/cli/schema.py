@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serde.errors import SerializeError
+from serde.cli.errors import NotACheckoutError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -37,10 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--force", action="store_true",
                    help="overwrite even if the check fails or the same version changes "
                         "(only for a version that was never published)")
-
-
-class NotACheckoutError(SerializeError):
-    """The release tooling (serde.dev) is not installed: it ships only with a source checkout."""
 
 
 def run(args: argparse.Namespace) -> int:

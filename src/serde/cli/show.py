@@ -10,15 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from serde.errors import SerializeError
+from serde.cli.errors import UnknownModuleError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "print an artifact readably: signature, graph with shapes, range constraints, weights"
-
-
-class UnknownModuleError(SerializeError):
-    """``--module`` names a path no node of the program runs in."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
