@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from serde.core import schema
 from serde.core.checks.names import CLASS_NAME_RE, MAX_CLASS_NAME, check_class_name
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
+from .enums import deserialize_dtype, serialize_dtype
 from .errors import UnknownTensorSubclassError
 
 __all__ = [
@@ -50,8 +53,6 @@ def register_tensor_subclass(cls: type, *, name: str | None = None) -> str:
     Raises:
         TypeError: ``cls`` is not a traceable wrapper subclass, or ``name`` is not a dotted name.
     """
-    import torch
-
     if not (isinstance(cls, type) and issubclass(cls, torch.Tensor) and _has_protocol(cls)):
         raise TypeError(f"register_tensor_subclass: {cls!r} is not a torch.Tensor subclass with "
                         "__tensor_flatten__ and __tensor_unflatten__")
@@ -78,8 +79,6 @@ def registered_tensor_subclasses() -> dict[str, type]:
 
 def is_traceable_subclass(t: Any) -> bool:
     """True for a tensor whose type implements the flatten protocol (FakeTensor does not)."""
-    import torch
-
     return isinstance(t, torch.Tensor) and type(t) is not torch.Tensor and _has_protocol(type(t))
 
 
@@ -137,10 +136,6 @@ def serialize_context(value: Any, where: str) -> schema.ContextValue:
         UnsupportedConstructError: the context holds something other than None, bool, int, float,
             str, list, tuple, dict, torch.dtype, torch.Size or torch.device (names the path).
     """
-    import torch
-
-    from .enums import serialize_dtype
-
     t = type(value)
     if value is None:
         return schema.ContextValue(as_none=True)
@@ -193,14 +188,10 @@ def _dict(items: list[schema.ContextItem], where: str) -> dict:
 
 
 def _dtype(v: schema.ScalarType, where: str) -> Any:
-    from .enums import deserialize_dtype
-
     return deserialize_dtype(v, where)
 
 
 def _device(d: schema.Device, where: str) -> Any:
-    import torch
-
     try:
         return torch.device(d.type, d.index) if d.index is not None else torch.device(d.type)
     except (RuntimeError, TypeError) as e:
@@ -208,8 +199,6 @@ def _device(d: schema.Device, where: str) -> Any:
 
 
 def _size(v: list[int], where: str) -> Any:
-    import torch
-
     return torch.Size(v)
 
 
