@@ -41,12 +41,13 @@ import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 
-from serde.archive import digest_all, payload_name, sha256_hex
+from serde.archive import digest_all, sha256_hex
 from serde.core import schema, wire
 from serde.core.checks.names import IDENT
 from serde.core.checks.weights import MAX_SUBCLASS_DEPTH, validate_weights
 from serde.core.errors import InvalidBoolError
 from serde.core.memo import Memo
+from serde.core.payloads import payload_name
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .enums import SCALAR_TO_DTYPE, serialize_dtype

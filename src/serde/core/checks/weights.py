@@ -9,7 +9,6 @@ native emitter run them without loading the program.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from serde.core import schema
@@ -22,23 +21,14 @@ from serde.core.errors import (
     TensorOutOfBoundsError,
 )
 from serde.core.limits import DEFAULT_LIMITS, Limits
+from serde.core.payloads import SHA256_RE, payload_name
 from serde.errors import MalformedArtifactError
 
 from .names import IDENT, check_class_name, check_fqn, fqn_ok, show
 from .shapes import check_list, check_shape, shape_ok
 from .signature import check_input_spec_keys
 
-__all__ = ["check_weight_names", "validate_weights", "payload_name", "SHA256_RE", "MAX_SUBCLASS_DEPTH"]
-
-# A storage's sha256 as the format writes it (64 lowercase hex digits), and the archive member that
-# holds its bytes (schema.thrift, Storage.sha256): the same rule serde.archive writes members by.
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
-
-
-def payload_name(sha256_hex: str) -> str:
-    """Member name of a tensor payload whose bytes hash to ``sha256_hex``."""
-    return f"data/{sha256_hex}"
-
+__all__ = ["check_weight_names", "validate_weights", "MAX_SUBCLASS_DEPTH"]
 
 _INT64_MAX = (1 << 63) - 1
 # Subclasses nest (a subclass's inner tensor can be a subclass); deeper than this is refused.
