@@ -299,7 +299,7 @@ HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None
 
 
 BATCH_DIM_AT = {"torch._functorch.predispatch._add_batch_dim": (1, 0),
-                 "torch._functorch.predispatch._remove_batch_dim": (3, 1)}
+                "torch._functorch.predispatch._remove_batch_dim": (3, 1)}
 _VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
 _VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
 # Which input of a batch-dim call is its vmap level.

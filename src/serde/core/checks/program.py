@@ -32,7 +32,7 @@ __all__ = ["check_program"]
 
 
 def check_program(p: schema.ExportedProgram, limits: Limits = DEFAULT_LIMITS) -> None:
-    """Check every name, list length, rank and node count in ``p`` (see the module docstring).
+    """Check every name, list length, rank and node count in ``p`` (the grammar: :mod:`serde.core.checks.names`).
 
     Raises:
         UnsafeNameError: a name breaks its grammar or is reserved (the message names the field).

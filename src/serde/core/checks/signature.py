@@ -1,5 +1,4 @@
-"""Names in the graph signature and the module call graph, and the input spec keys ep.module() quotes.
-"""
+"""Names in the graph signature and the module call graph, and the input spec keys ep.module() quotes."""
 
 from __future__ import annotations
 
@@ -70,7 +69,7 @@ def _spec_keys(context: str) -> list:
 _GUARDS_FN = "_guards_fn"
 
 
-def check_call_fqn(fqn: object, signature: object, where: str, limits: Limits) -> None:
+def _check_call_fqn(fqn: object, signature: object, where: str, limits: Limits) -> None:
     """A call graph entry's FQN; its last segment may be torch's guard function when the entry has
     no signature (see _GUARDS_FN)."""
     if signature is None and isinstance(fqn, str) and (fqn == _GUARDS_FN or fqn.endswith("." + _GUARDS_FN)):
@@ -81,7 +80,7 @@ def check_call_fqn(fqn: object, signature: object, where: str, limits: Limits) -
     check_fqn(fqn, where, limits, root=True, call_index=True)
 
 
-def check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits, *, as_names: bool) -> None:
+def _check_kwarg_keys(spec: schema.TreeSpec, where: str, limits: Limits, *, as_names: bool) -> None:
     """The kwargs keys of an in_spec of the form ``(args, kwargs)``: fx pastes them raw between
     quotes into the forward it generates. With ``as_names`` (the root spec without
     forward_arg_names, where ep.module() names forward's parameters after them) they are local
@@ -152,7 +151,7 @@ def check_module_call_graph_names(entries: list[schema.ModuleCallEntry], limits:
     for i, e in enumerate(entries):
         where = f"module_call_graph[{i}]"
         s = e.signature
-        check_call_fqn(e.fqn, s, f"{where}.fqn", limits)
+        _check_call_fqn(e.fqn, s, f"{where}.fqn", limits)
         if s is None:
             continue
         for part, args in (("inputs", s.inputs), ("outputs", s.outputs)):
@@ -163,6 +162,6 @@ def check_module_call_graph_names(entries: list[schema.ModuleCallEntry], limits:
             check_list(s.forward_arg_names, f"{where}.signature.forward_arg_names", limits)
             for j, n in enumerate(s.forward_arg_names):
                 check_local_name(n, f"{where}.signature.forward_arg_names[{j}]", limits)
-        check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits,
+        _check_kwarg_keys(s.in_spec, f"{where}.signature.in_spec", limits,
                           as_names=s.forward_arg_names is None and e.fqn == "")
         check_input_spec_keys(s.in_spec, f"{where}.signature.in_spec", limits)
