@@ -68,7 +68,6 @@ _INT64_MAX = (1 << 63) - 1
 _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
 
 
-
 # ---------------------------------------------------------------- public API
 
 
