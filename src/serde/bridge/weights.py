@@ -137,7 +137,6 @@ def _deserialize_weights(w: schema.Weights, member: Callable[[str], memoryview],
     return sd, consts, examples
 
 
-
 def device_text(d: schema.Device | None) -> str:
     """``"cuda:0"``, ``"cpu"`` (also for an unset device), as torch prints devices."""
     if d is None:
@@ -340,7 +339,6 @@ _SERIALIZE_LEAF: dict[str, Callable[[Any, _StorageTable, str], Any]] = {
 
 
 # ---------------------------------------------------------------- load side
-
 
 
 class _TensorBuilder:

@@ -22,7 +22,6 @@ from ..errors import FIX_EDITED, InconsistentProgramError
 __all__ = ["HOPS", "BATCH_DIM_AT", "check_vmap_nesting"]
 
 
-
 def _subgraph(a: Any, what: str, where: str, subs: dict[str, Any]) -> torch.fx.Graph:
     if isinstance(a, torch.fx.Node) and a.op == "get_attr":
         gm = subs.get(a.target)

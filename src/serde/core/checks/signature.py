@@ -56,8 +56,6 @@ def _spec_keys(context: str) -> list:
     return ctx if isinstance(ctx, list) else []
 
 
-
-
 # Re-exporting ep.module() (torch.export.export(ep.module(), args), as after pt2e quantization)
 # records the guard function torch installs on it as a call graph entry without a signature:
 # "_guards_fn", or "inner._guards_fn" for an ep.module() held as a submodule; torch's own load keeps
