@@ -15,8 +15,9 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.bridge.weights import ITEMSIZE, validate_weights
 from serde.core import schema, symbolic
+from serde.core.checks import validate_weights
+from serde.core.dtypes import ITEMSIZE
 from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
 from serde.core.guards import flat_input_paths, guards_to_code, input_arguments, source_key, source_text
 from serde.core.limits import DEFAULT_LIMITS, Limits
@@ -71,13 +72,13 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     """:func:`emit` on an artifact file written by ``serde.save``.
 
     The artifact passes the same name, size and weight checks as ``serde.load``
-    (:mod:`serde.core.names`, ``limits``, ``validate_weights``) before anything is emitted, and the
+    (:mod:`serde.core.checks`, ``limits``) before anything is emitted, and the
     same operator upgraders (:mod:`serde.opsets`).
     """
     import torch
 
     from serde.archive.artifact import read_artifact
-    from serde.core.names import check_program, check_weight_names
+    from serde.core.checks import check_program, check_weight_names
     from serde.opsets import upgrade_operators
 
     a = read_artifact(src, limits=limits)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.core.limits import LimitError
+from serde.core.errors import LimitError
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
 
 __all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",

@@ -34,8 +34,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from serde.core import schema, symbolic
+from serde.core.errors import IntegerTooLargeError
 from serde.core.exprs import expr_to_tree
-from serde.core.limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
+from serde.core.limits import DEFAULT_LIMITS, too_large
 from serde.errors import UnsupportedConstructError
 
 from .errors import NativeFormatError

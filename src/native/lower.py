@@ -115,7 +115,7 @@ def _shape(t: P.Tensor) -> str:
 
 def _check_predicate(em: Emitter, v: int, where: str) -> None:
     """cond's predicate: a boolean or a one-element tensor, as the load's consistency check
-    (serde.bridge.consistency) requires; a symbolic size could be any size."""
+    (serde.bridge.checks) requires; a symbolic size could be any size."""
     t = _values(em)[v]
     if isinstance(t, P.Tensor) and any(type(n) is not int or n != 1 for n in t.sizes):
         raise MalformedArtifactError(f"{where}: cond's predicate must be a boolean or a one-element tensor, "

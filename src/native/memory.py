@@ -29,8 +29,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from serde.bridge.weights import ITEMSIZE
 from serde.core import schema
+from serde.core.dtypes import ITEMSIZE
 from serde.core.limits import DEFAULT_LIMITS
 from serde.core.walk import argument_names, output_leaves
 

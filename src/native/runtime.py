@@ -45,8 +45,8 @@ from typing import Any, BinaryIO
 import torch
 
 from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
-from serde.bridge.weights import ITEMSIZE
 from serde.core import schema, wire
+from serde.core.dtypes import ITEMSIZE
 
 from . import memory
 from . import program as P

@@ -14,8 +14,8 @@ from typing import BinaryIO
 
 import msgspec
 
-from serde.bridge.weights import ITEMSIZE
 from serde.core import schema
+from serde.core.dtypes import ITEMSIZE
 from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
 
 from . import container

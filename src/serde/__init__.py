@@ -18,11 +18,11 @@ _LAZY = {
     "StructureOnlyError": "api",
     # tensor subclasses that loading may rebuild
     "register_tensor_subclass": "bridge.subclasses", "unregister_tensor_subclass": "bridge.subclasses",
-    "UnknownTensorSubclassError": "bridge.subclasses",
+    "UnknownTensorSubclassError": "bridge.errors",
     # codecs for custom objects (torchbind and opaque objects)
     "register_custom_object": "bridge.custom_objects", "register_json_custom_object": "bridge.custom_objects",
     "unregister_custom_object": "bridge.custom_objects", "class_fqn_of": "bridge.custom_objects",
-    "UnknownCustomObjectError": "bridge.custom_objects",
+    "UnknownCustomObjectError": "bridge.errors",
     # call targets outside torch.ops
     "register_extension": "bridge.operators",
     # pickle-free files of tensors and scalars (inputs/outputs of `pt2serde run`, fixtures' io.json)

@@ -17,9 +17,9 @@ from serde.bridge.isolation import outside_ambient_modes
 from serde.bridge.program import deserialize_program, serialize_program
 from serde.bridge.propagation import check_propagation
 from serde.bridge.weights import deserialize_weights, saved_devices, serialize_weights
+from serde.core.checks import check_program, check_weight_names
 from serde.core.gcpause import paused_gc
 from serde.core.limits import DEFAULT_LIMITS, Limits
-from serde.core.names import check_program, check_weight_names
 from serde.core.version import SUPPORTED_TORCH, torch_release
 from serde.opsets import convert_for_target, upgrade_operators
 

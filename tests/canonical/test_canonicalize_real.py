@@ -14,7 +14,7 @@ from canonical.canonicalize import canonicalize
 from serde.bridge.effects import op_facts
 from serde.bridge.program import serialize_program
 from serde.core import schema, wire
-from serde.core.names import check_program
+from serde.core.checks import check_program
 from serde.testing import zoo
 
 # A submodule returning two values used far apart: a demand-driven order alone would split its frame.

@@ -11,7 +11,7 @@ import serde
 from native.emit import emit_artifact
 from serde.archive import read_archive, write_archive
 from serde.core import wire
-from serde.core.limits import IntegerTooLargeError
+from serde.core.errors import IntegerTooLargeError
 from serde.errors import MalformedArtifactError
 
 

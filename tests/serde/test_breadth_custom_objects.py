@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import serde
 import serde.bridge.custom_objects as co
-from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.errors import InconsistentProgramError
 from serde.errors import (
     MalformedArtifactError,
     SerializeError,

@@ -12,7 +12,7 @@ import torch
 
 import serde
 from serde.archive import read_archive
-from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.errors import InconsistentProgramError
 from tests.serde.attacks._attack_kit import FIXTURES, nodes, rewrite_program
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import io
+import pkgutil
 import re
 import subprocess
 import sys
@@ -94,3 +96,18 @@ def test_not_an_archive(tmp_path):
     p.write_text("hello")
     with pytest.raises(SerializeError):
         serde.load(p)
+
+
+@pytest.mark.parametrize("layer", ["serde.core", "serde.bridge"])
+def test_each_layer_defines_its_errors_in_its_errors_module(layer):
+    # One place per layer tells a reader everything that layer can raise: an error class defined in
+    # any other module of the layer, or left out of the errors module's __all__, fails here.
+    home = importlib.import_module(f"{layer}.errors")
+    defined = {}
+    for info in pkgutil.walk_packages(importlib.import_module(layer).__path__, f"{layer}."):
+        for obj in vars(importlib.import_module(info.name)).values():
+            if isinstance(obj, type) and issubclass(obj, SerializeError) and obj.__module__.startswith(f"{layer}."):
+                defined[obj.__qualname__] = obj.__module__
+    assert {name: module for name, module in defined.items() if module != home.__name__} == {}
+    exported = {name for name in home.__all__ if isinstance(getattr(home, name), type)}
+    assert exported == set(defined) and len(exported) >= 3

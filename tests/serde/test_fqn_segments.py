@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import serde
-from serde.core.names import UnsafeNameError, check_fqn
+from serde.core.checks import check_fqn
+from serde.core.errors import UnsafeNameError
 from serde.errors import SerializeError
 from tests.serde.attacks._attack_kit import rewrite_artifact
 

@@ -680,7 +680,7 @@ def test_checks_that_expand_past_a_bound_are_refused_at_load(tmp_path: Path, pow
                                                               refused: str | None) -> None:
     """A load records every check in sympy, which multiplies powers of sums out: a hostile file's
     nested powers would take it hours and many large checks minutes. Bounded, with a typed error."""
-    from serde.core.limits import IntegerTooLargeError
+    from serde.core.errors import IntegerTooLargeError
     from tests.serde.attacks._attack_kit import rewrite_artifact
 
     serde.save(gp.export_summed(), tmp_path / "m.pt2s")

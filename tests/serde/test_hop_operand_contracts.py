@@ -19,7 +19,7 @@ from torch._higher_order_ops.scan import scan
 
 import serde
 from serde.archive import read_archive, write_archive
-from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.errors import InconsistentProgramError
 
 
 class CondOnAll(torch.nn.Module):
@@ -132,13 +132,13 @@ def test_without_the_check_the_program_fails_or_breaks_its_own_metas(case: str,
     # Proves each edit is real: with the op's check switched off, torch either fails at run time
     # (cond's `if pred:`) or computes results of other shapes than the program stores (a scan over
     # the wrong dim broadcasts), which no program torch.export writes does.
-    from serde.bridge import consistency
+    from serde.bridge.checks import hops
 
     make, change, _ = CASES[case]
     data, args = make()
     want = pytree.tree_leaves(serde.load(data).module()(*args))
     target = {"map": "map_impl"}.get(case.split("_")[0], case.split("_")[0])
-    monkeypatch.setitem(consistency._HOPS, target, lambda *a: None)
+    monkeypatch.setitem(hops.HOPS, target, lambda *a: None)
     loaded = serde.load(_edit(data, change))
     try:
         got = pytree.tree_leaves(loaded.module()(*args))

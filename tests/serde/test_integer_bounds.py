@@ -18,7 +18,7 @@ import native
 import serde
 from native.errors import NativeFormatError
 from serde.archive import read_archive, write_archive
-from serde.bridge.weights import TensorOutOfBoundsError
+from serde.core.errors import TensorOutOfBoundsError
 from serde.errors import MalformedArtifactError
 
 ROOT = Path(__file__).resolve().parents[2]

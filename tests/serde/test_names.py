@@ -1,4 +1,4 @@
-"""serde.core.names: the grammar of names from artifacts, and that its reserved list tracks torch."""
+"""serde.core.checks.names: the grammar of names from artifacts, and that its reserved list tracks torch."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import torch
 import serde
 from serde.archive.artifact import read_artifact
 from serde.core import schema
-from serde.core.limits import IntegerTooLargeError, Limits, ListTooLongError, NameTooLongError
-from serde.core.names import (
+from serde.core.checks import (
     RESERVED_ATTRIBUTES,
     RESERVED_LOCALS,
-    UnsafeNameError,
     check_attr_name,
     check_fqn,
     check_local_name,
@@ -21,6 +19,8 @@ from serde.core.names import (
     check_quoted_text,
     check_text,
 )
+from serde.core.errors import IntegerTooLargeError, ListTooLongError, NameTooLongError, UnsafeNameError
+from serde.core.limits import Limits
 
 
 @pytest.mark.parametrize("fqn", ["w", "layers.0.weight", "blocks.12.attn._scale", "_tensor_constant0", "a.b.c"])

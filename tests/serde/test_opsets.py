@@ -502,7 +502,7 @@ def test_a_renamed_argument_from_a_torch_without_snapshot_is_not_called_damaged(
     import dataclasses
 
     from serde.api import from_artifact
-    from serde.bridge.consistency import InconsistentProgramError
+    from serde.bridge.errors import InconsistentProgramError
 
     # The other release's spelling of _cdist_backward's first argument, from a torch pt2serde has no
     # snapshot of (so no upgrader runs): the binding check says what may have happened.

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import serde
-from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.errors import InconsistentProgramError
 from serde.bridge.operators import SYMBOLIC_TARGETS
 from serde.bridge.propagation import check_propagation
 from serde.testing import zoo

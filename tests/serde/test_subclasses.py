@@ -15,8 +15,8 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import serde
+from serde.bridge.errors import UnknownTensorSubclassError
 from serde.bridge.subclasses import (
-    UnknownTensorSubclassError,
     deserialize_context,
     register_tensor_subclass,
     registered_tensor_subclasses,

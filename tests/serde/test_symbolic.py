@@ -19,7 +19,7 @@ from torch.export import Dim, export
 from torch.utils._sympy import functions as tf
 from torch.utils._sympy.numbers import int_oo
 
-from serde.core.limits import IntegerTooLargeError
+from serde.core.errors import IntegerTooLargeError
 from serde.core.symbolic import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,

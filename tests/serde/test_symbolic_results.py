@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from serde.bridge.consistency import number_kind, symbolic_result_kinds
+from serde.bridge.checks import number_kind, symbolic_result_kinds
 from serde.bridge.operators import SYMBOLIC_TARGETS
 
 _ARITY = {"_operator.neg": (1,), "_operator.pos": (1,), "_operator.abs": (1,), "math.floor": (1,),

@@ -14,18 +14,17 @@ import torch
 
 from serde.archive import payload_name, read_archive, write_archive
 from serde.bridge.enums import DTYPE_TO_SCALAR, SCALAR_TO_DTYPE
-from serde.bridge.weights import (
-    ITEMSIZE,
+from serde.bridge.weights import deserialize_weights, serialize_weights
+from serde.core import schema, wire
+from serde.core.checks import validate_weights
+from serde.core.dtypes import ITEMSIZE
+from serde.core.errors import (
     InvalidDtypeError,
     InvalidTensorViewError,
     PayloadSizeError,
     StorageIndexError,
     TensorOutOfBoundsError,
-    deserialize_weights,
-    serialize_weights,
-    validate_weights,
 )
-from serde.core import schema, wire
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 ST = schema.ScalarType

@@ -35,9 +35,10 @@ import torch
 from serde.errors import (
     MalformedArtifactError,
     SerializeError,
-    UnknownOperatorError,
     UnsupportedConstructError,
 )
+
+from .errors import UnknownCustomObjectError
 
 __all__ = [
     "register_custom_object",
@@ -47,13 +48,8 @@ __all__ = [
     "class_fqn_of",
     "encode_constants",
     "decode_constants",
-    "UnknownCustomObjectError",
     "GENERATOR_CLASS",
 ]
-
-
-class UnknownCustomObjectError(UnknownOperatorError):
-    """An artifact holds a custom object whose class has no decoder registered in this process."""
 
 
 @dataclass(frozen=True)

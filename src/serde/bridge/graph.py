@@ -19,12 +19,12 @@ import torch.fx
 from torch.fx.experimental import symbolic_shapes
 
 from serde.core import schema
-from serde.core.names import check_attr_name
+from serde.core.checks import check_attr_name
 from serde.core.walk import argument_names, is_bare_return  # the one walk over Argument members
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
-from .consistency import check_call, check_op_outputs, check_vmap_nesting
+from .checks import check_call, check_op_outputs, check_vmap_nesting
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .operators import deserialize_target, serialize_target
 from .values import (

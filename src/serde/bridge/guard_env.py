@@ -35,8 +35,8 @@ from torch.utils._sympy.symbol import SymT, symbol_is_type
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from serde.core import schema, wire
+from serde.core.errors import IntegerTooLargeError
 from serde.core.guards import source_key
-from serde.core.limits import IntegerTooLargeError
 from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError

@@ -12,6 +12,7 @@ from torch._export.verifier import SpecViolationError, TrainingIRVerifier, Verif
 from torch.export.exported_program import ExportedProgram
 
 from serde.core import schema
+from serde.core.checks import check_program
 from serde.core.guards import (
     ATTR,
     SourceKey,
@@ -27,17 +28,12 @@ from serde.core.guards import (
     source_text,
 )
 from serde.core.limits import DEFAULT_LIMITS, Limits
-from serde.core.names import check_program
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-from .consistency import (
-    InconsistentProgramError,
-    check_module_call_graph,
-    check_signature,
-    check_weights_fit_graph,
-)
+from .checks import check_module_call_graph, check_signature, check_weights_fit_graph
 from .custom_objects import decode_constants
+from .errors import InconsistentProgramError
 from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
 from .guard_env import guard_spelling, record_guards
 from .metadata import deserialize_custom, serialize_custom
@@ -91,7 +87,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
                         limits: Limits = DEFAULT_LIMITS) -> ExportedProgram:
     """Rebuild an ExportedProgram; ``state_dict``/``constants`` come from the weights member.
 
-    Every name and size in ``p`` is checked (:func:`serde.core.names.check_program`) before any torch
+    Every name and size in ``p`` is checked (:func:`serde.core.checks.check_program`) before any torch
     object is built from it.
     """
     check_program(p, limits)

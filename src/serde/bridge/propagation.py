@@ -33,8 +33,9 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
-from .consistency import InconsistentProgramError, number_kind
+from .checks import number_kind
 from .custom_objects import GENERATOR_CLASS
+from .errors import InconsistentProgramError
 from .operators import SYMBOLIC_TARGETS
 
 __all__ = ["check_propagation"]

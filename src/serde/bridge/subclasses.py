@@ -14,11 +14,16 @@ or resolves a name, so a hostile file cannot make it run code the user did not r
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+import torch
+
 from serde.core import schema
-from serde.errors import MalformedArtifactError, UnknownOperatorError, UnsupportedConstructError
+from serde.core.checks.names import CLASS_NAME_RE, MAX_CLASS_NAME, check_class_name
+from serde.errors import MalformedArtifactError, UnsupportedConstructError
+
+from .enums import deserialize_dtype, serialize_dtype
+from .errors import UnknownTensorSubclassError
 
 __all__ = [
     "register_tensor_subclass",
@@ -29,19 +34,9 @@ __all__ = [
     "is_traceable_subclass",
     "serialize_context",
     "deserialize_context",
-    "check_class_name",
-    "UnknownTensorSubclassError",
-    "CLASS_NAME_RE",
 ]
 
-# Dotted identifiers; "<locals>" lets a class defined inside a function keep its default name.
-CLASS_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|<locals>))*")
-_MAX_NAME = 256
 _REGISTRY: dict[str, type] = {}
-
-
-class UnknownTensorSubclassError(UnknownOperatorError):
-    """An artifact holds a tensor subclass whose class is not registered in this process."""
 
 
 def register_tensor_subclass(cls: type, *, name: str | None = None) -> str:
@@ -58,13 +53,11 @@ def register_tensor_subclass(cls: type, *, name: str | None = None) -> str:
     Raises:
         TypeError: ``cls`` is not a traceable wrapper subclass, or ``name`` is not a dotted name.
     """
-    import torch
-
     if not (isinstance(cls, type) and issubclass(cls, torch.Tensor) and _has_protocol(cls)):
         raise TypeError(f"register_tensor_subclass: {cls!r} is not a torch.Tensor subclass with "
                         "__tensor_flatten__ and __tensor_unflatten__")
     name = _default_name(cls) if name is None else name
-    if not (isinstance(name, str) and len(name) <= _MAX_NAME and CLASS_NAME_RE.fullmatch(name)):
+    if not (isinstance(name, str) and len(name) <= MAX_CLASS_NAME and CLASS_NAME_RE.fullmatch(name)):
         raise TypeError(f"register_tensor_subclass: name {name!r} is not a dotted Python name")
     _REGISTRY[name] = cls
     return name
@@ -86,8 +79,6 @@ def registered_tensor_subclasses() -> dict[str, type]:
 
 def is_traceable_subclass(t: Any) -> bool:
     """True for a tensor whose type implements the flatten protocol (FakeTensor does not)."""
-    import torch
-
     return isinstance(t, torch.Tensor) and type(t) is not torch.Tensor and _has_protocol(type(t))
 
 
@@ -95,13 +86,6 @@ def subclass_name(cls: type) -> str:
     """The name saving stores for ``cls``: its registered name (the first, sorted), else the default."""
     names = sorted(n for n, c in _REGISTRY.items() if c is cls)
     return names[0] if names else _default_name(cls)
-
-
-def check_class_name(name: str, where: str) -> None:
-    """A class name from a file must be a dotted name; it is only ever a registry key."""
-    if not (len(name) <= _MAX_NAME and CLASS_NAME_RE.fullmatch(name)):
-        raise MalformedArtifactError(f"{where}: class name {name[:80]!r} is not a dotted Python name; "
-                                     "the artifact is damaged or hand-edited")
 
 
 def lookup_subclass(name: str, where: str) -> type:
@@ -152,10 +136,6 @@ def serialize_context(value: Any, where: str) -> schema.ContextValue:
         UnsupportedConstructError: the context holds something other than None, bool, int, float,
             str, list, tuple, dict, torch.dtype, torch.Size or torch.device (names the path).
     """
-    import torch
-
-    from .enums import serialize_dtype
-
     t = type(value)
     if value is None:
         return schema.ContextValue(as_none=True)
@@ -208,14 +188,10 @@ def _dict(items: list[schema.ContextItem], where: str) -> dict:
 
 
 def _dtype(v: schema.ScalarType, where: str) -> Any:
-    from .enums import deserialize_dtype
-
     return deserialize_dtype(v, where)
 
 
 def _device(d: schema.Device, where: str) -> Any:
-    import torch
-
     try:
         return torch.device(d.type, d.index) if d.index is not None else torch.device(d.type)
     except (RuntimeError, TypeError) as e:
@@ -223,8 +199,6 @@ def _device(d: schema.Device, where: str) -> Any:
 
 
 def _size(v: list[int], where: str) -> Any:
-    import torch
-
     return torch.Size(v)
 
 

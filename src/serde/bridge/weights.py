@@ -25,113 +25,47 @@
   storages like any other, so aliasing with other tensors survives) plus their flatten context as
   data; loading rebuilds only classes registered with :mod:`serde.bridge.subclasses`.
 
-Importing this module does not import torch (``validate_weights`` is pure, for ``pt2serde check``).
+The checks of weights.json that need no torch (names, shapes, storages, views) are in
+:mod:`serde.core.checks.weights`; ``deserialize_weights`` runs them before torch sees a tensor.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from serde.archive import SHA256_RE, digest_all, payload_name, sha256_hex
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
+
+from serde.archive import digest_all, sha256_hex
 from serde.core import schema, wire
+from serde.core.checks.names import IDENT
+from serde.core.checks.weights import MAX_SUBCLASS_DEPTH, validate_weights
+from serde.core.errors import InvalidBoolError
 from serde.core.memo import Memo
+from serde.core.payloads import payload_name
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
+from .enums import SCALAR_TO_DTYPE, serialize_dtype
+from .isolation import outside_ambient_modes
 from .subclasses import (
-    check_class_name,
     deserialize_context,
     is_traceable_subclass,
     lookup_subclass,
     serialize_context,
     subclass_name,
 )
+from .treespec import deserialize_treespec, serialize_treespec
+from .values import deserialize_device, serialize_device
 
-if TYPE_CHECKING:
-    import torch
+__all__ = ["serialize_weights", "deserialize_weights", "device_text", "saved_devices", "alias_key"]
 
-__all__ = [
-    "ITEMSIZE", "serialize_weights", "deserialize_weights", "validate_weights",
-    "InvalidTensorViewError", "TensorOutOfBoundsError", "StorageIndexError", "PayloadSizeError",
-    "InvalidDtypeError", "InvalidBoolError", "alias_key", "MAX_SUBCLASS_DEPTH",
-]
-
-ST = schema.ScalarType
-# Bytes per element of every ScalarType a weight can have (tests check this against torch).
-ITEMSIZE: dict[schema.ScalarType, int] = {
-    ST.BYTE: 1, ST.CHAR: 1, ST.SHORT: 2, ST.INT: 4, ST.LONG: 8, ST.HALF: 2, ST.FLOAT: 4,
-    ST.DOUBLE: 8, ST.COMPLEXHALF: 4, ST.COMPLEXFLOAT: 8, ST.COMPLEXDOUBLE: 16, ST.BOOL: 1,
-    ST.BFLOAT16: 2, ST.UINT16: 2, ST.FLOAT8E4M3FN: 1, ST.FLOAT8E5M2: 1, ST.FLOAT8E4M3FNUZ: 1,
-    ST.FLOAT8E5M2FNUZ: 1, ST.FLOAT8E8M0FNU: 1, ST.UINT32: 4, ST.UINT64: 8,
-}
-_GRAD_DTYPES = {ST.HALF, ST.FLOAT, ST.DOUBLE, ST.BFLOAT16, ST.COMPLEXHALF, ST.COMPLEXFLOAT,
-                ST.COMPLEXDOUBLE}
 _INT64_MAX = (1 << 63) - 1
-# Subclasses nest (a subclass's inner tensor can be a subclass); deeper than this is refused.
-MAX_SUBCLASS_DEPTH = 16
-_ATTR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FIX = "the artifact is damaged or hand-edited; re-save it with pt2serde"
-
-
-# The torch side of this module, bound once per process by _bind_torch(): importing the module
-# must not import torch (validate_weights serves ``pt2serde check`` without it), and an import
-# statement in a function runs on every call, about a microsecond each; the per-tensor functions
-# here held seven, some 4% of saving a small program.
-_torch: Any = None
-(_pytree, _FakeTensor, _FakeTensorMode, _is_fake, _SCALAR_TO_DTYPE, _serialize_dtype, _serialize_device,
- _deserialize_device, _serialize_treespec, _deserialize_treespec, _outside_ambient_modes) = (None,) * 11
-
-
-def _bind_torch() -> None:
-    """Import the torch side (see above); the entry points that need it call this first."""
-    global _torch, _pytree, _FakeTensor, _FakeTensorMode, _is_fake, _SCALAR_TO_DTYPE, _serialize_dtype
-    global _serialize_device, _deserialize_device, _serialize_treespec, _deserialize_treespec
-    global _outside_ambient_modes
-    if _torch is not None:
-        return
-    import torch
-    import torch.utils._pytree as pytree
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
-
-    from .enums import SCALAR_TO_DTYPE, serialize_dtype
-    from .isolation import outside_ambient_modes
-    from .treespec import deserialize_treespec, serialize_treespec
-    from .values import deserialize_device, serialize_device
-
-    _pytree, _FakeTensor, _FakeTensorMode, _is_fake = pytree, FakeTensor, FakeTensorMode, is_fake
-    _SCALAR_TO_DTYPE, _serialize_dtype = SCALAR_TO_DTYPE, serialize_dtype
-    _serialize_device, _deserialize_device = serialize_device, deserialize_device
-    _serialize_treespec, _deserialize_treespec = serialize_treespec, deserialize_treespec
-    _outside_ambient_modes = outside_ambient_modes
-    _torch = torch  # last: it marks the binding complete
-
-
-class InvalidTensorViewError(MalformedArtifactError):
-    """Sizes/strides/offset are negative, of different lengths, or too large for int64."""
-
-
-class TensorOutOfBoundsError(MalformedArtifactError):
-    """A tensor view addresses bytes beyond the end of its storage."""
-
-
-class StorageIndexError(MalformedArtifactError):
-    """A tensor names a storage index that does not exist."""
-
-
-class PayloadSizeError(MalformedArtifactError):
-    """A payload's byte length differs from its Storage.nbytes (or Storage.nbytes is invalid)."""
-
-
-class InvalidDtypeError(MalformedArtifactError):
-    """A dtype a weight cannot have, or requires_grad on a dtype that cannot carry gradients."""
-
-
-class InvalidBoolError(MalformedArtifactError):
-    """A bool tensor holds a byte other than 0 or 1 (undefined behaviour in torch kernels)."""
 
 
 # ---------------------------------------------------------------- public API
@@ -158,7 +92,6 @@ def serialize_weights(
             or an example-input leaf of an unsupported type (the message names it).
     """
     _check_byteorder()
-    _bind_torch()
     table = _StorageTable()
     sd = {name: table.add(state_dict[name], f"state_dict[{name!r}]") for name in _sorted_names(state_dict, "state_dict")}
     consts = {name: table.add(constants[name], f"constants[{name!r}]") for name in _sorted_names(constants, "constants")}
@@ -190,9 +123,8 @@ def deserialize_weights(
             (``serde.register_tensor_subclass``).
     """
     _check_byteorder()
-    _bind_torch()
     validate_weights(w, lambda name: len(member(name)))
-    with _outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
+    with outside_ambient_modes():  # real tensors, even inside a caller's FakeTensorMode
         return _deserialize_weights(w, member, place or {})
 
 
@@ -203,44 +135,6 @@ def _deserialize_weights(w: schema.Weights, member: Callable[[str], memoryview],
     consts = {name: tensor(t, f"weights.constants[{name!r}]") for name, t in w.constants.items()}
     examples = None if w.example_inputs is None else _deserialize_example_inputs(w.example_inputs, tensor)
     return sd, consts, examples
-
-
-def validate_weights(w: schema.Weights, payload_size: Callable[[str], int] | None = None) -> None:
-    """Check every storage and tensor view of ``w`` without torch.
-
-    Args:
-        w: decoded weights.json.
-        payload_size: byte length of an archive member; when given, each payload must exist and
-            have exactly ``Storage.nbytes`` bytes.
-
-    Raises:
-        MalformedArtifactError subclasses naming the entry (``weights.state_dict['w']``).
-    """
-    for i, s in enumerate(w.storages):
-        where = f"weights.storages[{i}]"
-        if s.sha256 == "":  # saved without data: no payload member
-            if s.device is None:
-                raise MalformedArtifactError(f"{where}: a storage saved without data has no device; {_FIX}")
-            if not 0 <= s.nbytes <= _INT64_MAX:
-                raise PayloadSizeError(f"{where}: nbytes {s.nbytes} is out of range; {_FIX}")
-            continue
-        if not SHA256_RE.fullmatch(s.sha256):
-            raise MalformedArtifactError(f"{where}: sha256 {s.sha256!r} is not 64 lowercase hex digits; {_FIX}")
-        if not 0 <= s.nbytes <= _INT64_MAX:
-            raise PayloadSizeError(f"{where}: nbytes {s.nbytes} is out of range; {_FIX}")
-        if s.external is not None:  # the bytes are in a safetensors file, checked by serde.archive.safetensors
-            continue
-        if payload_size is not None and (n := payload_size(payload_name(s.sha256))) != s.nbytes:
-            raise PayloadSizeError(f"{where}: payload {payload_name(s.sha256)} has {n} bytes but the "
-                                   f"storage declares nbytes={s.nbytes}; {_FIX}")
-    for name, t in w.state_dict.items():
-        _check_tensor(t, w.storages, f"weights.state_dict[{name!r}]")
-    for name, t in w.constants.items():
-        _check_tensor(t, w.storages, f"weights.constants[{name!r}]")
-    if w.example_inputs is not None:
-        for i, leaf in enumerate(w.example_inputs.leaves):
-            if leaf.as_tensor is not None:
-                _check_tensor(leaf.as_tensor, w.storages, f"weights.example_inputs.leaves[{i}]")
 
 
 def device_text(d: schema.Device | None) -> str:
@@ -256,7 +150,7 @@ def saved_devices(w: schema.Weights) -> set[str]:
 
 
 def _moved(storage: Any, device: Any) -> Any:
-    return _torch.empty(0, dtype=_torch.uint8).set_(storage).to(device).untyped_storage()
+    return torch.empty(0, dtype=torch.uint8).set_(storage).to(device).untyped_storage()
 
 
 def alias_key(t: torch.Tensor) -> tuple:
@@ -301,7 +195,7 @@ class _StorageTable:
         if is_traceable_subclass(t):
             return self._add_subclass(t, where, depth)
         t, has_data = _plain_tensor(t, where)
-        dtype = _serialize_dtype(t.dtype, where)
+        dtype = serialize_dtype(t.dtype, where)
         st = t.untyped_storage()
         key = st._cdata  # the StorageImpl: equal for every tensor sharing this storage
         index = self._index.get(key)
@@ -309,9 +203,9 @@ class _StorageTable:
             index = self._index[key] = len(self._views)
             if has_data:
                 self._views.append(_storage_bytes(st if st.device.type == "cpu" else st.cpu()))
-                self._devices.append(None if t.device.type == "cpu" else _serialize_device(t.device))
+                self._devices.append(None if t.device.type == "cpu" else serialize_device(t.device))
             else:
-                self._views.append((int(st.nbytes()), _serialize_device(t.device)))
+                self._views.append((int(st.nbytes()), serialize_device(t.device)))
                 self._devices.append(None)
             self._keep.append(st)
         return schema.StoredTensor(
@@ -326,14 +220,14 @@ class _StorageTable:
         attrs, ctx = t.__tensor_flatten__()
         inner = {}
         for attr in attrs:
-            if not (isinstance(attr, str) and _ATTR_RE.fullmatch(attr)):
+            if not (isinstance(attr, str) and IDENT.fullmatch(attr)):
                 raise UnsupportedConstructError(f"{where}: {cls.__qualname__}.__tensor_flatten__ names inner "
                                                 f"tensor {attr!r}, which is not an attribute name")
             inner[attr] = self.add(getattr(t, attr), f"{where}.{attr}", depth + 1)
         context = serialize_context(ctx, f"{where}: the flatten context of {cls.__qualname__}")
         sizes, strides = _static_ints(t.shape, where), _static_ints(t.stride(), where)
         return schema.StoredTensor(
-            dtype=_serialize_dtype(t.dtype, where), sizes=sizes, strides=strides,
+            dtype=serialize_dtype(t.dtype, where), sizes=sizes, strides=strides,
             storage_offset=_static_ints([t.storage_offset()], where)[0], storage=-1,
             requires_grad=bool(t.requires_grad),
             subclass=schema.TensorSubclass(class_name=subclass_name(cls), inner=inner, context=context),
@@ -343,12 +237,11 @@ class _StorageTable:
 def _plain_tensor(t: Any, where: str) -> tuple[torch.Tensor, bool]:
     """``t`` as the plain tensor to store (lazy conj/neg bits resolved), and whether it has data
     (torch's is_fake, asked once: it costs more than the rest of these checks together)."""
-    torch = _torch
     if not isinstance(t, torch.Tensor):
         raise UnsupportedConstructError(
             f"{where}: a {type(t).__module__}.{type(t).__qualname__} is not a tensor; only tensors can be "
             "stored as weights (custom objects are not supported)")
-    if type(t) not in (torch.Tensor, torch.nn.Parameter, _FakeTensor):
+    if type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor):
         raise UnsupportedConstructError(
             f"{where}: tensor subclass {type(t).__qualname__} cannot be stored: it does not implement "
             "__tensor_flatten__ / __tensor_unflatten__; convert it to a plain torch.Tensor before exporting")
@@ -368,7 +261,7 @@ def _plain_tensor(t: Any, where: str) -> tuple[torch.Tensor, bool]:
 
 
 def _has_data(t: Any) -> bool:
-    return not (t.device.type == "meta" or _is_fake(t))
+    return not (t.device.type == "meta" or is_fake(t))
 
 
 def _static_ints(values: Any, where: str) -> list[int]:
@@ -394,7 +287,6 @@ def _storage_bytes(st: Any) -> memoryview | bytes:
 
 
 def _serialize_example_inputs(example_inputs: Any, table: _StorageTable) -> schema.ExampleInputs:
-    pytree = _pytree
     if not (isinstance(example_inputs, tuple) and len(example_inputs) == 2
             and isinstance(example_inputs[0], tuple) and isinstance(example_inputs[1], dict)):
         raise UnsupportedConstructError(
@@ -408,7 +300,7 @@ def _serialize_example_inputs(example_inputs: Any, table: _StorageTable) -> sche
         for path, value in pytree.tree_flatten_with_path(example_inputs)[0]:
             _example_leaf(value, _StorageTable(), f"example_inputs{pytree.keystr(path)}")
         raise
-    return schema.ExampleInputs(spec=_serialize_treespec(spec, "example_inputs.spec"), leaves=leaves)
+    return schema.ExampleInputs(spec=serialize_treespec(spec, "example_inputs.spec"), leaves=leaves)
 
 
 def _example_leaf(value: Any, table: _StorageTable, where: str) -> schema.ExampleLeaf:
@@ -417,7 +309,7 @@ def _example_leaf(value: Any, table: _StorageTable, where: str) -> schema.Exampl
 
 
 def _leaf_kind(value: Any, where: str) -> str:
-    if isinstance(value, _torch.Tensor):
+    if isinstance(value, torch.Tensor):
         return "as_tensor"
     kind = _LEAF_KINDS.get(type(value))
     if kind is None:
@@ -449,64 +341,6 @@ _SERIALIZE_LEAF: dict[str, Callable[[Any, _StorageTable, str], Any]] = {
 # ---------------------------------------------------------------- load side
 
 
-def _check_tensor(t: schema.StoredTensor, storages: list[schema.Storage], where: str, depth: int = 0) -> None:
-    if t.subclass is None:
-        _check_view(t, storages, where)
-        return
-    if depth >= MAX_SUBCLASS_DEPTH:
-        raise InvalidTensorViewError(f"{where}: tensor subclasses nest deeper than {MAX_SUBCLASS_DEPTH} levels; {_FIX}")
-    if t.storage != -1:
-        raise StorageIndexError(f"{where}: a tensor subclass has no storage of its own, but names storage "
-                                f"{t.storage} (expected -1); {_FIX}")
-    _check_meta(t, where)
-    check_class_name(t.subclass.class_name, f"{where}.subclass.class_name")
-    for name, inner in t.subclass.inner.items():
-        if not _ATTR_RE.fullmatch(name):
-            raise MalformedArtifactError(f"{where}.subclass.inner: {name[:80]!r} is not an attribute name; {_FIX}")
-        _check_tensor(inner, storages, f"{where}.subclass.inner[{name!r}]", depth + 1)
-
-
-def _check_meta(t: schema.StoredTensor, where: str) -> tuple[int, int]:
-    """Dtype, sizes, strides and offset are sane; returns (itemsize, numel)."""
-    itemsize = ITEMSIZE.get(t.dtype)
-    if itemsize is None:
-        raise InvalidDtypeError(f"{where}: dtype {t.dtype.name} cannot be a stored tensor; {_FIX}")
-    if t.requires_grad and t.dtype not in _GRAD_DTYPES:
-        raise InvalidDtypeError(f"{where}: requires_grad is set on a {t.dtype.name} tensor, which cannot "
-                                f"have gradients; {_FIX}")
-    if len(t.sizes) != len(t.strides):
-        raise InvalidTensorViewError(f"{where}: {len(t.sizes)} sizes but {len(t.strides)} strides; {_FIX}")
-    for what, values in (("size", t.sizes), ("stride", t.strides), ("storage_offset", [t.storage_offset])):
-        for v in values:
-            if not 0 <= v <= _INT64_MAX:
-                raise InvalidTensorViewError(f"{where}: {what} {v} is {'negative' if v < 0 else 'too large'}; "
-                                             f"stored tensors have non-negative sizes, strides and offsets; {_FIX}")
-    numel = 1
-    for s in t.sizes:
-        numel *= s
-    if numel > _INT64_MAX:
-        raise InvalidTensorViewError(f"{where}: {numel} elements do not fit in int64; {_FIX}")
-    return itemsize, numel
-
-
-def _check_view(t: schema.StoredTensor, storages: list[schema.Storage], where: str) -> None:
-    itemsize, numel = _check_meta(t, where)
-    if not 0 <= t.storage < len(storages):
-        raise StorageIndexError(f"{where}: storage index {t.storage} is out of range (there are "
-                                f"{len(storages)} storages); {_FIX}")
-    nbytes = storages[t.storage].nbytes
-    # Python ints do not overflow, so this bound is exact.
-    if numel == 0:
-        end = t.storage_offset * itemsize
-    else:
-        end = (t.storage_offset + sum((n - 1) * s for n, s in zip(t.sizes, t.strides, strict=True)) + 1) * itemsize
-    if end > nbytes:
-        raise TensorOutOfBoundsError(
-            f"{where}: the view (sizes {t.sizes}, strides {t.strides}, offset {t.storage_offset}, "
-            f"{itemsize}-byte {t.dtype.name}) reaches byte {end} of storage {t.storage}, which has only "
-            f"{nbytes} bytes; {_FIX}")
-
-
 class _TensorBuilder:
     """Builds the tensors of one load: storages once, FakeTensors in one mode, subclasses once each."""
 
@@ -524,10 +358,9 @@ class _TensorBuilder:
         self._subclasses: dict[bytes, Any] = {}
 
     def tensor(self, t: schema.StoredTensor, where: str) -> torch.Tensor:
-        torch = _torch
         if t.subclass is not None:
             return self._subclass(t, where)
-        dtype, device = _SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
+        dtype, device = SCALAR_TO_DTYPE[t.dtype], self._devices[t.storage]
         placed = self._placed.get(t.storage)
         if placed is not None:
             out = torch.empty(0, dtype=dtype, device=placed).set_(
@@ -535,7 +368,7 @@ class _TensorBuilder:
             return out.requires_grad_(t.requires_grad)
         if device is None:
             out = torch.empty(0, dtype=dtype).set_(self._storages[t.storage], t.storage_offset, t.sizes, t.strides)
-            if t.dtype == ST.BOOL and out.numel() and int(out.view(torch.uint8).max()) > 1:
+            if t.dtype == schema.ScalarType.BOOL and out.numel() and int(out.view(torch.uint8).max()) > 1:
                 raise InvalidBoolError(f"{where}: a bool tensor holds bytes other than 0 and 1; {_FIX}")
             return out.requires_grad_(t.requires_grad)
         with self._mode_for(device):
@@ -547,16 +380,15 @@ class _TensorBuilder:
         return contextlib.nullcontext() if device.type == "meta" else self._fake_mode
 
     def _abstract_storage(self, s: schema.Storage, where: str) -> Any:
-        torch = _torch
         try:
-            device = _deserialize_device(s.device)
+            device = deserialize_device(s.device)
         except MalformedArtifactError as e:
             raise MalformedArtifactError(f"{where}: {e}; {_FIX}") from None
         self._devices.append(device)
         if device.type == "meta":
             return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
         if self._fake_mode is None:
-            self._fake_mode = _FakeTensorMode()
+            self._fake_mode = FakeTensorMode()
         with self._fake_mode:
             return torch.empty(s.nbytes, dtype=torch.uint8, device=device).untyped_storage()
 
@@ -570,12 +402,12 @@ class _TensorBuilder:
         inner = {name: self.tensor(it, f"{where}.subclass.inner[{name!r}]") for name, it in sc.inner.items()}
         ctx = deserialize_context(sc.context, f"{where}.subclass.context")
         try:
-            out = cls.__tensor_unflatten__(inner, ctx, _torch.Size(t.sizes), tuple(t.strides))
+            out = cls.__tensor_unflatten__(inner, ctx, torch.Size(t.sizes), tuple(t.strides))
         except Exception as e:  # the registered class's own code rejected the stored data
             raise MalformedArtifactError(
                 f"{where}: {sc.class_name}.__tensor_unflatten__ failed on the stored inner tensors and context "
                 f"({type(e).__name__}: {e}); {_FIX}") from None
-        if not (isinstance(out, cls) and out.dtype == _SCALAR_TO_DTYPE[t.dtype] and list(out.shape) == t.sizes
+        if not (isinstance(out, cls) and out.dtype == SCALAR_TO_DTYPE[t.dtype] and list(out.shape) == t.sizes
                 and list(out.stride()) == t.strides):
             raise MalformedArtifactError(
                 f"{where}: {sc.class_name}.__tensor_unflatten__ gave a {type(out).__qualname__} "
@@ -589,7 +421,6 @@ class _TensorBuilder:
 
 def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
                    abstract: Callable[[schema.Storage, str], Any], devices: list[Any]) -> list[Any]:
-    torch = _torch
     out = []
     used: set[str] = set()
     for i, s in enumerate(w.storages):
@@ -611,7 +442,7 @@ def _load_storages(w: schema.Weights, member: Callable[[str], memoryview],
 
 
 def _copy_storage(view: memoryview) -> Any:
-    dst = _torch.empty(len(view), dtype=_torch.uint8)
+    dst = torch.empty(len(view), dtype=torch.uint8)
     memoryview((ctypes.c_char * len(view)).from_address(dst.data_ptr())).cast("B")[:] = view
     return dst.untyped_storage()
 
@@ -624,7 +455,7 @@ def _deserialize_example_inputs(ex: schema.ExampleInputs, tensor: Callable[[sche
     if spec.num_leaves != len(leaves):
         raise MalformedArtifactError(f"weights.example_inputs: the spec has {spec.num_leaves} leaves but "
                                      f"{len(leaves)} are stored; {_FIX}")
-    out = _pytree.tree_unflatten(leaves, spec)
+    out = pytree.tree_unflatten(leaves, spec)
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], tuple) and isinstance(out[1], dict)):
         raise MalformedArtifactError(f"weights.example_inputs: the spec does not describe (args, kwargs); {_FIX}")
     return out
@@ -639,7 +470,7 @@ def _example_spec(s: schema.TreeSpec) -> Any:
     key = wire.encode(s)
     spec = _EXAMPLE_SPECS.get(key)
     if spec is None:
-        spec = _deserialize_treespec(s, "weights.example_inputs.spec")
+        spec = deserialize_treespec(s, "weights.example_inputs.spec")
         if _builtin_only(spec):
             _EXAMPLE_SPECS.remember(key, spec)
     return spec

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from serde.archive.artifact import read_artifacts
 from serde.archive.safetensors import external_payloads
-from serde.bridge.weights import validate_weights
+from serde.core.checks import validate_weights
 from serde.errors import SerializeError
 
 __all__ = ["HELP", "CheckReport", "OperatorReport", "verify", "check_operators", "add_arguments", "run"]

@@ -3,19 +3,16 @@
 One :class:`Limits` object travels from :func:`serde.load` (and ``read_archive``) to every check.
 The defaults are far above what real exported programs use; raise one for a trusted file with
 ``serde.load(path, limits=Limits(max_list_len=...))``. Every violation is a :class:`LimitError`
-subclass naming the field, the value, the limit and the ``Limits`` field to raise.
+subclass (:mod:`serde.core.errors`) naming the field, the value, the limit and the ``Limits`` field to raise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serde.errors import UnsafeArtifactError
+from serde.core.errors import LimitError
 
-__all__ = [
-    "Limits", "DEFAULT_LIMITS", "LimitError", "ListTooLongError", "NameTooLongError", "TooManyNodesError",
-    "TensorRankError", "TensorSizeError", "IntegerTooLargeError", "check_limit", "too_large",
-]
+__all__ = ["Limits", "DEFAULT_LIMITS", "check_limit", "too_large"]
 
 
 @dataclass(frozen=True)
@@ -51,34 +48,6 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-
-
-class LimitError(UnsafeArtifactError):
-    """A value in the artifact exceeds a :class:`Limits` cap."""
-
-
-class ListTooLongError(LimitError):
-    """A list (argument, sizes, names) is longer than ``Limits.max_list_len``."""
-
-
-class NameTooLongError(LimitError):
-    """A name or metadata text is longer than ``Limits.max_name_chars`` / ``max_text_chars``."""
-
-
-class TooManyNodesError(LimitError):
-    """The program has more nodes than ``Limits.max_nodes``."""
-
-
-class TensorRankError(LimitError):
-    """A tensor has more dimensions than ``Limits.max_tensor_rank``."""
-
-
-class TensorSizeError(LimitError):
-    """A tensor has more elements than ``Limits.max_tensor_elements``."""
-
-
-class IntegerTooLargeError(LimitError):
-    """An integer or an exponent exceeds ``Limits.max_int_bits`` / ``max_exponent`` / ``max_power_bits``."""
 
 
 def check_limit(value: int, limits: Limits, field: str, where: str, what: str,

@@ -32,7 +32,8 @@ from typing import Any
 
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
-from .limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
+from .errors import IntegerTooLargeError
+from .limits import DEFAULT_LIMITS, too_large
 
 __all__ = [
     "ExprTree",

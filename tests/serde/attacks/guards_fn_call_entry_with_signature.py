@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from serde.core.names import UnsafeNameError
+from serde.core.errors import UnsafeNameError
 from tests.serde.attacks._attack_kit import Base, rewrite_program
 
 ERROR = UnsafeNameError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from serde.bridge.weights import InvalidBoolError
+from serde.core.errors import InvalidBoolError
 from tests.serde.attacks._attack_kit import Base, rewrite_members
 
 ERROR = InvalidBoolError

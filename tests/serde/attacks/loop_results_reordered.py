@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.bridge.consistency import InconsistentProgramError
+from serde.bridge.errors import InconsistentProgramError
 from tests.serde.attacks._attack_kit import Base, nodes, rewrite_program
 
 ERROR = InconsistentProgramError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.bridge.weights import StorageIndexError
+from serde.core.errors import StorageIndexError
 from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = StorageIndexError

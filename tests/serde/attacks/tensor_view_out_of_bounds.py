@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.bridge.weights import TensorOutOfBoundsError
+from serde.core.errors import TensorOutOfBoundsError
 from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = TensorOutOfBoundsError

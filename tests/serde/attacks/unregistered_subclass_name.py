@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.bridge.subclasses import UnknownTensorSubclassError
+from serde.bridge.errors import UnknownTensorSubclassError
 from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = UnknownTensorSubclassError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.bridge.weights import PayloadSizeError
+from serde.core.errors import PayloadSizeError
 from tests.serde.attacks._attack_kit import Base, rewrite_weights
 
 ERROR = PayloadSizeError

@@ -88,7 +88,7 @@ def _classify_run(e: BaseException, serde_error: type) -> str:
 
 
 def _revert_fx_names() -> None:
-    from serde.core import names
+    from serde.core.checks import names
 
     names._FX_SHADOWING = frozenset()
     names.RESERVED_LOCALS = names.RESERVED_LOCALS - {"getattr"}
@@ -132,10 +132,10 @@ def _revert_sort() -> None:
 
 
 def _revert_hop_operands() -> None:
-    from serde.bridge import consistency
+    from serde.bridge.checks import hops
 
     for name in ("cond", "scan", "map_impl"):
-        consistency._HOPS[name] = lambda *a: None
+        hops.HOPS[name] = lambda *a: None
 
 
 def _revert_padding() -> None:
@@ -162,7 +162,7 @@ def main() -> None:
     import native
     import serde
     from serde.bridge import propagation
-    from serde.bridge.consistency import InconsistentProgramError
+    from serde.bridge.errors import InconsistentProgramError
     from serde.errors import SerializeError
 
     with open("/proc/self/statm") as f:

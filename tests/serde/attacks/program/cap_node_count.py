@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import serde
-from serde.core.limits import TooManyNodesError
+from serde.core.errors import TooManyNodesError
 
 ERROR = TooManyNodesError
 MATCH = r"graph\.nodes: the number of nodes \(so far\) is \d+, more than Limits\.max_nodes=2"

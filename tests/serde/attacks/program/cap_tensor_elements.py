@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.core.limits import TensorSizeError
+from serde.core.errors import TensorSizeError
 from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = TensorSizeError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.core.limits import NameTooLongError
+from serde.core.errors import NameTooLongError
 from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = NameTooLongError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.core.limits import TensorRankError
+from serde.core.errors import TensorRankError
 from tests.serde.attacks.program._program_kit import edit_program
 
 ERROR = TensorRankError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serde.core.names import UnsafeNameError
+from serde.core.errors import UnsafeNameError
 from tests.serde.attacks.program._program_kit import rename
 
 ERROR = UnsafeNameError

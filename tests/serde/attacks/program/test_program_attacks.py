@@ -95,7 +95,7 @@ def test_program_attack_is_refused_and_runs_nothing(name: str, bases: dict[str, 
 @pytest.mark.parametrize("name", [n for n in ATTACKS if _module(n).RUNS_CODE])
 def test_without_the_name_check_the_attack_runs_code(name: str, bases: dict[str, bytes], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # Proves the attack is real on this torch: with serde.core.names switched off, the canary appears.
+    # Proves the attack is real on this torch: with serde.core.checks switched off, the canary appears.
     monkeypatch.setattr(program, "check_program", lambda p, limits=None: None)
     monkeypatch.setattr(api, "check_weight_names", lambda w, limits=None: None)
     canary = tmp_path / "pwned"
