@@ -18,7 +18,7 @@ from .text import tree_to_str
 from .tree import ARITY, MAX_EXPR_DEPTH
 
 __all__ = [
-    "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols",
+    "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols", "expr_renamed",
     "expr_key", "expr_from_text", "ranges_by_text", "FUNCTION_MEMBERS",
 ]
 
@@ -144,6 +144,23 @@ def expr_text(e: schema.Expr, *, where: str = "expression") -> str:
 def expr_key(e: schema.Expr, *, where: str = "expression") -> tuple:
     """A hashable key for an expression (its tuple tree)."""
     return expr_to_tree(e, where=where)
+
+
+def expr_renamed(e: schema.Expr, rename: Callable[[str], str], *, where: str = "expression",
+                 _depth: int = 0) -> schema.Expr:
+    """``e`` with each symbol ``s`` replaced by ``rename(s)``."""
+    if _depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {MAX_EXPR_DEPTH}")
+    kind = e.kind
+    v = getattr(e, kind)  # (e.value would find the kind again)
+    d = _depth + 1
+    if kind == "symbol":
+        return E(symbol=rename(v))
+    if kind == "opaque_unary":
+        return E(opaque_unary=schema.OpaqueUnary(fn=v.fn, arg=expr_renamed(v.arg, rename, where=where, _depth=d)))
+    if isinstance(v, list):
+        return E(**{kind: [expr_renamed(x, rename, where=where, _depth=d) for x in v]})
+    return e
 
 
 def expr_symbols(e: schema.Expr) -> set[str]:

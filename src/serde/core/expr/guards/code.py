@@ -19,8 +19,7 @@ from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from ... import schema, wire
 from ...memo import Memo
-from ..stored import expr_symbols
-from ..tree import MAX_EXPR_DEPTH
+from ..stored import expr_renamed, expr_symbols
 from .grammar import MAX_GUARDS
 from .parse import Parser
 from .printer import Printer, printed_checks
@@ -64,7 +63,7 @@ def guards_from_code(codes: list[str], *, where: str = "guards",
         sources: dict[SourceKey, str] = {}
         rename = {f"g{i}": sources.setdefault(k, f"g{len(sources)}") for i, k in enumerate(stored)}
         if any(old != new for old, new in rename.items()):
-            trees = tuple(_rename(t, rename.__getitem__, 0) for t in trees)
+            trees = tuple(expr_renamed(t, rename.__getitem__, where="guards") for t in trees)
         out = _FROM_CODE.remember(key, _number(sources, list(trees)))
     _NUMBERED.remember(id(out), out)
     return out
@@ -156,7 +155,7 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
     checks: dict[str, schema.Expr] = {}
     for t in trees:
         if not same:
-            t = _rename(t, rename.__getitem__, 0)
+            t = expr_renamed(t, rename.__getitem__, where="guards")
         checks.setdefault(Printer(names, "guards").expr(t, 0), t)
     used = set()
     for t in checks.values():
@@ -184,17 +183,3 @@ _FROM_CODE = Memo(1 << 10)
 
 def _is_numbered(g: schema.InputGuards) -> bool:
     return _NUMBERED.get(id(g)) is g
-
-
-def _rename(e: schema.Expr, f: Callable[[str], str], depth: int) -> schema.Expr:
-    if depth > MAX_EXPR_DEPTH:
-        raise MalformedArtifactError(f"guards: expression nested deeper than {MAX_EXPR_DEPTH}")
-    kind = e.kind
-    v = getattr(e, kind)  # (e.value would find the kind again)
-    if kind == "symbol":
-        return E(symbol=f(v))
-    if kind == "opaque_unary":
-        return E(opaque_unary=schema.OpaqueUnary(fn=v.fn, arg=_rename(v.arg, f, depth + 1)))
-    if isinstance(v, list):
-        return E(**{kind: [_rename(x, f, depth + 1) for x in v]})
-    return e
