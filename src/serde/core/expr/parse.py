@@ -58,7 +58,8 @@ def parse_to_tree(text: str, *, where: str) -> ExprTree:
     ``parse_to_tree(tree_to_str(t)) == t`` for every tree :func:`sympy_to_tree` returns.
 
     Raises:
-        MalformedArtifactError, UnsafeArtifactError: as :func:`parse_expr`.
+        MalformedArtifactError: bad syntax, too long, too deep, wrong arity, bad values.
+        UnsafeArtifactError: code-like input (strings, attributes, dunders, unknown calls, ...).
     """
     return render(Parser(text, where).parse(), where, 0).tree
 

@@ -27,8 +27,6 @@ from .sources import SourceKey, make_source, sort_key, source_text
 
 __all__ = ["guards_from_code", "guards_to_code", "canonical_guards", "guard_texts"]
 
-E = schema.Expr
-
 
 def guards_from_code(codes: list[str], *, where: str = "guards",
                      resolve: Callable[[SourceKey], SourceKey] | None = None) -> schema.InputGuards | None:
