@@ -1,6 +1,6 @@
 """Schema 1.x expression text, frozen: read what the 1.x writer printed back into tuple trees.
 
-A frozen copy on purpose, not an import of ``serde.core.symbolic``: an upgrader step is a pure
+A frozen copy on purpose, not an import of ``serde.core.expr``: an upgrader step is a pure
 function fixed at its release, so later changes to the live grammar cannot change what a 1.x
 artifact becomes. It reads only the language the 1.x printer wrote: integers, floats, symbol
 names, the constants, ``+ - * / **``, ``< <= > >=``, ``& | ~``, parentheses, and calls to the

@@ -7,7 +7,7 @@
 The text is read by a frozen copy of the 1.x expression grammar (``_v1_text``), never sympify or
 eval, and the tree -> JSON table below is a frozen copy of the 2.0 ``Expr`` union: this step must
 keep producing exactly 2.0 documents whatever later versions do to the live parser or to
-serde.core.exprs, so it imports neither (an import contract in pyproject.toml checks this).
+serde.core.expr, so it imports neither (an import contract in pyproject.toml checks this).
 """
 
 from __future__ import annotations

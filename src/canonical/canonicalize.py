@@ -27,9 +27,10 @@ from typing import Any
 
 import msgspec
 
-from serde.core import schema, symbolic
+from serde.core import schema
+from serde.core.expr import free_symbol_names
+from serde.core.expr.guards import canonical_guards
 from serde.core.gcpause import paused_gc
-from serde.core.guards import canonical_guards
 from serde.core.opfacts import OPAQUE, FactsFn, OpFacts
 from serde.core.walk import (
     DIRECT_LEAF_KINDS,
@@ -597,7 +598,7 @@ def _assert_templates(g: schema.Graph, where: str) -> tuple[schema.Graph, dict[i
                                        kind=ins[1].kind)
             n = msgspec.structs.replace(n, inputs=[ins[0], msg])
             try:
-                symbolic.free_symbol_names(m.group(1), where=f"{where}.nodes[{i}].inputs[1]")
+                free_symbol_names(m.group(1), where=f"{where}.nodes[{i}].inputs[1]")
             except SerializeError:
                 pass  # not an expression this parser reads: the message is printed from the value
             else:

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from serde.core import schema
-from serde.core.exprs import ranges_by_text
+from serde.core.expr import ranges_by_text
 from serde.core.wire import sha256_hex
 from serde.errors import MalformedArtifactError
 

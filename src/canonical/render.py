@@ -28,9 +28,8 @@ import re
 from collections.abc import Callable
 
 from serde.core import schema
-from serde.core.exprs import expr_key, expr_text, ranges_by_text
-from serde.core.guards import guard_texts
-from serde.core.symbolic import tree_to_str
+from serde.core.expr import expr_key, expr_text, ranges_by_text, tree_to_str
+from serde.core.expr.guards import guard_texts
 from serde.core.walk import EMPTY_STACK_KEY, argument_subgraphs
 from serde.errors import MalformedArtifactError
 
@@ -700,7 +699,7 @@ def _poly_of(x: int | tuple) -> Poly | None:
 
 
 def _poly(t: tuple) -> Poly | None:
-    """The polynomial of an expression tree (as :func:`serde.core.exprs.expr_key` gives it)."""
+    """The polynomial of an expression tree (as :func:`serde.core.expr.expr_key` gives it)."""
     op = t[0]
     if op == "Integer":
         return {(): t[1]}

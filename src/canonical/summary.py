@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 
 from serde.core import schema
-from serde.core.exprs import ranges_by_text
+from serde.core.expr import ranges_by_text
 from serde.core.walk import EMPTY_STACK_KEY
 
 from .render import (

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from serde.core import schema, symbolic, wire
-from serde.core.exprs import expr_from_text, expr_text
+from serde.core import schema, wire
+from serde.core.expr import expr_from_text, expr_text, free_symbol_names, rename_symbols
 from serde.core.memo import Memo
 from serde.core.walk import rename_sym_value, sym_value_exprs
 
@@ -40,7 +40,7 @@ _READ = Memo(1 << 12)       # renamed text -> (its tree, the tree's encoding)
 def _ordered_symbols(text: str, where: str) -> tuple[str, ...]:
     names = _SYMBOLS.get(text)
     if names is None:
-        free = symbolic.free_symbol_names(text, where=where)
+        free = free_symbol_names(text, where=where)
         ordered: list[str] = []
         for m in _IDENT.finditer(text):
             s = m.group(0)
@@ -154,7 +154,7 @@ class SymbolRenamer:
             key = (text, tuple(mapping.get(s, s) for s in _ordered_symbols(text, where)))
             out = _RENAMED.get(key)
             if out is None:
-                out = _RENAMED.remember(key, symbolic.rename_symbols(text, mapping, where=where))
+                out = _RENAMED.remember(key, rename_symbols(text, mapping, where=where))
             self._renamed[text] = out
         return out
 

@@ -15,11 +15,11 @@ from typing import Any, BinaryIO
 import msgspec
 
 from serde.bridge.operators import PREDISPATCH_TARGETS
-from serde.core import schema, symbolic
+from serde.core import schema
 from serde.core.checks import validate_weights
 from serde.core.dtypes import ITEMSIZE
-from serde.core.exprs import expr_text, expr_to_tree, ranges_by_text
-from serde.core.guards import flat_input_paths, guards_to_code, input_arguments, source_key, source_text
+from serde.core.expr import BOOL, NUM, expr_text, expr_to_tree, ranges_by_text
+from serde.core.expr.guards import flat_input_paths, guards_to_code, input_arguments, source_key, source_text
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
@@ -381,7 +381,7 @@ class _Emitter:
             return s.as_int
         return self.b.dim(tree_of(s.as_expr, where=where), where)
 
-    def sym_expr(self, v: Any, where: str, sort: str = symbolic.NUM) -> int:
+    def sym_expr(self, v: Any, where: str, sort: str = NUM) -> int:
         """Expression index of a SymInt/SymBool's value (``sort``: a number or a boolean), -1 when
         it has none we can evaluate."""
         if v is None or v.as_expr is None:
@@ -401,7 +401,7 @@ class _Emitter:
         if kind == "as_sym_int":
             return self.b.new(P.SymInt(self.sym_expr(g.sym_int_values.get(name), where)))
         if kind == "as_sym_bool":
-            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where, symbolic.BOOL)))
+            return self.b.new(P.SymBool(self.sym_expr(g.sym_bool_values.get(name), where, BOOL)))
         if kind == "as_sym_float":
             return self.b.new(P.SymFloat())
         raise UnsupportedConstructError(f"{where}: a value of kind {kind!r} ({name!r}) is not supported natively")

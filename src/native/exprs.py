@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from serde.core import schema, symbolic
+from serde.core import schema
 from serde.core.errors import IntegerTooLargeError
-from serde.core.exprs import expr_to_tree
+from serde.core.expr import NUM, check_sort, expr_to_tree, tree_to_str
 from serde.core.limits import DEFAULT_LIMITS, too_large
 from serde.errors import UnsupportedConstructError
 
@@ -69,7 +69,7 @@ class UnboundSymbolError(ValueError):
     """An expression used a symbol that has no value yet (an unbacked, data-dependent size)."""
 
 
-def tree_of(e: schema.SymExpr, *, where: str, sort: str = symbolic.NUM) -> tuple:
+def tree_of(e: schema.SymExpr, *, where: str, sort: str = NUM) -> tuple:
     """The plain tuple tree of a schema expression (the one place tied to the schema's encoding),
     which must be of ``sort`` (a number for sizes and SymInts, a boolean for SymBools: the runtime
     would evaluate one as the other).
@@ -80,7 +80,7 @@ def tree_of(e: schema.SymExpr, *, where: str, sort: str = symbolic.NUM) -> tuple
             ``Limits.max_exponent``: checked here, before :func:`bounds` or the runtime computes it.
     """
     tree = expr_to_tree(e.expr, where=where)
-    symbolic.check_sort(tree, sort, where=where)
+    check_sort(tree, sort, where=where)
     _check_magnitudes(tree, where)
     return tree
 
@@ -189,8 +189,6 @@ def _piecewise(pairs: Sequence[tuple], emit: Callable[[tuple], None], code: list
 
 
 def _unsupported(t: tuple, what: str, where: str) -> None:
-    from serde.core.symbolic import tree_to_str
-
     try:
         text = tree_to_str(t, where=where)
     except Exception:  # a malformed subtree still deserves the message below

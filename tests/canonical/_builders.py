@@ -24,7 +24,7 @@ _TREES = "expr" in S.SymExpr.__struct_fields__
 
 def sym_expr(text: str) -> S.SymExpr:
     if _TREES:
-        from serde.core.exprs import expr_from_text
+        from serde.core.expr import expr_from_text
         return S.SymExpr(expr=expr_from_text(text))
     return S.SymExpr(expr_str=text)
 
@@ -33,14 +33,14 @@ def expr_of(v: S.SymInt | S.SymExpr) -> str:
     """Text of a SymInt/SymBool/SymFloat expression (or of a SymExpr)."""
     e = v.as_expr if not isinstance(v, S.SymExpr) else v
     if _TREES:
-        from serde.core.exprs import expr_text
+        from serde.core.expr import expr_text
         return expr_text(e.expr)
     return e.expr_str
 
 
 def make_ranges(ranges: dict[str, tuple[int | None, int | None]]) -> Any:
     if _TREES:
-        from serde.core.exprs import expr_from_text
+        from serde.core.expr import expr_from_text
         return [S.RangeConstraint(min_val=lo, max_val=hi, expr=expr_from_text(k)) for k, (lo, hi) in ranges.items()]
     return {k: S.RangeConstraint(min_val=lo, max_val=hi) for k, (lo, hi) in ranges.items()}
 
@@ -48,7 +48,7 @@ def make_ranges(ranges: dict[str, tuple[int | None, int | None]]) -> Any:
 def ranges_of(p: S.ExportedProgram) -> dict[str, tuple[int | None, int | None]]:
     rc = p.range_constraints
     if _TREES:
-        from serde.core.exprs import expr_text
+        from serde.core.expr import expr_text
         return {expr_text(r.expr): (r.min_val, r.max_val) for r in rc}
     return {k: (r.min_val, r.max_val) for k, r in rc.items()}
 

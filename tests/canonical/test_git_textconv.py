@@ -20,7 +20,7 @@ import torch
 import serde
 from canonical import render as R
 from serde.archive.artifact import read_artifact
-from serde.core.exprs import ranges_by_text
+from serde.core.expr import ranges_by_text
 
 PT2SERDE = Path(sys.executable).parent / "pt2serde"
 

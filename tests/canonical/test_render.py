@@ -16,7 +16,7 @@ from canonical import render as R
 from canonical.diff import diff
 from serde.archive.artifact import read_artifact
 from serde.core import schema as s
-from serde.core.exprs import expr_from_text
+from serde.core.expr import expr_from_text
 from serde.errors import MalformedArtifactError
 from serde.testing.zoo import CASES, export_case
 

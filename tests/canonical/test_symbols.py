@@ -10,7 +10,7 @@ from canonical.canonicalize import canonicalize
 from serde.bridge.effects import op_facts
 from serde.bridge.program import serialize_program
 from serde.core import schema, wire
-from serde.core.exprs import expr_from_text, expr_text
+from serde.core.expr import expr_from_text, expr_text
 from serde.core.memo import Memo
 from serde.testing import zoo
 

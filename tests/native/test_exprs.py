@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from native import exprs as E
 from native.errors import NativeFormatError
 from native.memory import code_bounds
-from serde.core.symbolic import parse_to_tree, tree_to_sympy
+from serde.core.expr import parse_to_tree, tree_to_sympy
 from serde.errors import UnsupportedConstructError
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import torch
 
 import serde
 from serde.archive.artifact import read_artifact
-from serde.core.exprs import expr_text
+from serde.core.expr import expr_text
 from serde.testing import assert_programs_equal, assert_roundtrip
 from tests import zoo_breadth
 

@@ -18,7 +18,7 @@ import pytest
 import native
 import serde
 from serde.archive import read_archive, write_archive
-from serde.core import symbolic
+from serde.core.expr import BOOL, NUM, check_sort, parse_to_tree
 from serde.errors import MalformedArtifactError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,9 +101,9 @@ def test_the_unedited_program_loads_and_emits() -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("text", "sort"), [
-    ("s0 + 1", symbolic.NUM), ("Max(s0, 2*s1)", symbolic.NUM), ("Eq(Mod(s0, 2), 0)", symbolic.BOOL),
-    ("(s0 > 2) & (s1 <= 3)", symbolic.BOOL), ("Piecewise((s0, s1 > 2), (1, True))", symbolic.NUM),
-    ("ITE(s0 > 2, s1, 3)", symbolic.NUM), ("Ne(s0 > 1, s1 > 2)", symbolic.BOOL),
+    ("s0 + 1", NUM), ("Max(s0, 2*s1)", NUM), ("Eq(Mod(s0, 2), 0)", BOOL),
+    ("(s0 > 2) & (s1 <= 3)", BOOL), ("Piecewise((s0, s1 > 2), (1, True))", NUM),
+    ("ITE(s0 > 2, s1, 3)", NUM), ("Ne(s0 > 1, s1 > 2)", BOOL),
 ])
 def test_the_sorts_torch_writes_pass(text: str, sort: str) -> None:
-    symbolic.check_sort(symbolic.parse_to_tree(text, where="e"), sort, where="e")
+    check_sort(parse_to_tree(text, where="e"), sort, where="e")

@@ -104,10 +104,10 @@ def test_a_derived_dims_example_value_gives_its_symbols(coeffs, hint, expected):
     # The solve for the symbol is remembered per process: each case here runs after the others in
     # one process, so a memo keyed by less than (expression, symbol, value) gives a wrong answer.
     from serde.bridge.values import SymbolicContext
-    from serde.core import schema, symbolic
-    from serde.core.exprs import expr_from_sympy
+    from serde.core import schema
+    from serde.core.expr import expr_from_sympy, symbol_assumptions
 
-    s0 = sympy.Symbol("s0", **symbolic.symbol_assumptions("s0"))
+    s0 = sympy.Symbol("s0", **symbol_assumptions("s0"))
     ranges = [schema.RangeConstraint(expr=expr_from_sympy(s0), min_val=2, max_val=64)]
     expr = expr_from_sympy(coeffs[0] * s0 + coeffs[1])
     for _ in range(2):

@@ -25,7 +25,13 @@ import serde
 from serde.archive.artifact import read_artifact
 from serde.bridge.treespec import serialize_treespec
 from serde.core import schema
-from serde.core.guards import canonical_guards, guards_from_code, guards_to_code, input_paths, source_resolver
+from serde.core.expr.guards import (
+    canonical_guards,
+    guards_from_code,
+    guards_to_code,
+    input_paths,
+    source_resolver,
+)
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 from serde.testing import ProgramMismatch, assert_programs_equal
@@ -411,17 +417,17 @@ def test_print_parse_round_trip(code: str, monkeypatch) -> None:
 
 def _print_with_smuggled_exec(monkeypatch) -> None:
     """Make the guard printer append a call of exec to every check, as a printer bug could."""
-    from serde.core import guards as guards_module
+    from serde.core.expr.guards import code, printer
 
-    original = guards_module._Printer.expr
+    original = printer.Printer.expr
 
     def smuggling(self, e, depth):
         text = original(self, e, depth)
         return f"({text} and exec(1))" if depth == 0 else text
 
-    monkeypatch.setattr(guards_module._Printer, "expr", smuggling)
+    monkeypatch.setattr(printer.Printer, "expr", smuggling)
     # forget remembered printouts: print them again
-    monkeypatch.setattr(guards_module, "_PRINTED", Memo(guards_module._PRINTED.cap))
+    monkeypatch.setattr(code, "_PRINTED", Memo(code._PRINTED.cap))
 
 
 def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None:
@@ -622,10 +628,10 @@ def test_program_comparer_reads_strict_sources_as_saved(tmp_path: Path) -> None:
 
 
 def _fresh_guard_memos(monkeypatch) -> None:
-    from serde.core import guards as guards_module
+    from serde.core.expr.guards import code
 
     for name in ("_PARSED", "_FROM_CODE", "_NUMBERED"):
-        monkeypatch.setattr(guards_module, name, Memo(getattr(guards_module, name).cap))
+        monkeypatch.setattr(code, name, Memo(getattr(code, name).cap))
 
 
 def test_remembered_parses_give_what_a_fresh_parse_gives(monkeypatch) -> None:

@@ -38,7 +38,7 @@ def test_forget_all_empties_every_memo_and_a_save_then_writes_the_same_bytes(tmp
     # The memos only ever skip work: a save that does all of it again, as the first save of a
     # program in a process does, writes the very bytes a save served from the memos writes.
     import serde
-    from serde.core import guards
+    from serde.core.expr.guards import code as guards
     from serde.core.memo import forget_all
     from serde.testing import zoo
 

@@ -7,7 +7,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from serde.bridge import values
 from serde.bridge.values import serialize_sym_float, serialize_sym_int
-from serde.core.exprs import expr_from_sympy
+from serde.core.expr import expr_from_sympy
 from serde.core.memo import Memo
 
 

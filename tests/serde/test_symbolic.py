@@ -20,7 +20,7 @@ from torch.utils._sympy import functions as tf
 from torch.utils._sympy.numbers import int_oo
 
 from serde.core.errors import IntegerTooLargeError
-from serde.core.symbolic import (
+from serde.core.expr import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,
     free_symbol_names,
@@ -33,6 +33,7 @@ from serde.core.symbolic import (
     tree_to_str,
     tree_to_sympy,
 )
+from serde.core.limits import IntegerTooLargeError
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 # --- real expressions -----------------------------------------------------------------------
@@ -259,7 +260,7 @@ def test_print_is_stable_across_processes():
 def test_text_helpers_import_neither_sympy_nor_torch():
     code = (
         "import sys\n"
-        "from serde.core.symbolic import free_symbol_names, parse_to_tree, rename_symbols, tree_to_str\n"
+        "from serde.core.expr import free_symbol_names, parse_to_tree, rename_symbols, tree_to_str\n"
         "assert free_symbol_names('FloorDiv(s1, 2) + u0') == {'s1', 'u0'}\n"
         "assert rename_symbols('s1 + 2*s0', {'s0': 'a', 's1': 'b'}) == '2*a + b'\n"
         "assert tree_to_str(parse_to_tree('1 + 2*s0', where='x')) == '2*s0 + 1'\n"

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from serde.archive import read_archive
 from serde.archive.upgrade import load_step, upgrade_documents
-from serde.core import schema, symbolic, wire
-from serde.core.exprs import expr_text
+from serde.core import schema, wire
+from serde.core.expr import expr_text, parse_to_tree, print_expr
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError, UnsafeArtifactError
 from tests.serde.test_symbolic import bool_exprs, int_exprs
@@ -107,8 +107,8 @@ def test_unknown_op_in_tree_is_an_upgrade_error():
 def test_frozen_grammar_reads_printed_text_as_the_live_parser_does(e):
     """On the text the 1.x writer printed (print_expr of torch's sympy expressions), the frozen copy
     and the live parser give the same tree: the step produces what it produced when it was written."""
-    text = symbolic.print_expr(e)
-    assert _v1_text.parse(text, where="t") == symbolic.parse_to_tree(text, where="t"), text
+    text = print_expr(e)
+    assert _v1_text.parse(text, where="t") == parse_to_tree(text, where="t"), text
 
 
 def test_frozen_grammar_reads_every_v1_fixture_expression_as_the_live_parser_does():
@@ -116,7 +116,7 @@ def test_frozen_grammar_reads_every_v1_fixture_expression_as_the_live_parser_doe
              for d in _sym_exprs(_v1_docs(case)["program"], [])]
     assert len(set(texts)) > 3
     for text in texts:
-        assert _v1_text.parse(text, where="t") == symbolic.parse_to_tree(text, where="t"), text
+        assert _v1_text.parse(text, where="t") == parse_to_tree(text, where="t"), text
 
 
 @pytest.mark.parametrize("text, error, words", [

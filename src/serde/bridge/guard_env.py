@@ -36,9 +36,9 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from serde.core import schema, wire
 from serde.core.errors import IntegerTooLargeError
-from serde.core.guards import source_key
+from serde.core.expr import as_sympy
+from serde.core.expr.guards import source_key
 from serde.core.memo import Memo
-from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
 
 __all__ = ["guard_spelling", "record_guards"]
@@ -51,7 +51,7 @@ _SLOC = SLoc(framework_loc="pt2serde: guards stored in the artifact", maybe_user
 
 @functools.cache
 def guard_spelling() -> str:
-    """How the running torch prints max and min in guards (one of serde.core.guards.SPELLINGS).
+    """How the running torch prints max and min in guards (one of serde.core.expr.guards.SPELLINGS).
 
     Asked of torch's own guard printer rather than read off its version: torch 2.13 prints
     ``max(a, b)``, 2.14 ``torch.sym_max(a, b)``, and a loaded program's guards must compile and fail
@@ -71,7 +71,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
                   *, where: str = "guards") -> None:
     """Give ``shape_env``, the ShapeEnv of a loaded graph, its inputs' sources and the stored guards ``g``.
 
-    ``values`` maps each nameable user input's path (as :func:`serde.core.guards.input_arguments`
+    ``values`` maps each nameable user input's path (as :func:`serde.core.expr.guards.input_arguments`
     keys them) to its value in the loaded graph (a fake tensor, SymInt, int...). ``g`` must already
     be validated (:func:`serde.bridge.program.deserialize_guards`).
 

@@ -13,7 +13,7 @@ from torch.export.exported_program import ExportedProgram
 
 from serde.core import schema
 from serde.core.checks import check_program
-from serde.core.guards import (
+from serde.core.expr.guards import (
     ATTR,
     SourceKey,
     failing_guard,
@@ -251,7 +251,7 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
     signature, exactly as loading will check them.
 
     Raises:
-        UnsupportedConstructError: a guard outside the allow-list of serde.core.guards, or one that
+        UnsupportedConstructError: a guard outside the allow-list of serde.core.expr.guards, or one that
             reads something that is not a user input of ``ep``.
     """
     codes = list(getattr(ep, "_guards_code", None) or [])
@@ -275,7 +275,7 @@ def serialize_guards(ep: ExportedProgram, gm: schema.GraphModule) -> schema.Inpu
 
 def guard_input_paths(gm: schema.GraphModule, example_inputs: Any) -> list[tuple | None] | None:
     """The guard path of every flat user input of ``gm``: what the stored spec names
-    (:func:`serde.core.guards.flat_input_paths`), with the leaves inside registered pytree classes
+    (:func:`serde.core.expr.guards.flat_input_paths`), with the leaves inside registered pytree classes
     (a transformers ``DynamicCache``, a dataclass) filled in from ``example_inputs`` as this
     process's pytree registry flattens them with keys. torch's ``ep.module()`` finds a guard's
     input the same way (``"L" + keystr(path)`` of the flattened example inputs), so a path named
@@ -290,7 +290,7 @@ def guard_input_paths(gm: schema.GraphModule, example_inputs: Any) -> list[tuple
 
 
 def with_registered_paths(flat: list[tuple | None], names: list[str], example_inputs: Any) -> list[tuple | None]:
-    """``flat`` (:func:`serde.core.guards.input_paths`) with its unnamed leaves named from
+    """``flat`` (:func:`serde.core.expr.guards.input_paths`) with its unnamed leaves named from
     ``example_inputs`` as this process's pytree registry flattens them with keys; ``names`` are
     the forward's argument names."""
     if example_inputs is None or all(p is not None for p in flat):

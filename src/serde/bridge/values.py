@@ -16,8 +16,19 @@ from torch.fx.experimental import symbolic_shapes
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from serde.core import schema, symbolic
-from serde.core.exprs import expr_from_sympy, expr_text, expr_to_tree
+from serde.core import schema
+from serde.core.expr import (
+    BOOL,
+    NUM,
+    SYMBOL_CLASS_RE,
+    check_sort,
+    expr_from_sympy,
+    expr_text,
+    expr_to_tree,
+    symbol_assumptions,
+    tree_to_str,
+    tree_to_sympy,
+)
 from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
@@ -234,8 +245,6 @@ def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
         expr, syms = hit
         if all(symbol(s.name) is s for s in syms):
             return expr
-    from serde.core.symbolic import tree_to_sympy
-
     met: list[sympy.Symbol] = []
 
     def record(name: str) -> sympy.Symbol:
@@ -272,8 +281,8 @@ class SymbolicContext:
         max_unbacked = {"u": -1, "zuf": -1}
         for rc in range_constraints:
             tree = expr_to_tree(rc.expr, where="range_constraints")
-            symbolic.check_sort(tree, symbolic.NUM, where="range_constraints")
-            key = symbolic.tree_to_str(tree, where="range_constraints")
+            check_sort(tree, NUM, where="range_constraints")
+            key = tree_to_str(tree, where="range_constraints")
             self._range_exprs.append((tree, key))
             lo = -int_oo if rc.min_val is None else sympy.Integer(rc.min_val)
             hi = int_oo if rc.max_val is None else sympy.Integer(rc.max_val)
@@ -283,7 +292,7 @@ class SymbolicContext:
                     f"range_constraints[{key!r}]: [{rc.min_val}, {rc.max_val}] is not a valid range: {why}; "
                     "the artifact is damaged or was edited after saving")
             self._ranges[key] = ValueRanges(lo, hi)
-            m = symbolic.SYMBOL_CLASS_RE.match(key)
+            m = SYMBOL_CLASS_RE.match(key)
             if m and m.group(1) in max_unbacked:
                 max_unbacked[m.group(1)] = max(max_unbacked[m.group(1)], int(m.group(2)))
         # Fresh unbacked symbols created later (e.g. by run_decompositions) must not reuse our names.
@@ -298,7 +307,7 @@ class SymbolicContext:
         sym = self.symbols.get(name)
         if sym is not None:
             return sym
-        m = symbolic.SYMBOL_CLASS_RE.match(name)
+        m = SYMBOL_CLASS_RE.match(name)
         vr = self._ranges.get(name)
         # torch's ShapeEnv asserts on a symbol it has no range for: refuse such symbols here, by name.
         if m is None:
@@ -309,7 +318,7 @@ class SymbolicContext:
             raise MalformedArtifactError(
                 f"symbol {name!r} has no entry in range_constraints, which every input dimension symbol "
                 "of an exported program has; the artifact is damaged")
-        sym = sympy.Symbol(name, **symbolic.symbol_assumptions(name))
+        sym = sympy.Symbol(name, **symbol_assumptions(name))
         self.symbols[name] = sym
         # Every range goes in through the ShapeEnv's own update, which also records where each
         # bound came from: torch reads that record whenever a size check later narrows the range.
@@ -361,7 +370,7 @@ class SymbolicContext:
         out = self._symints.get(key)
         if out is not None:
             return out
-        symbolic.check_sort(tree, symbolic.NUM, where=where)
+        check_sort(tree, NUM, where=where)
         expr = self._expr_of_tree(tree, where)
         hint = self._hint(expr, stored_hint)
         out = int(expr) if isinstance(expr, sympy.Integer) else self.shape_env.create_symintnode(expr, hint=hint)
@@ -373,7 +382,7 @@ class SymbolicContext:
             return schema.from_f64(s.as_float)
         e = s.as_expr
         tree = expr_to_tree(e.expr, where=where)
-        symbolic.check_sort(tree, symbolic.NUM, where=where)
+        check_sort(tree, NUM, where=where)
         expr = self._expr_of_tree(tree, where)
         hint = _hint_of(e, "as_float", where)
         hint = None if hint is None else schema.from_f64(hint)
@@ -385,7 +394,7 @@ class SymbolicContext:
         if s.as_expr is None:
             return s.as_bool
         tree = expr_to_tree(s.as_expr.expr, where=where)
-        symbolic.check_sort(tree, symbolic.BOOL, where=where)
+        check_sort(tree, BOOL, where=where)
         return self.shape_env.create_symboolnode(self._expr_of_tree(tree, where))
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:

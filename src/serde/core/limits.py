@@ -34,7 +34,7 @@ class Limits:
     max_nodes: int = 1 << 20            # nodes over the graph and all its subgraphs
     max_tensor_rank: int = 64           # torch's own kernels index dims with int8-sized tables
     max_tensor_elements: int = (1 << 63) - 1   # the product of concrete sizes, as int64
-    # symbolic expressions (serde.core.symbolic and native.exprs). These bound every expression parse and
+    # symbolic expressions (serde.core.expr and native.exprs). These bound every expression parse and
     # evaluation in the process and are read from DEFAULT_LIMITS, not per load; length and depth
     # violations stay MalformedArtifactError (as before), magnitudes are IntegerTooLargeError.
     max_expr_chars: int = 64 * 1024

@@ -21,8 +21,8 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from canonical.canonicalize import ASSERT_MESSAGE
-from serde.core.guards import SourceKey, guards_from_code, input_paths, source_resolver
-from serde.core.symbolic import as_sympy
+from serde.core.expr import as_sympy
+from serde.core.expr.guards import SourceKey, guards_from_code, input_paths, source_resolver
 from serde.errors import SerializeError, UnsupportedConstructError
 
 from .errors import ProgramMismatch

@@ -120,15 +120,16 @@ def _revert_int64() -> None:
 
 
 def _revert_arity() -> None:
-    from serde.core import symbolic
+    from serde.core.expr import stored
 
-    symbolic.ARITY = dict.fromkeys(symbolic.ARITY, (0, None))
+    stored.ARITY = dict.fromkeys(stored.ARITY, (0, None))
 
 
 def _revert_sort() -> None:
-    from serde.core import symbolic
+    import native.exprs
+    import serde.bridge.values
 
-    symbolic.check_sort = lambda *a, **k: None
+    native.exprs.check_sort = serde.bridge.values.check_sort = lambda *a, **k: None
 
 
 def _revert_hop_operands() -> None:

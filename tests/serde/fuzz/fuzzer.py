@@ -91,7 +91,8 @@ if str(ROOT) not in sys.path:  # run as a script: the tests package (for the att
     sys.path.insert(0, str(ROOT))
 
 from serde import archive  # noqa: E402
-from serde.core import exprs, schema, symbolic  # noqa: E402
+from serde.core import schema  # noqa: E402
+from serde.core.expr import ARITY, FUNCTION_MEMBERS  # noqa: E402
 from serde.core.version import SCHEMA_VERSION  # noqa: E402
 from serde.errors import SerializeError  # noqa: E402
 from tests.serde.attacks._attack_kit import raw_zip  # noqa: E402
@@ -179,12 +180,12 @@ BOOL_EXPRS = ({"constant": 1}, {"constant": 2}, {"gt": [_S0, {"integer": 1}]},
 NUM_EXPRS = (_S0, {"integer": 3}, {"integer": 0}, {"add": [_S0, {"integer": 1}]})
 _EXPR_MEMBERS = frozenset(schema.Expr.__struct_fields__)
 _BOOL_OPERANDS = frozenset({"logical_and", "logical_or", "logical_not"})
-_FUNCTION_MEMBERS = tuple(sorted(set(exprs.FUNCTION_MEMBERS.values())))
-_MEMBER_OP = {m: op for op, m in exprs.FUNCTION_MEMBERS.items()}
+_FUNCTION_MEMBERS = tuple(sorted(set(FUNCTION_MEMBERS.values())))
+_MEMBER_OP = {m: op for op, m in FUNCTION_MEMBERS.items()}
 
 
 def _arity_fits(member: str, n: int) -> bool:
-    lo, hi = symbolic.ARITY[_MEMBER_OP[member]]
+    lo, hi = ARITY[_MEMBER_OP[member]]
     return lo <= n and (hi is None or n <= hi)
 
 

@@ -1,4 +1,4 @@
-"""Schema 2.0 expression trees (``schema.Expr``) <-> the tuple trees of :mod:`serde.core.symbolic`.
+"""Stored expressions: schema 2.0 trees (``schema.Expr``) <-> the tuple trees of :mod:`.tree`.
 
 One table maps each tuple-tree op to its ``Expr`` union member; both directions use it.
 Conversions are depth-bounded. Everything here is torch-free; only ``*_sympy`` touch sympy.
@@ -11,10 +11,14 @@ from typing import Any
 
 from serde.errors import MalformedArtifactError
 
-from . import schema, symbolic
+from .. import schema
+from .parse import parse_to_tree
+from .sympy_bridge import sympy_to_tree, tree_to_sympy
+from .text import tree_to_str
+from .tree import ARITY, MAX_EXPR_DEPTH
 
 __all__ = [
-    "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols",
+    "expr_from_tree", "expr_to_tree", "expr_from_sympy", "expr_to_sympy", "expr_text", "expr_symbols", "expr_renamed",
     "expr_key", "expr_from_text", "ranges_by_text", "FUNCTION_MEMBERS",
 ]
 
@@ -50,16 +54,16 @@ _LEAVES = {"symbol", "integer", "floating", "rational", "constant", "opaque_unar
 
 if set(FUNCTION_MEMBERS.values()) | _LEAVES != set(schema.Expr.__struct_fields__):  # exhaustive, at import
     raise AssertionError(
-        f"exprs tables out of sync with schema.Expr: "
+        f"stored-expression tables out of sync with schema.Expr: "
         f"{(set(FUNCTION_MEMBERS.values()) | _LEAVES) ^ set(schema.Expr.__struct_fields__)}")
 if set(_CONSTANT_OPS) != set(schema.ExprConstant):
-    raise AssertionError("ExprConstant values out of sync with exprs._CONSTANTS")
+    raise AssertionError("ExprConstant values out of sync with stored._CONSTANTS")
 
 
 def expr_from_tree(t: Any, *, where: str = "expression", _depth: int = 0) -> schema.Expr:
-    """Tuple tree (as produced by serde.core.symbolic) -> schema.Expr."""
-    if _depth > symbolic.MAX_EXPR_DEPTH:
-        raise MalformedArtifactError(f"{where}: expression nested deeper than {symbolic.MAX_EXPR_DEPTH}")
+    """Tuple tree (as the parser and the sympy bridge produce it) -> schema.Expr."""
+    if _depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {MAX_EXPR_DEPTH}")
     op = t[0]
     if op == "Symbol":
         return E(symbol=t[1])
@@ -84,9 +88,9 @@ def expr_from_tree(t: Any, *, where: str = "expression", _depth: int = 0) -> sch
 
 
 def expr_to_tree(e: schema.Expr, *, where: str = "expression", _depth: int = 0) -> tuple:
-    """schema.Expr -> tuple tree (validated later by serde.core.symbolic when built or printed)."""
-    if _depth > symbolic.MAX_EXPR_DEPTH:
-        raise MalformedArtifactError(f"{where}: expression nested deeper than {symbolic.MAX_EXPR_DEPTH}")
+    """schema.Expr -> tuple tree (validated later, when built or printed)."""
+    if _depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {MAX_EXPR_DEPTH}")
     # The leaves, most of a tree, without the union dispatch.
     if (v := e.symbol) is not None:
         return ("Symbol", v)
@@ -109,7 +113,7 @@ def expr_to_tree(e: schema.Expr, *, where: str = "expression", _depth: int = 0) 
     if kind == "opaque_unary":
         return (_OPAQUE + v.fn, expr_to_tree(v.arg, where=where, _depth=d))
     op = _MEMBER_OPS[kind]
-    lo, hi = symbolic.ARITY[op]
+    lo, hi = ARITY[op]
     if len(v) < lo or (hi is not None and len(v) > hi):
         # Checked here, where every reader gets its tree (the native emitter indexes operands)
         raise MalformedArtifactError(
@@ -125,21 +129,38 @@ def _count(lo: int, hi: int | None) -> str:
 
 
 def expr_from_sympy(e: Any, *, where: str = "expression") -> schema.Expr:
-    return expr_from_tree(symbolic.sympy_to_tree(e, where=where), where=where)
+    return expr_from_tree(sympy_to_tree(e, where=where), where=where)
 
 
 def expr_to_sympy(e: schema.Expr, symbol: Callable[[str], Any], *, where: str = "expression") -> Any:
-    return symbolic.tree_to_sympy(expr_to_tree(e, where=where), symbol, where=where)
+    return tree_to_sympy(expr_to_tree(e, where=where), symbol, where=where)
 
 
 def expr_text(e: schema.Expr, *, where: str = "expression") -> str:
     """Canonical readable text, e.g. ``2*s0 + 1``."""
-    return symbolic.tree_to_str(expr_to_tree(e, where=where), where=where)
+    return tree_to_str(expr_to_tree(e, where=where), where=where)
 
 
 def expr_key(e: schema.Expr, *, where: str = "expression") -> tuple:
     """A hashable key for an expression (its tuple tree)."""
     return expr_to_tree(e, where=where)
+
+
+def expr_renamed(e: schema.Expr, rename: Callable[[str], str], *, where: str = "expression",
+                 _depth: int = 0) -> schema.Expr:
+    """``e`` with each symbol ``s`` replaced by ``rename(s)``."""
+    if _depth > MAX_EXPR_DEPTH:
+        raise MalformedArtifactError(f"{where}: expression nested deeper than {MAX_EXPR_DEPTH}")
+    kind = e.kind
+    v = getattr(e, kind)  # (e.value would find the kind again)
+    d = _depth + 1
+    if kind == "symbol":
+        return E(symbol=rename(v))
+    if kind == "opaque_unary":
+        return E(opaque_unary=schema.OpaqueUnary(fn=v.fn, arg=expr_renamed(v.arg, rename, where=where, _depth=d)))
+    if isinstance(v, list):
+        return E(**{kind: [expr_renamed(x, rename, where=where, _depth=d) for x in v]})
+    return e
 
 
 def expr_symbols(e: schema.Expr) -> set[str]:
@@ -161,7 +182,7 @@ def expr_symbols(e: schema.Expr) -> set[str]:
 
 def expr_from_text(text: str, *, where: str = "expression") -> schema.Expr:
     """Parse canonical expression text (our restricted grammar) into a tree."""
-    return expr_from_tree(symbolic.parse_to_tree(text, where=where), where=where)
+    return expr_from_tree(parse_to_tree(text, where=where), where=where)
 
 
 def ranges_by_text(ranges: list[schema.RangeConstraint]) -> dict[str, schema.RangeConstraint]:
