@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import random
 import struct
 import subprocess
@@ -31,6 +32,7 @@ from serde.archive import (
     payload_name,
     read_archive,
     write_archive,
+    zipfmt,
 )
 from serde.cli import check as cmd_check
 from serde.core import schema, wire
@@ -182,7 +184,7 @@ def test_layout_is_aligned_sorted_stored_and_fixed(tmp_path: Path) -> None:
 def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> None:
     members = _members(seed=3, n_payloads=6)
     for limit in (1, 200):  # every size/offset in zip64, or only some of them
-        monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
+        monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
         data = _to_bytes(members)
         got = read_archive(data)
         for name, value in members.items():
@@ -195,7 +197,7 @@ def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> 
                 assert (info.header_offset + 30 + lnlen + lelen) % ALIGNMENT == 0
         assert data[-42:-38] == b"PK\x06\x07"
     # The reader demands the layout the writer makes under the threshold in force.
-    monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", 1)
+    monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", 1)
     with pytest.raises(archive.CorruptZipError, match="differs from what pt2serde writes"):
         read_archive(data)
     monkeypatch.undo()
@@ -209,14 +211,14 @@ def test_framing_is_compared_field_by_field_unless_zip64(monkeypatch: pytest.Mon
     # leave the file to the byte comparison, which accepts it. Its rejections are tested by
     # test_corruption's bit flips, which only it sees for bytes such as dates and versions.
     answers: list[bool] = []
-    check = archive._framing_as_written
-    monkeypatch.setattr(archive, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
+    check = zipfmt._framing_as_written
+    monkeypatch.setattr(zipfmt, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
     for seed in range(8):
         read_archive(_to_bytes(_members(seed=seed, n_payloads=12)))
     assert answers == [True] * 8
     answers.clear()
     for limit in (1, 200):
-        monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", limit)
+        monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", limit)
         read_archive(_to_bytes(_members(seed=3, n_payloads=6)))
     assert answers == [False, False]
 
@@ -272,7 +274,7 @@ def test_a_file_whose_size_changes_while_read_is_refused(tmp_path: Path, monkeyp
         fields[6] = st.st_size + told  # st_size: what the file had when fstat asked
         return os.stat_result(fields)
 
-    monkeypatch.setattr(archive.os, "fstat", fstat)
+    monkeypatch.setattr(os, "fstat", fstat)
     with pytest.raises(ArtifactIOError, match="changed size while being read"):
         read_archive(path)
 
@@ -474,9 +476,9 @@ def test_crc32_is_isal_and_agrees_with_zlib() -> None:
 
     from isal import isal_zlib
 
-    from serde import archive
+    from serde.archive import digests
 
-    assert archive.crc32 is isal_zlib.crc32
+    assert digests.crc32 is isal_zlib.crc32
     data = random.Random(0).randbytes(1 << 20)
     for cut in (0, 1, 4095, 1 << 19):
-        assert archive.crc32(data[cut:], archive.crc32(data[:cut])) == zlib.crc32(data)
+        assert digests.crc32(data[cut:], digests.crc32(data[:cut])) == zlib.crc32(data)
