@@ -32,8 +32,8 @@ from serde.archive import (
     payload_name,
     read_archive,
     write_archive,
-    zipfmt,
 )
+from serde.archive import layout as archive_layout
 from serde.cli import check as cmd_check
 from serde.core import schema, wire
 from serde.core.version import FORMAT_VERSION, SCHEMA_VERSION
@@ -184,7 +184,7 @@ def test_layout_is_aligned_sorted_stored_and_fixed(tmp_path: Path) -> None:
 def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> None:
     members = _members(seed=3, n_payloads=6)
     for limit in (1, 200):  # every size/offset in zip64, or only some of them
-        monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
+        monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
         data = _to_bytes(members)
         got = read_archive(data)
         for name, value in members.items():
@@ -197,7 +197,7 @@ def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> 
                 assert (info.header_offset + 30 + lnlen + lelen) % ALIGNMENT == 0
         assert data[-42:-38] == b"PK\x06\x07"
     # The reader demands the layout the writer makes under the threshold in force.
-    monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", 1)
+    monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", 1)
     with pytest.raises(archive.CorruptZipError, match="differs from what pt2serde writes"):
         read_archive(data)
     monkeypatch.undo()
@@ -211,14 +211,14 @@ def test_framing_is_compared_field_by_field_unless_zip64(monkeypatch: pytest.Mon
     # leave the file to the byte comparison, which accepts it. Its rejections are tested by
     # test_corruption's bit flips, which only it sees for bytes such as dates and versions.
     answers: list[bool] = []
-    check = zipfmt._framing_as_written
-    monkeypatch.setattr(zipfmt, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
+    check = archive_layout._framing_as_written
+    monkeypatch.setattr(archive_layout, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
     for seed in range(8):
         read_archive(_to_bytes(_members(seed=seed, n_payloads=12)))
     assert answers == [True] * 8
     answers.clear()
     for limit in (1, 200):
-        monkeypatch.setattr(zipfmt, "_ZIP64_THRESHOLD", limit)
+        monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", limit)
         read_archive(_to_bytes(_members(seed=3, n_payloads=6)))
     assert answers == [False, False]
 

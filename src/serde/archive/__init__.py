@@ -1,15 +1,17 @@
 """The pt2serde archive: one deterministic, checksummed zip, read and written without torch.
 
-Where each part lives: the members and their names (:mod:`.members`), the zip layout, its
-parser and framing check (:mod:`.zipfmt`), the digests (:mod:`.digests`), writing
-(:mod:`.writer`), reading and verifying (:mod:`.reader`), the errors (:mod:`.errors`), and the
-step up to schema Structs (:mod:`.artifact`). Files are read and written by :mod:`serde.fileio`.
+Where each part lives: the members and their names (:mod:`.members`), the zip layout and the
+framing check (:mod:`.layout`), the zip parser (:mod:`.parse`), the digests (:mod:`.digests`),
+writing (:mod:`.writer`), reading and verifying (:mod:`.reader`), the verified contents
+(:mod:`.contents`), the errors (:mod:`.errors`), and the step up to schema Structs
+(:mod:`.artifact`). Files are read and written by :mod:`serde.fileio`.
 """
 
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.wire import sha256_hex
 from serde.fileio import digest_all, write_atomic
 
+from .contents import ArchiveContents
 from .digests import xxh3_hex
 from .errors import (
     ArchiveFormatError,
@@ -34,6 +36,7 @@ from .errors import (
     UnknownMemberError,
     UnsafeMemberNameError,
 )
+from .layout import ALIGNMENT
 from .members import (
     DEBUG,
     EXTRA_PREFIX,
@@ -51,9 +54,8 @@ from .members import (
     program_member,
     program_names,
 )
-from .reader import ArchiveContents, is_torch_export_archive, read_archive
+from .reader import is_torch_export_archive, read_archive
 from .writer import write_archive
-from .zipfmt import ALIGNMENT
 
 __all__ = [
     "MANIFEST", "PROGRAM", "WEIGHTS", "DEBUG", "FORMAT_NAME", "ALIGNMENT", "EXTRA_PREFIX", "PROGRAMS_PREFIX",

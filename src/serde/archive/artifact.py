@@ -16,6 +16,7 @@ from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError
 
+from .contents import ArchiveContents
 from .members import (
     DEBUG,
     EXTRA_PREFIX,
@@ -25,9 +26,8 @@ from .members import (
     extra_member,
     payload_name,
     program_member,
-    program_names,
 )
-from .reader import ArchiveContents, read_archive
+from .reader import read_archive
 from .upgrade import check_readable, document_version, upgrade_documents
 from .writer import write_archive
 
@@ -100,45 +100,41 @@ def read_artifacts(src: Source, *, limits: Limits = DEFAULT_LIMITS,
                                     sha256=sha256, verify=verify)
     version = contents.schema_version
     check_readable(version)
-    names = program_names(contents.names) or [None]
+    names = contents.programs or [None]
     return {name: _read_program(contents, name, version) for name in names}
 
 
 def _read_program(contents: ArchiveContents, name: str | None, version: tuple[int, int]) -> Artifact:
-    program_m, weights_m, debug_m = (program_member(name, m)
-                                     for m in (PROGRAM, WEIGHTS, DEBUG))
+    types = {program_member(name, m): t for m, t in ((PROGRAM, schema.ExportedProgram), (WEIGHTS, schema.Weights),
+                                                     (DEBUG, schema.DebugInfo))}
+    program_m, weights_m, debug_m = types
+    # Taken before any is decoded: a missing program.json or weights.json raises MissingMemberError.
+    views = {n: contents.member(n) for n in types if n != debug_m or n in contents}
     if version[0] == SCHEMA_VERSION[0]:
         # Same major: unknown optional fields from a newer minor are ignored by the typed decoder.
-        program = wire.decode(contents.member(program_m), schema.ExportedProgram, where=program_m)
-        weights = wire.decode(contents.member(weights_m), schema.Weights, where=weights_m)
-        debug = (wire.decode(contents.member(debug_m), schema.DebugInfo, where=debug_m)
-                 if debug_m in contents else None)
-        _check_agrees((program.schema_version.major, program.schema_version.minor), version, program_m)
+        got = {n: wire.decode(v, types[n], where=n) for n, v in views.items()}
+        declared = (got[program_m].schema_version.major, got[program_m].schema_version.minor)
     else:
-        members = [program_m, weights_m] + ([debug_m] if debug_m in contents else [])
-        docs = {n.rsplit("/", 1)[-1].removesuffix(".json"): wire.decode_json(contents.member(n), where=n)
-                for n in members}
-        _check_agrees(document_version(docs["program"], where=program_m), version, program_m)
-        docs = upgrade_documents(docs, version)
-        program = _convert(docs["program"], schema.ExportedProgram, program_m)
-        weights = _convert(docs["weights"], schema.Weights, weights_m)
-        debug = None if docs.get("debug") is None else _convert(docs["debug"], schema.DebugInfo, debug_m)
-    return Artifact(contents.manifest, program, weights, debug, contents, version, name)
-
-
-def _check_agrees(declared: tuple[int, int], manifest: tuple[int, int], where: str) -> None:
-    if declared != manifest:
+        docs = {n: wire.decode_json(v, where=n) for n, v in views.items()}
+        declared = document_version(docs[program_m], where=program_m)
+    if declared != version:
         raise MalformedArtifactError(
-            f"{where}: schema_version {declared[0]}.{declared[1]} disagrees with manifest.json "
-            f"({manifest[0]}.{manifest[1]}); the file was edited or assembled after saving: re-save it with pt2serde"
+            f"{program_m}: schema_version {declared[0]}.{declared[1]} disagrees with manifest.json "
+            f"({version[0]}.{version[1]}); the file was edited or assembled after saving: re-save it with pt2serde"
         )
-
-
-def _convert(doc: Any, type_: type, where: str) -> Any:
-    try:
-        return wire.convert(doc, type_)
-    except msgspec.ValidationError as e:
-        raise MalformedArtifactError(f"{where}: after upgrading, does not match schema {type_.__name__}: {e}") from None
+    if version[0] != SCHEMA_VERSION[0]:
+        short = {n: n.rsplit("/", 1)[-1].removesuffix(".json") for n in types}  # program, weights, debug
+        upgraded = upgrade_documents({short[n]: doc for n, doc in docs.items()}, version)
+        got = {}
+        for n, type_ in types.items():
+            doc = upgraded.get(short[n])
+            if n == debug_m and doc is None:
+                continue
+            try:
+                got[n] = wire.convert(doc, type_)
+            except msgspec.ValidationError as e:
+                raise MalformedArtifactError(f"{n}: after upgrading, does not match schema {type_.__name__}: {e}") from None
+    return Artifact(contents.manifest, got[program_m], got[weights_m], got.get(debug_m), contents, version, name)
 
 
 def encode_members(program: schema.ExportedProgram, weights: schema.Weights, debug: Any | None = None,

@@ -84,15 +84,16 @@ def format_version(names: Iterable[str]) -> int:
     return 2 if any(n.startswith(EXTRA_PREFIX) for n in names) else 1
 
 
-def check_required(names: set[str], where: str) -> None:
+def check_required(names: set[str], where: str) -> list[str] | None:
     """A single-program archive has program.json and weights.json at the top; a multi-program one
-    has them under every ``programs/<name>/`` and none at the top."""
+    has them under every ``programs/<name>/`` and none at the top. Returns the programs, as
+    :func:`program_names` does."""
     programs = program_names(names)
     if programs is None:
         for req in (PROGRAM, WEIGHTS):
             if req not in names:
                 raise MissingMemberError(f"{where} has no {req!r}; it is incomplete or not a pt2serde archive: {FIX}")
-        return
+        return None
     if stray := sorted(names & {PROGRAM, WEIGHTS, DEBUG}):
         raise UnknownMemberError(f"{where}: {stray[0]} at the top of an archive with several programs "
                                  f"({', '.join(programs)}); each program's members live under programs/<name>/: {FIX}")
@@ -100,6 +101,7 @@ def check_required(names: set[str], where: str) -> None:
         for req in (PROGRAM, WEIGHTS):
             if program_member(name, req) not in names:
                 raise MissingMemberError(f"{where}: program {name!r} has no {program_member(name, req)}; {FIX}")
+    return programs
 
 
 def is_json_member(name: str) -> bool:

@@ -24,7 +24,8 @@ from serde.core.version import FORMAT_VERSION
 from serde.errors import ForeignArtifactError, MalformedArtifactError, SerializeError
 from serde.fileio.reader import ReadPolicy, describe, read_all
 
-from .digests import Job, MappedSpan, Want, check_digest, crc32, digest, verify_hashes
+from .contents import ArchiveContents
+from .digests import Job, MappedSpan, Want, check_digest, crc32, verify_hashes
 from .errors import (
     FIX,
     ChecksumMismatchError,
@@ -34,6 +35,7 @@ from .errors import (
     SizeLimitError,
     UnknownMemberError,
 )
+from .layout import check_framing
 from .members import (
     EXTRA_PREFIX,
     FORMAT_NAME,
@@ -44,64 +46,10 @@ from .members import (
     XXH3_RE,
     check_required,
     is_json_member,
-    program_names,
 )
-from .zipfmt import big_spans, central_directory, check_framing, check_members, reject_foreign, torch_writer
+from .parse import big_spans, central_directory, check_members, reject_foreign, torch_writer
 
 __all__ = ["ArchiveContents", "read_archive", "is_torch_export_archive"]
-
-
-class ArchiveContents:
-    """A verified archive. Members are zero-copy views into one buffer holding the whole file,
-    except that a file of 8 MB or more read (not mapped) has each member of 1 MB or more in a
-    buffer of its own.
-
-    The buffers are a private, writable copy of the file when read from a path, a file object or
-    ``bytes`` (so ``torch.frombuffer`` can wrap payloads without copying; ``bytes`` stay read-only
-    views with ``lazy=True``), and the caller's own memory when given a bytearray or a writable
-    memoryview.
-    """
-
-    __slots__ = ("manifest", "names", "schema_version", "_views", "_pending", "_where")
-
-    def __init__(self, manifest: schema.Manifest, views: dict[str, memoryview],
-                 pending: dict[str, Want] | None = None, where: str = "<archive>") -> None:
-        self.manifest = manifest
-        self.names: tuple[str, ...] = tuple(sorted(views))
-        self.schema_version: tuple[int, int] = (manifest.schema_version.major, manifest.schema_version.minor)
-        self._views = views
-        # members read with lazy=True and not yet verified: name -> the digests to check
-        self._pending = dict(pending or {})
-        self._where = where
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._views
-
-    def member(self, name: str) -> memoryview:
-        """The bytes of member ``name``; MissingMemberError if there is no such member.
-
-        A member left unverified by ``read_archive(..., lazy=True)`` is verified here (with the
-        digests ``read_archive`` would have used), the first time it is asked for:
-        ChecksumMismatchError if it is corrupt.
-        """
-        try:
-            view = self._views[name]
-        except KeyError:
-            raise MissingMemberError(
-                f"archive member {name!r} is missing (the archive has {len(self._views)} members); "
-                f"the file is incomplete: {FIX}"
-            ) from None
-        if name in self._pending:
-            want = self._pending[name]
-            check_digest(name, digest(Job(view, want)), want, self._where)
-            self._pending.pop(name, None)
-        return view
-
-    def size(self, name: str) -> int:
-        """The byte length of member ``name``, without reading or verifying it."""
-        if name not in self._views:
-            self.member(name)  # raises MissingMemberError
-        return len(self._views[name])
 
 
 def read_archive(
@@ -158,7 +106,7 @@ def read_archive(
     reject_foreign(records, where)
     views, starts = check_members(buf, records, cd_off, limits, where, held)
     recorded = {r.name: r.crc for r in records}
-    manifest = _check_manifest(views, recorded.get(MANIFEST, 0), where)
+    manifest, programs = _check_manifest(views, recorded.get(MANIFEST, 0), where)
     want = {}
     for n, m in manifest.members.items():
         # the CRC-32 is recomputed unless a digest covers the same bytes (see payload_crc)
@@ -182,7 +130,7 @@ def read_archive(
     # local header must then agree with the central directory, so a flipped byte in either is
     # still caught; member() checks a lazy member's CRC-32 when its bytes are first asked for.
     check_framing(buf, records, cd_off, views, {**recorded, **crcs}, where)
-    return ArchiveContents(manifest, views, later, where)
+    return ArchiveContents(manifest, views, later, where, programs)
 
 
 def is_torch_export_archive(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview) -> bool:
@@ -208,10 +156,12 @@ def _check_file_size(n: int, limits: Limits, where: str) -> None:
                              "if the file is trusted, pass a larger limit")
 
 
-def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str) -> schema.Manifest:
+def _check_manifest(views: dict[str, memoryview], manifest_crc: int,
+                    where: str) -> tuple[schema.Manifest, list[str] | None]:
+    """The manifest, checked against the members, and the programs of a multi-program archive."""
     if MANIFEST not in views:
         raise MissingMemberError(f"{where} has no {MANIFEST}; it is incomplete or not a pt2serde archive: {FIX}")
-    check_required(set(views), where)
+    programs = check_required(set(views), where)
     # Nothing else covers the manifest's bytes (it holds everybody else's sha256), so its CRC-32
     # is checked before a single field of it is trusted; the framing check covers the CRC field.
     if crc32(views[MANIFEST]) != manifest_crc:
@@ -229,7 +179,7 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
     if manifest.format_version < 1:
         raise MalformedArtifactError(f"{where}: {MANIFEST} has invalid format_version "
                                      f"{manifest.format_version}; {FIX}")
-    if manifest.format_version < 3 and program_names(views):
+    if manifest.format_version < 3 and programs:
         raise UnknownMemberError(f"{where}: members under {PROGRAMS_PREFIX} need format version 3, but "
                                  f"{MANIFEST} says {manifest.format_version}; {FIX}")
     if manifest.format_version < 2 and (extra := next((n for n in views if n.startswith(EXTRA_PREFIX)), None)):
@@ -254,4 +204,4 @@ def _check_manifest(views: dict[str, memoryview], manifest_crc: int, where: str)
         if m.xxh3 is not None and not XXH3_RE.fullmatch(m.xxh3):
             raise ManifestMismatchError(f"{where}: {MANIFEST} records an invalid xxh3 {m.xxh3!r} for member "
                                         f"{name!r} (expected 32 lowercase hex digits); {FIX}")
-    return manifest
+    return manifest, programs

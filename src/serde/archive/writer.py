@@ -20,8 +20,8 @@ from serde.fileio.reader import as_bytes_view
 
 from .digests import crc32, crc32_and_xxh3
 from .errors import UnknownMemberError
+from .layout import Entry, layout
 from .members import FORMAT_NAME, MANIFEST, check_name, check_required, format_version
-from .zipfmt import Entry, layout
 
 __all__ = ["write_archive"]
 
