@@ -482,3 +482,30 @@ def test_crc32_is_isal_and_agrees_with_zlib() -> None:
     data = random.Random(0).randbytes(1 << 20)
     for cut in (0, 1, 4095, 1 << 19):
         assert digests.crc32(data[cut:], digests.crc32(data[:cut])) == zlib.crc32(data)
+
+
+def test_archive_errors_are_families_whose_reason_names_the_failed_check(tmp_path: Path) -> None:
+    # Each failure keeps its class and its layer's base, and says which check refused the file
+    # as a reason that code may branch on without reading the message.
+    from serde.archive import errors
+
+    data = _to_bytes(_members())
+    payload = next(n for n in read_archive(data).names if n.startswith("data/"))
+    flipped = bytearray(data)
+    flipped[data.index(_members()[payload]) + 3] ^= 0x40  # one bit of one payload
+    cases = [
+        (lambda: read_archive(bytes(flipped)), errors.ArchiveFormatError, ChecksumMismatchError, "checksum_mismatch"),
+        (lambda: read_archive(data[:len(data) // 2]), errors.ArchiveFormatError, errors.TruncatedArchiveError, "truncated"),
+        (lambda: read_archive(b"not a zip at all"), errors.ForeignArchiveError, NotAnArchiveError, "not_a_zip"),
+        (lambda: read_archive(data, limits=Limits(max_file_bytes=len(data) - 1)), errors.ArchiveSafetyError,
+         SizeLimitError, "size_limit"),
+        (lambda: read_archive(tmp_path / "absent.pt2s"), ArtifactIOError, errors.ArtifactNotFoundError, "not_found"),
+        (lambda: extra_member("../up", "here"), errors.ArchiveSafetyError, UnsafeMemberNameError, "unsafe_member_name"),
+    ]
+    for run, family, cls, reason in cases:
+        with pytest.raises(family) as e:
+            run()
+        assert type(e.value) is cls and e.value.reason == reason, (type(e.value), e.value.reason)
+    leaves = [getattr(errors, n) for n in errors.__all__ if n.endswith("Error") and not n.startswith(("Archive", "Foreign"))]
+    assert len(leaves) == 18 and len({c.reason for c in leaves}) == 18
+    assert all(issubclass(c, SerializeError) for c in leaves)

@@ -248,7 +248,7 @@ def test_a_flipped_byte_in_a_big_read_file_is_caught(wide, tmp_path, where):
     data[at] ^= 0x01
     bad = tmp_path / "bad.pt2s"
     bad.write_bytes(bytes(data))
-    with pytest.raises(archive.MalformedArtifactError):
+    with pytest.raises(serde.MalformedArtifactError):
         serde.load(bad)
 
 def test_load_leaves_payload_crcs_to_check(wide):

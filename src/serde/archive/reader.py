@@ -49,7 +49,7 @@ from .members import (
 )
 from .parse import big_spans, central_directory, check_members, reject_foreign, torch_writer
 
-__all__ = ["ArchiveContents", "read_archive", "is_torch_export_archive"]
+__all__ = ["read_archive", "is_torch_export_archive"]
 
 
 def read_archive(
@@ -97,7 +97,7 @@ def read_archive(
 
     Raises:
         ArtifactIOError, ForeignArtifactError (NotAnArchiveError, TorchArchiveError),
-        MalformedArtifactError and UnsafeArtifactError subclasses defined in this module,
+        MalformedArtifactError and UnsafeArtifactError subclasses (see serde.archive.errors),
         FormatVersionError.
     """
     where = describe(src)

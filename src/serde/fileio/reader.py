@@ -26,7 +26,7 @@ from serde.errors import SerializeError
 from .errors import ArtifactIOError, os_error
 from .pool import PIECE_BYTES, pool, progress
 
-__all__ = ["TAIL_BYTES", "ReadPolicy", "as_bytes_view", "describe", "read_all", "heap_buffer", "Early", "Held", "ReadAt"]
+__all__ = ["TAIL_BYTES", "ReadPolicy", "ANY_FILE", "ReadAt", "Early", "Held", "as_bytes_view", "describe", "read_all"]
 
 # Buffers start on this boundary, so that data the file aligns to it stays aligned for torch
 # (the archive aligns every member's data to 64 bytes).
@@ -61,6 +61,8 @@ ANY_FILE = ReadPolicy()  # no size cap, no spans apart
 
 
 def as_bytes_view(data: object, where: str) -> memoryview:
+    """``data`` as a flat view of bytes, without a copy; SerializeError naming ``where`` if it is
+    not a contiguous buffer."""
     try:
         view = memoryview(data)  # type: ignore[arg-type]
         return view if view.format == "B" and view.ndim == 1 else view.cast("B")
@@ -103,10 +105,10 @@ def _aligned_buffer(n: int) -> memoryview:
     """
     if n >= _BIG_READ_BYTES:
         return memoryview(mmap.mmap(-1, n, flags=_ANON_FLAGS))
-    return heap_buffer(n)
+    return _heap_buffer(n)
 
 
-def heap_buffer(n: int) -> memoryview:
+def _heap_buffer(n: int) -> memoryview:
     """n writable bytes from the C heap (malloc), 64-byte aligned, not zeroed.
 
     Each big member of a read file gets one of these rather than a slice of one whole-file
@@ -335,13 +337,14 @@ def _pread_parallel(fd: int, size: int, start: int, policy: ReadPolicy, where: s
     """Read ``size`` bytes from file offset ``start`` with positional reads on a few threads.
 
     The end of the file is read first, where the policy finds the big spans (an archive's big
-    members' data); each is then read, into a buffer of its own (see heap_buffer), by one task that hashes every piece (XXH3-128) while it
-    is still in cache, which spares a second pass over the bytes when the manifest turns out to
-    record that digest (``hashed=False``: no hashing, for ``verify=False``). Nothing read here is
-    trusted: the spans come from an unverified directory, and a span's buffer and hash count only
-    for a member whose verified data start and size are the span's (see read_archive).
+    members' data); each is then read, into a buffer of its own (see _heap_buffer), by one task
+    that hashes every piece (XXH3-128) while it is still in cache, which spares a second pass
+    over the bytes when the caller turns out to know that digest (``hashed=False``: no hashing,
+    for ``verify=False``). Nothing read here is trusted: the spans come from an unverified index,
+    and a span's buffer and hash count only for a member whose verified data start and size are
+    the span's (see serde.archive.read_archive).
 
-    Returns a buffer of ``size`` bytes holding everything but the big members' data, the number
+    Returns a buffer of ``size`` bytes holding everything but the spans' data, the number
     of bytes read before the first short read (less than ``size`` when the file shrank meanwhile;
     the file position is not used), the spans' digests and the spans' buffers.
     """
@@ -433,7 +436,7 @@ def _read_parallel(source: _FileSource | _SeekableSource | _MemorySource, size: 
     tail = min(size, TAIL_BYTES)
     got_tail = source.read_into(buf, size - tail, size, start)
     spans = _spans(policy, source, buf, start) if got_tail == tail else []
-    held: Held = {lo: heap_buffer(hi - lo) for lo, hi in spans}
+    held: Held = {lo: _heap_buffer(hi - lo) for lo, hi in spans}
     tasks, pos, rest = [], 0, size - tail  # rest: where the bytes not read yet end
     for lo, hi in spans:  # a span may reach into the tail: reading the tail's bytes again is harmless
         gap = min(lo, rest)
