@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import random
 import struct
@@ -509,3 +510,24 @@ def test_archive_errors_are_families_whose_reason_names_the_failed_check(tmp_pat
     leaves = [getattr(errors, n) for n in errors.__all__ if n.endswith("Error") and not n.startswith(("Archive", "Foreign"))]
     assert len(leaves) == 18 and len({c.reason for c in leaves}) == 18
     assert all(issubclass(c, SerializeError) for c in leaves)
+
+
+def test_an_older_major_artifact_is_checked_before_and_after_upgrading() -> None:
+    # A frozen 1.0 artifact takes the upgrading path: its program's declared version must agree with
+    # the manifest, and the upgraded documents must be valid Structs; the intact file loads.
+    from serde.archive.artifact import read_artifact
+
+    src = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v1.0" / "mlp" / "model.pt2s")
+    assert src.schema_version[0] < SCHEMA_VERSION[0]
+    members = {n: bytes(src.member(n)) for n in src.names if n != "manifest.json"}
+
+    def read(**changed: object) -> None:
+        docs = {**members, **{f"{k}.json": json.dumps(v).encode() for k, v in changed.items()}}
+        read_artifact(_to_bytes(docs, schema_version=src.schema_version))
+
+    read()
+    program, weights = json.loads(members["program.json"]), json.loads(members["weights.json"])
+    with pytest.raises(MalformedArtifactError, match=r"^program.json: schema_version 1.7 disagrees with manifest.json \(1.0\)"):
+        read(program={**program, "schema_version": {"major": 1, "minor": 7}})
+    with pytest.raises(MalformedArtifactError, match="^weights.json: after upgrading, does not match schema Weights"):
+        read(weights={**weights, "storages": 7})
