@@ -52,7 +52,7 @@ def test_contracts_catch_a_wrong_import(tmp_path, path, line, broken):
     assert broken in r.stdout
 
 
-# Every module of the torch-free layers (the schema core, file I/O, the archive, the operator sets, the upgraders,
+# Every module of the torch-free layers (the schema core, the archive, the operator sets, the upgraders,
 # canonical).
 TORCH_FREE = sorted(
     ".".join(p.relative_to(base).with_suffix("").parts).removesuffix(".__init__")
