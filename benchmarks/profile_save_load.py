@@ -28,8 +28,8 @@ _MODELS = {"chain": export_chain, "transformer": export_transformer,
 _STAGES = {
     "save": [("serialize_program", "serde/bridge/program.py"), ("serialize_weights", "serde/bridge/weights.py"),
              ("canonicalize", "canonical/canonicalize.py"), ("encode_members", "serde/archive/artifact.py"),
-             ("write_archive", "serde/archive/__init__.py")],
-    "load": [("read_archive", "serde/archive/__init__.py"), ("decode", "serde/core/wire.py"),
+             ("write_archive", "serde/archive/writer.py")],
+    "load": [("read_archive", "serde/archive/reader.py"), ("decode", "serde/core/wire.py"),
              ("deserialize_weights", "serde/bridge/weights.py"), ("attach_debug", "canonical/canonicalize.py"),
              ("deserialize_program", "serde/bridge/program.py")],
 }

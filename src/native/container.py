@@ -29,6 +29,8 @@ import os
 import struct
 from typing import BinaryIO
 
+from serde.fileio import ArtifactIOError, read_all
+
 from .errors import NativeFormatError, NativeVersionError
 
 __all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "check_blob"]
@@ -137,14 +139,9 @@ class SegmentBuilder:
 
 def read_bytes(src: str | os.PathLike | BinaryIO | bytes | bytearray | memoryview, what: str) -> memoryview:
     """The whole file as a writable buffer (paths and file objects) or a view of the given bytes."""
-    if isinstance(src, (bytes, bytearray, memoryview)):
-        return memoryview(src).cast("B")
     try:
-        if isinstance(src, (str, os.PathLike)):
-            with open(src, "rb") as f:
-                return memoryview(bytearray(f.read()))
-        return memoryview(bytearray(src.read()))
-    except OSError as e:
+        return read_all(src)[0]
+    except ArtifactIOError as e:
         raise NativeFormatError(f"{what}: cannot read the file: {e}") from None
 
 

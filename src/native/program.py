@@ -67,7 +67,7 @@ from typing import Annotated, Union
 
 import msgspec
 
-from serde.archive import write_atomic
+from serde.fileio import write_atomic
 
 from . import container
 
@@ -344,7 +344,7 @@ def encode(p: NativeProgram) -> bytes:
 
 
 def write_program(path: str | os.PathLike, p: NativeProgram) -> None:
-    """Write ``p`` atomically (see :func:`serde.archive.write_atomic`).
+    """Write ``p`` atomically (see :func:`serde.fileio.write_atomic`).
 
     Raises:
         ArtifactIOError: the OS refused the write; nothing changed at ``path``.

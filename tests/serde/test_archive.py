@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
 import random
 import struct
 import subprocess
@@ -32,6 +34,7 @@ from serde.archive import (
     read_archive,
     write_archive,
 )
+from serde.archive import layout as archive_layout
 from serde.cli import check as cmd_check
 from serde.core import schema, wire
 from serde.core.version import FORMAT_VERSION, SCHEMA_VERSION
@@ -182,7 +185,7 @@ def test_layout_is_aligned_sorted_stored_and_fixed(tmp_path: Path) -> None:
 def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> None:
     members = _members(seed=3, n_payloads=6)
     for limit in (1, 200):  # every size/offset in zip64, or only some of them
-        monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
+        monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", limit)  # for the writer and the reader
         data = _to_bytes(members)
         got = read_archive(data)
         for name, value in members.items():
@@ -195,7 +198,7 @@ def test_zip64_records_are_written_and_read(monkeypatch: pytest.MonkeyPatch) -> 
                 assert (info.header_offset + 30 + lnlen + lelen) % ALIGNMENT == 0
         assert data[-42:-38] == b"PK\x06\x07"
     # The reader demands the layout the writer makes under the threshold in force.
-    monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", 1)
+    monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", 1)
     with pytest.raises(archive.CorruptZipError, match="differs from what pt2serde writes"):
         read_archive(data)
     monkeypatch.undo()
@@ -209,14 +212,14 @@ def test_framing_is_compared_field_by_field_unless_zip64(monkeypatch: pytest.Mon
     # leave the file to the byte comparison, which accepts it. Its rejections are tested by
     # test_corruption's bit flips, which only it sees for bytes such as dates and versions.
     answers: list[bool] = []
-    check = archive._framing_as_written
-    monkeypatch.setattr(archive, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
+    check = archive_layout._framing_as_written
+    monkeypatch.setattr(archive_layout, "_framing_as_written", lambda *a: answers.append(check(*a)) or answers[-1])
     for seed in range(8):
         read_archive(_to_bytes(_members(seed=seed, n_payloads=12)))
     assert answers == [True] * 8
     answers.clear()
     for limit in (1, 200):
-        monkeypatch.setattr(archive, "_ZIP64_THRESHOLD", limit)
+        monkeypatch.setattr(archive_layout, "_ZIP64_THRESHOLD", limit)
         read_archive(_to_bytes(_members(seed=3, n_payloads=6)))
     assert answers == [False, False]
 
@@ -272,7 +275,7 @@ def test_a_file_whose_size_changes_while_read_is_refused(tmp_path: Path, monkeyp
         fields[6] = st.st_size + told  # st_size: what the file had when fstat asked
         return os.stat_result(fields)
 
-    monkeypatch.setattr(archive.os, "fstat", fstat)
+    monkeypatch.setattr(os, "fstat", fstat)
     with pytest.raises(ArtifactIOError, match="changed size while being read"):
         read_archive(path)
 
@@ -474,9 +477,57 @@ def test_crc32_is_isal_and_agrees_with_zlib() -> None:
 
     from isal import isal_zlib
 
-    from serde import archive
+    from serde.archive import digests
 
-    assert archive.crc32 is isal_zlib.crc32
+    assert digests.crc32 is isal_zlib.crc32
     data = random.Random(0).randbytes(1 << 20)
     for cut in (0, 1, 4095, 1 << 19):
-        assert archive.crc32(data[cut:], archive.crc32(data[:cut])) == zlib.crc32(data)
+        assert digests.crc32(data[cut:], digests.crc32(data[:cut])) == zlib.crc32(data)
+
+
+def test_archive_errors_are_families_whose_reason_names_the_failed_check(tmp_path: Path) -> None:
+    # Each failure keeps its class and its layer's base, and says which check refused the file
+    # as a reason that code may branch on without reading the message.
+    from serde.archive import errors
+
+    data = _to_bytes(_members())
+    payload = next(n for n in read_archive(data).names if n.startswith("data/"))
+    flipped = bytearray(data)
+    flipped[data.index(_members()[payload]) + 3] ^= 0x40  # one bit of one payload
+    cases = [
+        (lambda: read_archive(bytes(flipped)), errors.ArchiveFormatError, ChecksumMismatchError, "checksum_mismatch"),
+        (lambda: read_archive(data[:len(data) // 2]), errors.ArchiveFormatError, errors.TruncatedArchiveError, "truncated"),
+        (lambda: read_archive(b"not a zip at all"), errors.ForeignArchiveError, NotAnArchiveError, "not_a_zip"),
+        (lambda: read_archive(data, limits=Limits(max_file_bytes=len(data) - 1)), errors.ArchiveSafetyError,
+         SizeLimitError, "size_limit"),
+        (lambda: read_archive(tmp_path / "absent.pt2s"), ArtifactIOError, errors.ArtifactNotFoundError, "not_found"),
+        (lambda: extra_member("../up", "here"), errors.ArchiveSafetyError, UnsafeMemberNameError, "unsafe_member_name"),
+    ]
+    for run, family, cls, reason in cases:
+        with pytest.raises(family) as e:
+            run()
+        assert type(e.value) is cls and e.value.reason == reason, (type(e.value), e.value.reason)
+    leaves = [getattr(errors, n) for n in errors.__all__ if n.endswith("Error") and not n.startswith(("Archive", "Foreign"))]
+    assert len(leaves) == 18 and len({c.reason for c in leaves}) == 18
+    assert all(issubclass(c, SerializeError) for c in leaves)
+
+
+def test_an_older_major_artifact_is_checked_before_and_after_upgrading() -> None:
+    # A frozen 1.0 artifact takes the upgrading path: its program's declared version must agree with
+    # the manifest, and the upgraded documents must be valid Structs; the intact file loads.
+    from serde.archive.artifact import read_artifact
+
+    src = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v1.0" / "mlp" / "model.pt2s")
+    assert src.schema_version[0] < SCHEMA_VERSION[0]
+    members = {n: bytes(src.member(n)) for n in src.names if n != "manifest.json"}
+
+    def read(**changed: object) -> None:
+        docs = {**members, **{f"{k}.json": json.dumps(v).encode() for k, v in changed.items()}}
+        read_artifact(_to_bytes(docs, schema_version=src.schema_version))
+
+    read()
+    program, weights = json.loads(members["program.json"]), json.loads(members["weights.json"])
+    with pytest.raises(MalformedArtifactError, match=r"^program.json: schema_version 1.7 disagrees with manifest.json \(1.0\)"):
+        read(program={**program, "schema_version": {"major": 1, "minor": 7}})
+    with pytest.raises(MalformedArtifactError, match="^weights.json: after upgrading, does not match schema Weights"):
+        read(weights={**weights, "storages": 7})

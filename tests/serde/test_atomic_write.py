@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import serde
-from serde import archive
 from serde.archive import ArtifactIOError, payload_name, read_archive, write_archive, write_atomic
+from serde.fileio import atomic
 
 TORCH = "2.13.0"
 
@@ -32,7 +32,8 @@ TORCH = "2.13.0"
 _REWRITER = """
 import os, sys, time
 from serde import archive
-archive._USE_O_TMPFILE = sys.argv[3] == "1"
+from serde.fileio import atomic
+atomic._USE_O_TMPFILE = sys.argv[3] == "1"
 _writev = os.writev
 def _paced(fd, buffers):  # at most 1 MiB per call: the writer must carry on after short writes
     n = _writev(fd, [memoryview(buffers[0]).cast("B")[:1 << 20]])
@@ -150,7 +151,7 @@ def _umask() -> int:
 
 @pytest.fixture(params=[True, False], ids=["o_tmpfile", "named_temp"])
 def tmpfile(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(archive, "_USE_O_TMPFILE", request.param)
+    monkeypatch.setattr(atomic, "_USE_O_TMPFILE", request.param)
     return request.param
 
 
@@ -237,14 +238,14 @@ def test_a_file_is_swept_once_per_process_where_it_is_written_unnamed(tmp_path: 
 
 
 def test_temporary_names_are_unique_and_carry_the_writers_pid() -> None:
-    names = [archive._temp_name("m.pt2s") for _ in range(1000)]
+    names = [atomic._temp_name("m.pt2s") for _ in range(1000)]
     assert len(set(names)) == 1000
     assert all(n.startswith(f".m.pt2s.{os.getpid()}.") for n in names)
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a forked child names its files with its own pid
         try:
-            os.write(write, archive._temp_name("m.pt2s").encode())
+            os.write(write, atomic._temp_name("m.pt2s").encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -267,7 +268,7 @@ def test_short_writes_to_a_file_write_everything(tmp_path: Path, monkeypatch: py
         head = memoryview(buffers[0]).cast("B")
         return real(fd, [head[:7], *(buffers[1:2] if len(head) <= 7 else [])][:2])
 
-    monkeypatch.setattr(archive.os, "writev", trickle)
+    monkeypatch.setattr(os, "writev", trickle)
     target = tmp_path / "a.pt2s"
     write_archive(target, members, schema_version=(1, 0), torch_version=TORCH)
     assert target.read_bytes() == expected.getvalue()
@@ -337,16 +338,16 @@ class _Recording(io.RawIOBase):
 def test_a_stream_gets_a_write_per_run_of_small_chunks(tmp_path: Path) -> None:
     """Headers and small members go to a file object together; a big member is written alone,
     and a long run of small ones is cut into writes of about _JOIN_BYTES."""
-    datas = [b"\x01" * (archive._ALONE_BYTES + 5), *(bytes([i]) * 40_000 for i in range(40))]  # 1.6 MB of small ones
+    datas = [b"\x01" * (atomic._ALONE_BYTES + 5), *(bytes([i]) * 40_000 for i in range(40))]  # 1.6 MB of small ones
     members = {**_members(), **{payload_name(hashlib.sha256(d).hexdigest()): d for d in datas}}
     raw = _Recording()
     write_archive(raw, members, schema_version=(1, 0), torch_version=TORCH)
     target = tmp_path / "a.pt2s"
     write_archive(target, members, schema_version=(1, 0), torch_version=TORCH)
     assert bytes(raw.data) == target.read_bytes()
-    assert raw.sizes.count(archive._ALONE_BYTES + 5) == 1  # the big member, alone
+    assert raw.sizes.count(atomic._ALONE_BYTES + 5) == 1  # the big member, alone
     assert len(raw.sizes) <= 8  # not two writes per member (about 90)
-    assert max(raw.sizes) < archive._JOIN_BYTES + 50_000  # runs are cut near the cap
+    assert max(raw.sizes) < atomic._JOIN_BYTES + 50_000  # runs are cut near the cap
     read_archive(bytes(raw.data))
 
 

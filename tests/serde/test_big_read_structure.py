@@ -22,6 +22,7 @@ import torch
 import serde
 from serde import archive
 from serde.errors import SerializeError
+from serde.fileio import reader
 from tests.serde.attacks._attack_kit import entries
 
 FAST_CASES = 160
@@ -74,7 +75,7 @@ def big(tmp_path_factory) -> tuple[bytes, _Layout, dict[str, bytes]]:
     path = tmp_path_factory.mktemp("big") / "big.pt2s"
     serde.save(ep, path)
     data = path.read_bytes()
-    assert len(data) >= archive._BIG_READ_BYTES
+    assert len(data) >= reader._BIG_READ_BYTES
     lay = _layout(data)
     assert sum(size >= 1 << 20 for _, size in lay.data) >= 2  # the big-member path is taken
     contents = archive.read_archive(path)

@@ -16,6 +16,7 @@ import torch
 import serde
 from serde import archive
 from serde.archive import ChecksumMismatchError
+from serde.fileio import reader
 from serde.testing import assert_programs_equal
 
 
@@ -36,7 +37,7 @@ def wide(tmp_path_factory) -> tuple[torch.export.ExportedProgram, Path]:
     ep = torch.export.export(_Wide().eval(), (torch.randn(2, 1024),))
     path = tmp_path_factory.mktemp("wide") / "wide.pt2s"
     serde.save(ep, path)
-    assert path.stat().st_size >= archive._BIG_READ_BYTES  # takes the parallel-read path
+    assert path.stat().st_size >= reader._BIG_READ_BYTES  # takes the parallel-read path
     return ep, path
 
 
@@ -106,14 +107,14 @@ def test_mmap_of_bytes_and_a_positioned_file_falls_back_to_reading(wide, tmp_pat
 
 def test_parallel_read_reports_a_short_file(tmp_path):
     path = tmp_path / "short.bin"
-    payload = os.urandom(3 * archive._READ_CHUNK + 123)
+    payload = os.urandom(3 * reader._READ_CHUNK + 123)
     path.write_bytes(payload)
     fd = os.open(path, os.O_RDONLY)
     try:
-        buf, got, early, held = archive._pread_parallel(fd, len(payload), 0, archive.DEFAULT_LIMITS, "x")
+        buf, got, early, held = reader._pread_parallel(fd, len(payload), 0, reader.ANY_FILE, "x")
         assert (got, early, held) == (len(payload), {}, {})  # not a zip: no member is read apart
         assert bytes(buf) == payload
-        _, got, _, _ = archive._pread_parallel(fd, len(payload) + archive._READ_CHUNK, 0, archive.DEFAULT_LIMITS, "x")
+        _, got, _, _ = reader._pread_parallel(fd, len(payload) + reader._READ_CHUNK, 0, reader.ANY_FILE, "x")
         assert got == len(payload)  # the first range that came up short decides
     finally:
         os.close(fd)
@@ -201,7 +202,7 @@ def test_big_payloads_are_hashed_while_they_are_read(wide):
     _, src = wide
     data = src.read_bytes()
     manifest = archive.read_archive(data).manifest
-    _, mapped, early, _ = archive._read_all(src, archive.DEFAULT_LIMITS)
+    _, mapped, early, _ = reader.read_all(src, archive.reader._policy(archive.DEFAULT_LIMITS, str(src)))
     big = {name: span for name, span in _payload_spans(data).items() if span[1] - span[0] >= 1 << 20}
     assert not mapped and len(big) == 2
     assert early == {start: (end - start, manifest.members[name].xxh3) for name, (start, end) in big.items()}
@@ -247,7 +248,7 @@ def test_a_flipped_byte_in_a_big_read_file_is_caught(wide, tmp_path, where):
     data[at] ^= 0x01
     bad = tmp_path / "bad.pt2s"
     bad.write_bytes(bytes(data))
-    with pytest.raises(archive.MalformedArtifactError):
+    with pytest.raises(serde.MalformedArtifactError):
         serde.load(bad)
 
 def test_load_leaves_payload_crcs_to_check(wide):

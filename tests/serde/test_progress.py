@@ -7,7 +7,7 @@ import io
 import torch
 
 import serde
-from serde import archive
+from serde.fileio import pool
 
 
 class _Terminal(io.StringIO):
@@ -33,7 +33,7 @@ def test_a_terminal_sees_progress_while_verifying(monkeypatch, tmp_path):
     data = _artifact()
     path = tmp_path / "m.pt2s"
     path.write_bytes(data)
-    monkeypatch.setattr(archive, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "PROGRESS_MIN_BYTES", 0)
     tty = _Terminal()
     monkeypatch.setattr("sys.stderr", tty)
     serde.load(path)
@@ -42,7 +42,7 @@ def test_a_terminal_sees_progress_while_verifying(monkeypatch, tmp_path):
 
 def test_pipes_and_files_see_nothing(monkeypatch, tmp_path):
     data = _artifact()
-    monkeypatch.setattr(archive, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(pool, "PROGRESS_MIN_BYTES", 0)
     pipe = io.StringIO()  # isatty() is False
     monkeypatch.setattr("sys.stderr", pipe)
     serde.load(data)

@@ -543,7 +543,7 @@ def test_a_reader_of_format_3_refuses_external_weights_by_version(tmp_path, monk
     ep = exported("mlp")
     serde.save(ep, tmp_path / "m.pt2s", weights="m.safetensors")
     serde.save(ep, tmp_path / "e.pt2s")
-    monkeypatch.setattr(serde.archive, "FORMAT_VERSION", 3)  # the reader before external weights
+    monkeypatch.setattr(serde.archive.reader, "FORMAT_VERSION", 3)  # the reader before external weights
     serde.load(tmp_path / "e.pt2s")
     with pytest.raises(serde.archive.FormatVersionError, match="format version 4"):
         serde.load(tmp_path / "m.pt2s")

@@ -39,14 +39,16 @@ import msgspec
 import xxhash
 
 from serde.core import schema
+from serde.core.wire import sha256_hex
 from serde.errors import (
     MalformedArtifactError,
     SerializeError,
     UnsafeArtifactError,
     UnsupportedConstructError,
 )
+from serde.fileio import ArtifactNotFoundError, digest_all, os_error, write_atomic
 
-from . import ArtifactNotFoundError, digest_all, os_error, payload_name, sha256_hex, write_atomic
+from .members import payload_name
 
 __all__ = [
     "DTYPE_NAMES", "ITEMSIZES", "MAX_HEADER_BYTES", "FILE_NAME_RE", "Planned", "Entry", "Header",
