@@ -33,7 +33,6 @@ from serde.core.expr import (
     tree_to_str,
     tree_to_sympy,
 )
-from serde.core.limits import IntegerTooLargeError
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 # --- real expressions -----------------------------------------------------------------------

@@ -16,7 +16,8 @@ from typing import Any
 
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-from ..limits import DEFAULT_LIMITS, IntegerTooLargeError, too_large
+from ..errors import IntegerTooLargeError
+from ..limits import DEFAULT_LIMITS, too_large
 from .parse import Parser
 from .text import render
 from .tree import (
