@@ -48,8 +48,8 @@ test-torch:
 # test-all`, and so are the schema and import checks, which do not depend on torch.
 CROSS_TORCH ?= $(lastword $(SUPPORTED_TORCH_VERSIONS))
 CROSS_VENV := .venv-torch-$(CROSS_TORCH)
-CROSS_TESTS ?= tests/compat tests/serde/test_torch_range.py tests/serde/test_opsets.py tests/serde/test_guards.py \
-  tests/serde/test_guard_ranges.py tests/native/test_native_opsets.py
+CROSS_TESTS ?= tests/compat tests/serde/bridge/test_torch_range.py tests/serde/opsets/test_opsets.py tests/serde/core/test_guards.py \
+  tests/serde/bridge/test_guard_ranges.py tests/native/test_native_opsets.py
 test-cross:
 	$(MAKE) TORCH=$(CROSS_TORCH) VENV=$(CROSS_VENV) $(CROSS_VENV)/.installed-stamp
 	PT2SERDE_NATIVE_BUILD=$(abspath build/native-torch-$(CROSS_TORCH)) $(CROSS_VENV)/bin/python -m pytest -q \

@@ -56,15 +56,15 @@ if UNIT_TIER:
 # its own file is not possible (a module fixture's parameter shared with other tests) or would touch
 # a test body other work is editing. Node id pattern -> what still covers that path in `make test`.
 SLOW_CASES: dict[str, str] = {
-    "tests/serde/test_guards.py::test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_rejects[*_strict]":
+    "tests/serde/core/test_guards.py::test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_rejects[*_strict]":
         "the same programs exported non-strict are decomposed after a load; the strict ones' guards are "
         "loaded and compared by test_loaded_program_rejects_what_the_exported_one_rejects[*_strict]",
-    "tests/serde/test_guards.py::test_saved_derived_program_stores_the_exported_derivations_guards[*_strict]":
+    "tests/serde/core/test_guards.py::test_saved_derived_program_stores_the_exported_derivations_guards[*_strict]":
         "the non-strict cases save their decomposed programs; strict sources are stored by "
         "test_strict_export_stores_the_guards_of_the_non_strict_one",
-    "tests/serde/test_guards.py::test_every_derivation_keeps_the_guards[run_decompositions_twice]":
+    "tests/serde/core/test_guards.py::test_every_derivation_keeps_the_guards[run_decompositions_twice]":
         "[run_decompositions]: the second decomposition takes the path of the first",
-    "tests/serde/test_guard_ranges.py::test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_does"
+    "tests/serde/bridge/test_guard_ranges.py::test_decomposed_loaded_program_rejects_what_the_decomposed_exported_one_does"
     "[convnext_hw]":
         "[convnext] (derived dims of one input) and [pooled_skip] (over two inputs) decompose after a load",
 }

@@ -139,9 +139,9 @@ def as_frozen(doc):
     """``doc`` as the frozen artifacts were written, which every one of them predates:
 
     - module types of ``nn_module_stack`` entries went to debug.json only; a fresh save keeps
-      them in the program (same schema field), checked by tests/serde/test_module_types.py;
+      them in the program (same schema field), checked by tests/serde/archive/test_module_types.py;
     - guard checks were sorted; a fresh save keeps torch's order (a module reports the first
-      check that fails), checked by tests/serde/test_guards.py.
+      check that fails), checked by tests/serde/core/test_guards.py.
     """
     guards = doc.get("guards") if isinstance(doc, dict) else None
     if isinstance(guards, dict) and isinstance(guards.get("checks"), list):

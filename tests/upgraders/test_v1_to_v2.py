@@ -16,7 +16,7 @@ from serde.core import schema, wire
 from serde.core.expr import expr_text, parse_to_tree, print_expr
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, SerializeError, UnsafeArtifactError
-from tests.serde.test_symbolic import bool_exprs, int_exprs
+from tests.serde.core.test_symbolic import bool_exprs, int_exprs
 from upgraders import _v1_text, v1_to_v2
 
 V1 = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0"

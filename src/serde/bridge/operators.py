@@ -39,7 +39,7 @@ __all__ = [
 
 # The Python callables torch.export leaves as call_function targets for SymInt/SymFloat/SymBool
 # arithmetic (the dunder methods of torch.SymInt & co. trace to these), plus getitem for
-# multi-output ops: each was seen in a torch 2.13 export (tests/serde/test_operators.py harvests
+# multi-output ops: each was seen in a torch 2.13 export (tests/serde/bridge/test_operators.py harvests
 # them). Not here on purpose: operator.xor (export rejects it) and torch._sym_cos & co. (math.cos
 # of a size specializes instead of tracing). Wire name -> callable; the name is the callable's
 # own ``__module__.__name__``, as torch's serializer writes it.

@@ -12,7 +12,7 @@ Kinds, in the order a reviewer meets them:
 - ``removed-higher-order-op`` / ``new-higher-order-op``.
 
 Every change between consecutive supported releases must be handled by that step's upgrader module
-or be refused there with a reason (tests/serde/test_opsets.py holds the steps to that).
+or be refused there with a reason (tests/serde/opsets/test_opsets.py holds the steps to that).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ _BAD_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # (``getattr(self.layers, "0")`` for an attribute path segment that is no identifier): a forward
 # parameter of that name shadows it. Other builtins are safe as names: fx's namespace renames a
 # node that would shadow one (``max`` -> ``max_1``), and torch.export names placeholders after the
-# user's forward arguments (``input``). tests/serde/test_names.py checks this against torch.fx.
+# user's forward arguments (``input``). tests/serde/core/test_names.py checks this against torch.fx.
 RESERVED_LOCALS = frozenset({
     "self", "getattr", "torch", "inf", "nan", "NoneType", "device", "fx_pytree", "pytree",
 })
@@ -90,7 +90,7 @@ _FX_CAMEL = re.compile(r"(?<=[a-z])([A-Z])")
 _FX_ILLEGAL = re.compile(r"[^0-9a-zA-Z_]+")
 
 # Attributes of nn.Module, fx.GraphModule and the modules ep.module() / torch.export.unflatten
-# build (names starting with "__" excluded: those are refused by shape). tests/serde/test_names.py checks this
+# build (names starting with "__" excluded: those are refused by shape). tests/serde/core/test_names.py checks this
 # list still covers what the installed torch defines.
 RESERVED_ATTRIBUTES = frozenset({
     'T_destination', '_adapt_flat_args', '_apply', '_backward_hooks', '_backward_pre_hooks', '_boxed_call',

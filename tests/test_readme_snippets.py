@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", ROOT / "docs" / "guide.md")
 
 

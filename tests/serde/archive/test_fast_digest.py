@@ -22,7 +22,7 @@ from serde.archive.artifact import read_artifacts
 from serde.cli.check import verify
 from serde.core.version import SCHEMA_VERSION
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
 class _Two(torch.nn.Module):

@@ -524,7 +524,7 @@ class _TakesPair(torch.nn.Module):
 
 def test_a_strict_guard_on_a_namedtuple_field_is_stored_as_its_attribute(tmp_path: Path) -> None:
     # torch names the field p.a (pytree's GetAttrKey); the loaded program checks it there, as
-    # ep.module() does (tests/serde/test_pytree_guards.py covers the other structured inputs).
+    # ep.module() does (tests/serde/bridge/test_pytree_guards.py covers the other structured inputs).
     ep = torch.export.export(_TakesPair(), (T(3), _Pair(T(3), T(3))), strict=True,
                              dynamic_shapes=({0: Dim.AUTO}, _Pair({0: Dim.AUTO}, {0: Dim.AUTO})))
     serde.save(ep, tmp_path / "a.pt2s")

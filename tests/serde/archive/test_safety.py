@@ -59,7 +59,7 @@ def test_unsafe_node_target_rejected_before_anything_runs(target, tmp_path, monk
     assert calls == []
 
 
-V1_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "v1.0" / "dynamic_arith" / "model.pt2s"
+V1_FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "v1.0" / "dynamic_arith" / "model.pt2s"
 
 
 def _v1_artifact_with_expression(text: str) -> bytes:

@@ -517,7 +517,7 @@ def test_an_older_major_artifact_is_checked_before_and_after_upgrading() -> None
     # the manifest, and the upgraded documents must be valid Structs; the intact file loads.
     from serde.archive.artifact import read_artifact
 
-    src = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v1.0" / "mlp" / "model.pt2s")
+    src = read_archive(Path(__file__).resolve().parents[3] / "fixtures" / "v1.0" / "mlp" / "model.pt2s")
     assert src.schema_version[0] < SCHEMA_VERSION[0]
     members = {n: bytes(src.member(n)) for n in src.names if n != "manifest.json"}
 

@@ -21,7 +21,7 @@ from serde.archive import read_archive, write_archive
 from serde.core.expr import BOOL, NUM, check_sort, parse_to_tree
 from serde.errors import MalformedArtifactError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DYNAMIC = ROOT / "fixtures" / "v2.5" / "dynamic_arith" / "model.pt2s"
 S0 = {"symbol": "s0"}
 ONE = {"integer": 1}

@@ -29,7 +29,7 @@ def test_fqns_torch_writes_pass(fqn: str) -> None:
 
 
 # Segments that are no identifier but that fx writes between double quotes ("a b", "01", "0x1")
-# pass: tests/serde/test_fqn_segments.py.
+# pass: tests/serde/core/test_fqn_segments.py.
 @pytest.mark.parametrize("fqn", ["", "a..b", ".a", "a.", "w\"", "a.forward", "training",
                                  "x.__dict__", "a.class", "é", "_modules.w", "w@1", "a.w'", "a\\b"])
 def test_fqns_outside_the_grammar_are_refused(fqn: str) -> None:
@@ -287,7 +287,7 @@ def test_subgraph_attributes_fx_would_name_self_are_refused_at_load(fixture: str
     from serde.archive import read_archive, write_archive
 
     assert Graph()._target_to_str(attr) == "self"
-    c = read_archive(Path(__file__).resolve().parents[2] / "fixtures" / "v2.5" / fixture / "model.pt2s")
+    c = read_archive(Path(__file__).resolve().parents[3] / "fixtures" / "v2.5" / fixture / "model.pt2s")
     members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
     program = json.loads(members["program.json"])
     node = next(n for n in program["graph_module"]["graph"]["nodes"] if ".higher_order." in n["target"])

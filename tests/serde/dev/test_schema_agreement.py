@@ -22,7 +22,7 @@ from serde.dev.thrift import EnumDef, parse_file
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 IDL = parse_file(REPO / "schema.thrift")
 PY, PY_PROBLEMS = python_document(schema)
 

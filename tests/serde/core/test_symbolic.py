@@ -245,7 +245,7 @@ def _stability_texts() -> str:
 def test_print_is_stable_across_processes():
     """Another process, with another string-hash seed, prints the same text as this one."""
     code = (
-        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})\n"
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))!r})\n"
         "from tests.serde import test_symbolic\n"
         "print(test_symbolic._stability_texts(), end='')\n"
     )

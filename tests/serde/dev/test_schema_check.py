@@ -25,8 +25,8 @@ from serde.dev.thrift import EnumDef, Type, parse_file
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-BASE_1_0 = Path(__file__).resolve().parent / "data" / "schema_1_0.thrift"
+REPO = Path(__file__).resolve().parents[3]
+BASE_1_0 = Path(__file__).resolve().parents[1] / "data" / "schema_1_0.thrift"
 _counter = itertools.count()
 
 

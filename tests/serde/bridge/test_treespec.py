@@ -155,7 +155,7 @@ class _Named:
 
 
 torch.export.register_dataclass(_Unnamed)  # as the docs show it: torch records no serialized name
-torch.export.register_dataclass(_Named, serialized_type_name="tests.serde.test_treespec._Named")
+torch.export.register_dataclass(_Named, serialized_type_name="tests.serde.bridge.test_treespec._Named")
 
 
 class _TakesDataclass(torch.nn.Module):
@@ -167,9 +167,9 @@ def test_a_dataclass_registered_without_a_name_is_refused_with_the_call_that_nam
     ep = torch.export.export(_TakesDataclass(), (_Unnamed(torch.ones(2)),))
     with pytest.raises(UnsupportedConstructError) as e:
         serde.save(ep, io.BytesIO())
-    assert ("in_spec.children[0].children[0]: pytree type tests.serde.test_treespec._Unnamed has no serialized name"
+    assert ("in_spec.children[0].children[0]: pytree type tests.serde.bridge.test_treespec._Unnamed has no serialized name"
             in str(e.value))
-    assert "register_dataclass(_Unnamed, serialized_type_name='tests.serde.test_treespec._Unnamed')" in str(e.value)
+    assert "register_dataclass(_Unnamed, serialized_type_name='tests.serde.bridge.test_treespec._Unnamed')" in str(e.value)
 
 
 def test_a_dataclass_registered_with_a_name_round_trips():
@@ -185,10 +185,10 @@ def test_a_dataclass_registered_with_a_name_round_trips():
 # ---------------------------------------------------------------- namedtuple inputs, found by name
 
 # The class is named other than the variable it is bound to (a common idiom): its recorded name,
-# tests.serde.test_treespec.RenamedT, finds nothing.
+# tests.serde.bridge.test_treespec.RenamedT, finds nothing.
 _Renamed = collections.namedtuple("RenamedT", ["p", "q"])
 _Registered = collections.namedtuple("RegisteredT", ["p", "q"])
-pytree._register_namedtuple(_Registered, serialized_type_name="tests.serde.test_treespec.RegisteredT")
+pytree._register_namedtuple(_Registered, serialized_type_name="tests.serde.bridge.test_treespec.RegisteredT")
 
 
 class _TakesPair(torch.nn.Module):
@@ -204,10 +204,10 @@ def test_an_input_namedtuple_named_other_than_its_variable_is_refused_at_save(tm
     with pytest.raises(UnsupportedConstructError) as e:
         serde.save(_pair_program(_Renamed), tmp_path / "a.pt2s")
     assert str(e.value).startswith(
-        "module_call_graph[0] ('').in_spec: input pair is a namedtuple of class tests.serde.test_treespec.RenamedT, "
-        "which loading cannot find by that name (it is bound to tests.serde.test_treespec._Renamed, another name)")
+        "module_call_graph[0] ('').in_spec: input pair is a namedtuple of class tests.serde.bridge.test_treespec.RenamedT, "
+        "which loading cannot find by that name (it is bound to tests.serde.bridge.test_treespec._Renamed, another name)")
     assert "_Renamed = namedtuple('_Renamed', ...)" in str(e.value)
-    assert "_register_namedtuple(_Renamed, serialized_type_name='tests.serde.test_treespec.RenamedT')" in str(e.value)
+    assert "_register_namedtuple(_Renamed, serialized_type_name='tests.serde.bridge.test_treespec.RenamedT')" in str(e.value)
     assert not (tmp_path / "a.pt2s").exists()
 
 

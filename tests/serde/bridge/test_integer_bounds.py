@@ -21,7 +21,7 @@ from serde.archive import read_archive, write_archive
 from serde.core.errors import TensorOutOfBoundsError
 from serde.errors import MalformedArtifactError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MLP = ROOT / "fixtures" / "v2.5" / "mlp" / "model.pt2s"
 
 

@@ -23,7 +23,7 @@ from serde.errors import SerializeError
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_real_schema_parses():

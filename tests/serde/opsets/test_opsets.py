@@ -36,7 +36,7 @@ from serde.opsets import (
 from serde.opsets.helpers import Refusal, StepContext, default_argument, drop_new_defaults, fill_new_defaults
 from serde.opsets.schemas import OpSchema, parse_schema, parse_snapshot, target_key
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "fixtures" / "operators"
 OPSETS = REPO / "src" / "serde" / "opsets"
 RUNNING = release_of(torch.__version__)

@@ -13,7 +13,7 @@ import torch
 
 import serde
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_every_public_name_resolves_to_its_defining_object():

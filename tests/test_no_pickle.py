@@ -13,7 +13,7 @@ import serde
 from serde.archive.artifact import read_artifact
 from serde.testing import zoo
 
-SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}
 FORBIDDEN_CALLS = {("torch", "load"), ("torch", "save"), (None, "eval"), (None, "exec"),
                    ("sympy", "sympify"), (None, "sympify"), (None, "__import__"), ("torch", "jit")}
