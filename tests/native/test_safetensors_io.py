@@ -1,0 +1,139 @@
+"""Inputs and outputs as safetensors files: the keys, the Python runtime through ``pt2serde run``
+and the standalone C++ ``pt2serde-run`` (bitwise against ``ep.module()``), and the one-line
+refusals of bad input files in both."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+
+import pytest
+import safetensors.torch
+import torch
+
+import serde
+from native.emit import emit_artifact
+from native.io import leaf_keys, read_safetensors_inputs
+from native.program import encode
+from serde.cli import main
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x, pair, *, scale):
+        a, b = pair
+        h = torch.relu(self.lin(x)) * scale
+        return {"h": h, "s": (a + b).sum(0)}, x.shape[0] * 2
+
+
+def _exported() -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=2, max=64)
+    args = (torch.randn(3, 8), (torch.randn(3, 5), torch.randn(3, 5)))
+    return torch.export.export(Net().eval(), args, {"scale": torch.randn(4)},
+                               dynamic_shapes={"x": {0: batch}, "pair": ({0: batch}, {0: batch}), "scale": None})
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    d = tmp_path_factory.mktemp("st")
+    ep = _exported()
+    serde.save(ep, d / "m.pt2s")
+    native = emit_artifact(d / "m.pt2s")
+    (d / "m.pt2n").write_bytes(encode(native))
+    return ep, native, d / "m.pt2n"
+
+
+def _inputs(n: int = 5) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    return {"args.0": torch.randn(n, 8, generator=g), "args.1.0": torch.randn(n, 5, generator=g),
+            "args.1.1": torch.randn(n, 5, generator=g), "kwargs.scale": torch.randn(4, generator=g)}
+
+
+def _eager(ep, t: dict[str, torch.Tensor]):
+    return copy.deepcopy(ep).module()(t["args.0"], (t["args.1.0"], t["args.1.1"]), scale=t["kwargs.scale"])
+
+
+def test_keys_are_the_leaf_paths(program):
+    _, native, _ = program
+    p = native.program
+    assert p.input_keys == ["args.0", "args.1.0", "args.1.1", "kwargs.scale"]
+    assert p.output_keys == ["output.0.h", "output.0.s", "output.1"]
+    spec = torch.utils._pytree.tree_structure(((1, {"a": [2, 3]}), {"k": 4}))
+    assert leaf_keys(spec, inputs=True) == ["args.0", "args.1.a.0", "args.1.a.1", "kwargs.k"]
+    # dict keys with dots could give two leaves one key: no keys then, inputs go by name
+    spec = torch.utils._pytree.tree_structure(({"a.b": 1, "a": {"b": 2}},))
+    assert leaf_keys(spec, inputs=False) == []
+
+
+def test_pt2serde_run_reads_and_writes_safetensors(program, tmp_path, capsys):
+    ep, native, prog = program
+    t = _inputs(5)
+    # the program's input names work as well as the paths
+    named = dict(t)
+    names = [i.name for i in native.program.inputs]
+    named[names[0]] = named.pop("args.0")
+    safetensors.torch.save_file(named, tmp_path / "in.safetensors")
+    for engine in ("python", "cpp") if _cpp_built() else ("python",):
+        out = tmp_path / f"out-{engine}.safetensors"
+        assert main(["run", str(prog), "--inputs", str(tmp_path / "in.safetensors"), "--outputs", str(out),
+                     "--engine", engine]) == 0
+        capsys.readouterr()
+        got = safetensors.torch.load_file(out)
+        want, n2 = _eager(ep, t)
+        assert sorted(got) == ["output.0.h", "output.0.s", "output.1"]
+        assert torch.equal(got["output.0.h"], want["h"]) and torch.equal(got["output.0.s"], want["s"])
+        assert got["output.1"].dtype == torch.int64 and got["output.1"].item() == n2 == 10
+
+
+# (name, how the good file is edited, what the one-line error must say in both runtimes)
+BAD = [
+    ("missing", lambda t: t.pop("kwargs.scale"), ["input kwargs.scale (scale) is missing"]),
+    ("extra", lambda t: t.update(bogus=torch.zeros(1)), ["tensor 'bogus' is not an input of the program",
+                                                          "args.0 (x), args.1.0 (pair_0)"]),
+    ("dtype", lambda t: t.update({"args.0": t["args.0"].double()}), ["input 'x'", "expected dtype", "got"]),
+    ("rank", lambda t: t.update({"args.0": t["args.0"][None]}), ["input 'x'", "expected 2 dimensions, got 3"]),
+    ("range", lambda t: t.update({k: torch.randn(65, *v.shape[1:]) for k, v in t.items() if k.startswith("args")}),
+     ["input 'x' dimension 0", "65"]),
+]
+
+
+def _bad_file(tmp_path, case) -> str:
+    name, edit, _ = case
+    t = _inputs(5)
+    edit(t)
+    path = tmp_path / f"{name}.safetensors"
+    safetensors.torch.save_file(t, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs_get_one_line_naming_the_input(program, tmp_path, capsys, case):
+    _, native, prog = program
+    path = _bad_file(tmp_path, case)
+    assert main(["run", str(prog), "--inputs", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in case[2]), err
+
+
+def test_a_given_twice_input_and_a_number_input_are_refused(program, tmp_path):
+    from native.errors import InputMismatchError
+
+    _, native, _ = program
+    t = _inputs(5)
+    t[native.program.inputs[0].name] = t["args.0"].clone()
+    safetensors.torch.save_file(t, tmp_path / "twice.safetensors")
+    with pytest.raises(InputMismatchError, match="is given twice"):
+        read_safetensors_inputs(tmp_path / "twice.safetensors", native.program)
+
+
+# ---------------------------------------------------------------- the standalone runtime
+
+
+def _cpp_built() -> bool:
+    from native import cpp_engine
+
+    return cpp_engine.available()
