@@ -137,3 +137,61 @@ def _cpp_built() -> bool:
     from native import cpp_engine
 
     return cpp_engine.available()
+
+
+def _cli():
+    from native import cpp_engine
+
+    if not cpp_engine.available():
+        pytest.skip(cpp_engine.unavailable_reason())
+    return str(cpp_engine.cli_path())
+
+
+@pytest.mark.parametrize("arena", [False, True], ids=["heap", "arena"])
+def test_standalone_runtime_from_safetensors_to_safetensors_equals_eager(program, tmp_path, arena):
+    ep, _, prog = program
+    cli = _cli()
+    for n in (2, 5, 64):  # the range's ends and a size the export never saw
+        t = _inputs(n)
+        safetensors.torch.save_file(t, tmp_path / "in.safetensors")
+        out = tmp_path / "out.safetensors"
+        r = subprocess.run([cli, "run", str(prog), "--inputs", str(tmp_path / "in.safetensors"), "--outputs", str(out)]
+                           + (["--arena"] if arena else []), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "output.0.h: Float[" in r.stdout
+        got = safetensors.torch.load_file(out)
+        want, n2 = _eager(ep, t)
+        assert sorted(got) == ["output.0.h", "output.0.s", "output.1"]
+        assert torch.equal(got["output.0.h"], want["h"]) and torch.equal(got["output.0.s"], want["s"])
+        assert got["output.1"].dtype == torch.int64 and got["output.1"].item() == n2 == 2 * n
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_standalone_runtime_refuses_bad_inputs_in_one_line(program, tmp_path, case):
+    _, _, prog = program
+    cli = _cli()
+    path = _bad_file(tmp_path, case)
+    out = tmp_path / "out.safetensors"
+    r = subprocess.run([cli, "run", str(prog), "--inputs", path, "--outputs", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: InputMismatchError: "), r.stdout
+    assert all(w in lines[0] for w in case[2]), lines[0]
+    assert not out.exists()
+
+
+def test_standalone_runtime_refuses_a_damaged_safetensors_file(program, tmp_path):
+    _, _, prog = program
+    cli = _cli()
+    safetensors.torch.save_file(_inputs(3), tmp_path / "in.safetensors")
+    data = (tmp_path / "in.safetensors").read_bytes()
+    cases = {"truncated": data[:-4], "huge header": (1 << 40).to_bytes(8, "little") + data[8:],
+             "deep": len(b"[" * 5000).to_bytes(8, "little") + b"[" * 5000}
+    for name, blob in cases.items():
+        (tmp_path / "bad.safetensors").write_bytes(blob)
+        r = subprocess.run([cli, "run", str(prog), "--inputs", str(tmp_path / "bad.safetensors")], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 1, name
+        assert r.stdout.startswith("error: InvalidWeightsFileError: ") and "not a valid safetensors file" in r.stdout, \
+            (name, r.stdout)
