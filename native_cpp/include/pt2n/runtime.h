@@ -37,7 +37,7 @@ struct RuntimeOptions {
 struct DebugInfo {
   int64_t instruction = -1;
   std::string node;    // the canonical node name
-  std::string op;      // the node's target, e.g. aten.linear.default
+  std::string op;      // the node's target, e.g. torch.ops.aten.linear.default
   std::string module;  // nn_module_stack path, "" at the top level
 };
 
