@@ -349,7 +349,7 @@ void Runtime::set_inputs_from_safetensors(const std::string& path) {
     std::string want = kind == "constant" ? (v.kind == VK::Int ? "int" : v.kind == VK::Float ? "float" : "bool") : kind;
     auto dt = want == "int" ? at::kLong : want == "float" ? at::kDouble : at::kBool;
     if (t.dim() != 0 || t.scalar_type() != dt)
-      mismatch(where + "input " + m.labels[i] + ": expected a " + want + " as a 0-dimensional " +
+      mismatch(where + "input " + m.labels[i] + ": expected " + (want == "int" ? "an " : "a ") + want + " as a 0-dimensional " +
                (want == "int" ? "I64" : want == "float" ? "F64" : "BOOL") + " tensor, got " +
                c10::toString(t.scalar_type()) + c10::str(t.sizes()));
     if (want == "int") leaves[i] = t.item<int64_t>();

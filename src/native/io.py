@@ -183,7 +183,8 @@ def read_safetensors_inputs(path: str | os.PathLike, program: Any) -> tuple[tupl
             continue
         dtype, name = {int: (torch.int64, "I64"), float: (torch.float64, "F64"), bool: (torch.bool, "BOOL")}[kind]
         if t.dim() != 0 or t.dtype != dtype:
-            raise InputMismatchError(f"{where}: input {labels[i]}: expected a {kind.__name__} as a 0-dimensional "
+            article = "an" if kind is int else "a"
+            raise InputMismatchError(f"{where}: input {labels[i]}: expected {article} {kind.__name__} as a 0-dimensional "
                                      f"{name} tensor, got {str(t.dtype).removeprefix('torch.')}{list(t.shape)}")
         leaves[i] = kind(t.item())
     for i, inp in enumerate(program.inputs):

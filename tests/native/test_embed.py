@@ -95,3 +95,23 @@ def test_the_example_reads_the_failing_instructions_debug_handle(built, tmp_path
     assert lines[-1].startswith("at instruction ") and lines[-1].endswith(
         ": node 'index', op torch.ops.aten.index.Tensor, module 'pick'"), lines[-1]
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.slow  # a second compile against the torch headers (about 5 s of CPU)
+def test_the_pkg_config_file_builds_the_example_too(built, tmp_path):
+    if shutil.which("pkg-config") is None:
+        pytest.skip("pkg-config is not installed")
+    exe, prog, model = built
+    prefix = exe.parents[1] / "prefix"
+    env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib/pkgconfig")}
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "pt2n"], capture_output=True, text=True, env=env,
+                           check=True).stdout.split()
+    app = tmp_path / "app"
+    r = subprocess.run(["c++", str(EXAMPLE / "main.cpp"), *flags, "-o", str(app)], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr
+    x, idx = torch.randn(3, 8), torch.tensor([2, 1])
+    r = _run(app, prog, tmp_path, x, idx)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with torch.no_grad():
+        assert torch.equal(safetensors.torch.load_file(tmp_path / "out.safetensors")["output.0"], model(x, idx)[0])

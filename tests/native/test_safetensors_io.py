@@ -195,3 +195,41 @@ def test_standalone_runtime_refuses_a_damaged_safetensors_file(program, tmp_path
         assert r.returncode == 1, name
         assert r.stdout.startswith("error: InvalidWeightsFileError: ") and "not a valid safetensors file" in r.stdout, \
             (name, r.stdout)
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, n: int):
+        return x * n
+
+
+def _outcome(engine: str, prog, path, out, capsys) -> tuple[int, str]:
+    """(0 or 1, the error line or "") of a run by `pt2serde run` (python) or `pt2serde-run` (cpp)."""
+    if engine == "python":
+        rc = main(["run", str(prog), "--inputs", str(path), "--outputs", str(out)])
+        err = capsys.readouterr().err.strip()
+        return (0, "") if rc == 0 else (1, err)
+    r = subprocess.run([_cli(), "run", str(prog), "--inputs", str(path), "--outputs", str(out)], capture_output=True,
+                       text=True, timeout=120)
+    return (0, "") if r.returncode == 0 else (1, r.stdout.strip())
+
+
+@pytest.mark.parametrize("engine", ["python", "cpp"])
+def test_a_specialized_int_input_may_be_left_out_or_given_as_a_0d_tensor(tmp_path, capsys, engine):
+    ep = torch.export.export(Scaled(), (torch.randn(2, 3), 3))
+    serde.save(ep, tmp_path / "m.pt2s")
+    prog = tmp_path / "m.pt2n"
+    prog.write_bytes(encode(emit_artifact(tmp_path / "m.pt2s")))
+    x = torch.randn(2, 3)
+    files = {"left out": {"args.0": x}, "given": {"args.0": x, "args.1": torch.tensor(3)},
+             "other value": {"args.0": x, "args.1": torch.tensor(4)},
+             "float": {"args.0": x, "args.1": torch.tensor(3.0, dtype=torch.float64)}}
+    got = {}
+    for name, t in files.items():
+        path, out = tmp_path / f"{name}.safetensors", tmp_path / f"out-{name}.safetensors"
+        safetensors.torch.save_file(t, path)
+        got[name] = _outcome(engine, prog, path, out, capsys)
+        if got[name][0] == 0:
+            assert torch.equal(safetensors.torch.load_file(out)["output"], x * 3)
+    assert got["left out"] == got["given"] == (0, "")
+    assert got["other value"][0] == 1 and "exported for the constant 3" in got["other value"][1]
+    assert got["float"][0] == 1 and "input args.1 (n): expected an int as a 0-dimensional I64 tensor" in got["float"][1]
