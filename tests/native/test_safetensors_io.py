@@ -5,6 +5,7 @@ refusals of bad input files in both."""
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 
 import pytest
@@ -233,3 +234,33 @@ def test_a_specialized_int_input_may_be_left_out_or_given_as_a_0d_tensor(tmp_pat
     assert got["left out"] == got["given"] == (0, "")
     assert got["other value"][0] == 1 and "exported for the constant 3" in got["other value"][1]
     assert got["float"][0] == 1 and "input args.1 (n): expected an int as a 0-dimensional I64 tensor" in got["float"][1]
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("input_keys", ["args.0"], "input_keys: 1 keys for 4 inputs"),
+    ("input_keys", ["args.0", "args.0", "a", "b"], "input_keys: the keys are not distinct"),
+    ("output_keys", ["output.0", "output.1"], "output_keys: 2 keys for 3 outputs"),
+])
+def test_both_loaders_refuse_keys_that_do_not_fit(program, field, value, says):
+    from native import cpp_engine
+    from native.errors import NativeFormatError
+    from native.runtime import load
+    from tests.native._native_util import edited
+
+    _, native, _ = program
+    data = edited(native, **{field: value})
+    engines = ["python", "cpp"] if cpp_engine.available() else ["python"]
+    for engine in engines:
+        with pytest.raises(NativeFormatError, match=re.escape(says)):
+            load(data, engine=engine)
+
+
+def test_pt2serde_run_refuses_a_damaged_safetensors_file_in_one_line(program, tmp_path, capsys):
+    _, _, prog = program
+    safetensors.torch.save_file(_inputs(3), tmp_path / "in.safetensors")
+    data = (tmp_path / "in.safetensors").read_bytes()
+    for blob in (data[:-4], data[:8] + data[8:].replace(b'"F32"', b'"X32"', 1)):
+        (tmp_path / "bad.safetensors").write_bytes(blob)
+        assert main(["run", str(prog), "--inputs", str(tmp_path / "bad.safetensors")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "it is not a valid safetensors file" in err, err
