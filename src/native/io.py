@@ -23,7 +23,7 @@ from typing import Any
 from serde.errors import MalformedArtifactError
 
 __all__ = ["write_inputs", "read_inputs", "write_outputs", "read_outputs", "leaf_keys", "is_safetensors",
-           "read_safetensors_inputs", "write_safetensors_outputs"]
+           "read_safetensors_inputs", "write_safetensors_outputs", "read_safetensors_outputs"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -254,3 +254,44 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def read_safetensors_outputs(path: str | os.PathLike, program: Any) -> Any:
+    """The output tree of ``program`` rebuilt from a safetensors outputs file (either runtime's):
+    each leaf from its key, 0-dimensional number tensors back to Python numbers where the program
+    returns a symbolic int, float or bool, and None where a key is absent.
+
+    Raises:
+        InvalidWeightsFileError: the file is not a valid safetensors file.
+        NativeFormatError: a key the program has no output for.
+    """
+    import safetensors.torch
+    import torch.utils._pytree as pytree
+
+    from serde.archive.safetensors import parse_header
+
+    from . import program as P
+    from .errors import NativeFormatError
+
+    where = os.fspath(path)
+    with open(path, "rb") as f:
+        buf = f.read()
+    parse_header(buf, where)
+    tensors = safetensors.torch.load(buf)
+    keys = list(program.output_keys) or [f"output.{i}" for i in range(len(program.outputs))]
+    extra = sorted(set(tensors) - set(keys))
+    if extra:
+        raise NativeFormatError(f"{where}: {extra[0]!r} is not an output of the program; it returns "
+                                f"{', '.join(keys)}")
+    leaves = []
+    for key, o in zip(keys, program.outputs, strict=True):
+        t = tensors.get(key)
+        kind = _scalar_kind(program.values[o], P)
+        leaves.append(t if t is None or kind is None else kind(t.item()))
+    if program.out_spec is None:
+        return leaves
+    from serde.bridge.treespec import deserialize_treespec
+    from serde.core import schema, wire
+
+    return pytree.tree_unflatten(leaves, deserialize_treespec(wire.decode(program.out_spec, schema.TreeSpec),
+                                                              "program.out_spec"))

@@ -14,7 +14,7 @@ import torch
 
 import serde
 from native.emit import emit_artifact
-from native.io import leaf_keys, read_safetensors_inputs
+from native.io import leaf_keys, read_safetensors_inputs, read_safetensors_outputs
 from native.program import encode
 from serde.cli import main
 
@@ -88,6 +88,10 @@ def test_pt2serde_run_reads_and_writes_safetensors(program, tmp_path, capsys):
         assert sorted(got) == ["output.0.h", "output.0.s", "output.1"]
         assert torch.equal(got["output.0.h"], want["h"]) and torch.equal(got["output.0.s"], want["s"])
         assert got["output.1"].dtype == torch.int64 and got["output.1"].item() == n2 == 10
+        # the keys and the program's out_spec give the tree back
+        tree = read_safetensors_outputs(out, native.program)
+        assert tree[1] == 10 and type(tree[1]) is int and sorted(tree[0]) == ["h", "s"]
+        assert torch.equal(tree[0]["h"], want["h"])
 
 
 # (name, how the good file is edited, what the one-line error must say in both runtimes)
