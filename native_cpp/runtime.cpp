@@ -50,13 +50,39 @@ const std::vector<std::pair<std::string, c10::ScalarType>>& dtypes() {
   return t;
 }
 
+// The parser's messages quote the bytes it stopped at, which may be anything: escaped, so an error
+// line is always printable ASCII.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += char(ch);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// At most n bytes of a valid UTF-8 key, cut at a character boundary (keys are quoted in messages).
+std::string head_of(const std::string& key, size_t n = 80) {
+  if (key.size() <= n) return key;
+  while (n > 0 && (static_cast<unsigned char>(key[n]) & 0xC0) == 0x80) --n;
+  return key.substr(0, n);
+}
+
 constexpr uint64_t kMaxSafetensorsHeader = uint64_t(100) << 20;  // as the safetensors library
 constexpr size_t kMaxRank = 64, kMaxKey = 1024;
 
 std::vector<uint8_t> read_all(const std::string& path, const std::string& what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw RunError("MalformedArtifactError", path + ": cannot read the " + what);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::streamoff n = f ? std::streamoff(f.tellg()) : -1;
+  std::vector<uint8_t> buf(size_t(std::max<std::streamoff>(n, 0)));
+  if (n < 0 || !f.seekg(0) || !f.read(reinterpret_cast<char*>(buf.data()), n))
+    throw RunError("MalformedArtifactError", path + ": cannot read the " + what);
+  return buf;
 }
 
 // The tensors of a safetensors file, after the checks of serde.archive.safetensors.parse_header:
@@ -82,7 +108,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
   try {
     head = nlohmann::json::parse(buf.begin() + 8, buf.begin() + 8 + int64_t(n), shallow);
   } catch (const std::exception& e) {
-    bad_file(path, std::string("the header is not JSON (") + e.what() + ")");
+    bad_file(path, "the header is not JSON (" + printable(e.what()) + ")");
   }
   if (!head.is_object()) bad_file(path, "the header is not a JSON object");
   uint64_t data_start = 8 + n, data = size - data_start;
@@ -101,7 +127,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
         if (!m.is_string()) bad_file(path, "__metadata__ is not an object of strings");
       continue;
     }
-    std::string at = "tensor '" + key.substr(0, 80) + "'";
+    std::string at = "tensor '" + head_of(key) + "'";
     if (key.size() > kMaxKey) bad_file(path, at + ": a key of " + std::to_string(key.size()) + " characters");
     if (!info.is_object() || info.size() != 3 || !info.contains("dtype") || !info.contains("shape") ||
         !info.contains("data_offsets"))
@@ -113,12 +139,12 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
     if (dt.is_string())
       for (const auto& [name, s] : dtypes())
         if (name == dt.get<std::string>()) st = s;
-    if (!st) bad_file(path, at + ": dtype " + dt.dump().substr(0, 20) + " is not one pt2serde reads");
+    if (!st) bad_file(path, at + ": dtype " + printable(dt.dump().substr(0, 20)) + " is not one pt2serde reads");
     if (!shape.is_array() || shape.size() > kMaxRank || !std::all_of(shape.begin(), shape.end(), uint_ok))
       bad_file(path, at + ": shape must be at most " + std::to_string(kMaxRank) + " non-negative integers");
     if (!offs.is_array() || offs.size() != 2 || !uint_ok(offs[0]) || !uint_ok(offs[1]) ||
         offs[0].get<uint64_t>() > offs[1].get<uint64_t>() || offs[1].get<uint64_t>() > data)
-      bad_file(path, at + ": data_offsets " + offs.dump().substr(0, 60) + " are not [begin, end] within the " +
+      bad_file(path, at + ": data_offsets " + printable(offs.dump().substr(0, 60)) + " are not [begin, end] within the " +
                          std::to_string(data) + " data bytes");
     unsigned __int128 numel = 1;
     std::vector<int64_t> sizes;
@@ -140,7 +166,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
   uint64_t pos = data_start;
   for (const Entry* e : order) {
     if (e->begin != pos)
-      bad_file(path, "tensor '" + e->key.substr(0, 80) + "' " +
+      bad_file(path, "tensor '" + head_of(e->key) + "' " +
                          (e->begin < pos ? std::string("overlaps the tensor before it")
                                          : "leaves a gap of " + std::to_string(e->begin - pos) + " bytes"));
     pos = e->end;

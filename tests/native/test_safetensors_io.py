@@ -268,3 +268,40 @@ def test_pt2serde_run_refuses_a_damaged_safetensors_file_in_one_line(program, tm
         assert main(["run", str(prog), "--inputs", str(tmp_path / "bad.safetensors")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "it is not a valid safetensors file" in err, err
+
+
+@pytest.mark.slow  # 120 subprocesses of the standalone runtime
+def test_fuzz_the_standalone_safetensors_reader(program, tmp_path):
+    import random
+    import signal
+
+    _, _, prog = program
+    cli = _cli()
+    safetensors.torch.save_file(_inputs(3), tmp_path / "in.safetensors")
+    data = (tmp_path / "in.safetensors").read_bytes()
+    (n,) = __import__("struct").unpack("<Q", data[:8])
+    rng = random.Random(0)
+    outcomes = {}
+    for k in range(120):
+        b = bytearray(data)
+        kind = k % 4
+        if kind == 0:  # flips in the header, where the structure is
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(8 + n)] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            b = b[:rng.randrange(len(b))]
+        elif kind == 2:  # a header length pointing anywhere
+            b[:8] = rng.choice([0, 1, n - 1, n + 1, len(b), (1 << 63) - 1, (1 << 64) - 1]).to_bytes(8, "little")
+        else:  # a digit of an offset or a shape changed
+            digits = [i for i in range(8, 8 + n) if chr(b[i]).isdigit()]
+            b[rng.choice(digits)] = ord(rng.choice("0123456789"))
+        path = tmp_path / "m.safetensors"
+        path.write_bytes(bytes(b))
+        r = subprocess.run([cli, "run", str(prog), "--inputs", str(path)], capture_output=True, timeout=120)
+        r.stdout = r.stdout.decode("utf-8")  # strict: the parser's quotes of hostile bytes are escaped
+        assert r.returncode in (0, 1), (k, r.returncode, r.stdout, r.stderr)
+        assert r.returncode == 0 or r.stdout.startswith("error: "), (k, r.stdout)
+        assert -r.returncode not in (signal.SIGSEGV, signal.SIGABRT)
+        key = r.stdout.split(":")[1].strip() if r.returncode else "ran"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    assert "InvalidWeightsFileError" in outcomes and "InputMismatchError" in outcomes, outcomes
