@@ -305,3 +305,32 @@ def test_fuzz_the_standalone_safetensors_reader(program, tmp_path):
         key = r.stdout.split(":")[1].strip() if r.returncode else "ran"
         outcomes[key] = outcomes.get(key, 0) + 1
     assert "InvalidWeightsFileError" in outcomes and "InputMismatchError" in outcomes, outcomes
+
+
+def test_fuzz_the_python_safetensors_reader(program, tmp_path):
+    import random
+
+    from serde.errors import SerializeError
+
+    _, native, _ = program
+    safetensors.torch.save_file(_inputs(3), tmp_path / "in.safetensors")
+    data = (tmp_path / "in.safetensors").read_bytes()
+    rng = random.Random(1)
+    path = tmp_path / "m.safetensors"
+    kinds = {}
+    for k in range(300):
+        b = bytearray(data)
+        if k % 3 == 0:
+            b = b[:rng.randrange(len(b))]
+        else:
+            for _ in range(rng.randint(1, 3)):
+                i = rng.randrange(min(len(b), 8 + int.from_bytes(data[:8], "little")))
+                b[i] = rng.randrange(256) if k % 3 == 1 else b[i] ^ (1 << rng.randrange(8))
+        path.write_bytes(bytes(b))
+        try:
+            read_safetensors_inputs(path, native.program)
+            kinds["read"] = kinds.get("read", 0) + 1
+        except SerializeError as e:
+            assert "\n" not in str(e)
+            kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+    assert "InvalidWeightsFileError" in kinds, kinds
