@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -77,11 +78,13 @@ constexpr uint64_t kMaxSafetensorsHeader = uint64_t(100) << 20;  // as the safet
 constexpr size_t kMaxRank = 64, kMaxKey = 1024;
 
 std::vector<uint8_t> read_all(const std::string& path, const std::string& what) {
+  errno = 0;
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   std::streamoff n = f ? std::streamoff(f.tellg()) : -1;
   std::vector<uint8_t> buf(size_t(std::max<std::streamoff>(n, 0)));
   if (n < 0 || !f.seekg(0) || !f.read(reinterpret_cast<char*>(buf.data()), n))
-    throw RunError("MalformedArtifactError", path + ": cannot read the " + what);
+    throw RunError("MalformedArtifactError", path + ": cannot read the " + what + ": " +
+                                                 (errno ? std::strerror(errno) : "read failed"));
   return buf;
 }
 
@@ -207,6 +210,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::string h = head.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
   std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  errno = 0;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     uint8_t len[8];
@@ -217,13 +221,15 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
       f.write(static_cast<const char*>(t.data_ptr()), std::streamsize(uint64_t(t.numel()) * t.element_size()));
     f.close();
     if (!f) {
+      int err = errno;
       std::remove(tmp.c_str());
-      throw RunError("MalformedArtifactError", path + ": cannot write the outputs file");
+      throw RunError("OSError", path + ": cannot write the outputs file: " + (err ? std::strerror(err) : "write failed"));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
     std::remove(tmp.c_str());
-    throw RunError("MalformedArtifactError", path + ": cannot write the outputs file");
+    throw RunError("OSError", path + ": cannot write the outputs file: " + std::strerror(err));
   }
 }
 

@@ -219,6 +219,7 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
 
     Raises:
         UnsupportedConstructError: an output that is neither a tensor, a number nor None.
+        OSError: the file cannot be written.
     """
     import safetensors.torch
     import torch
@@ -246,10 +247,12 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
         else:
             raise UnsupportedConstructError(f"output {key!r} is a {type(leaf).__name__}; a safetensors file holds "
                                             "tensors and numbers: write the outputs as a bundle (.json) instead")
+    data = safetensors.torch.save(table, metadata={"format": "pt"})
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        safetensors.torch.save_file(table, tmp, metadata={"format": "pt"})
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -334,3 +334,23 @@ def test_fuzz_the_python_safetensors_reader(program, tmp_path):
             assert "\n" not in str(e)
             kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
     assert "InvalidWeightsFileError" in kinds, kinds
+
+
+def test_unreadable_and_unwritable_files_are_one_line_in_both_runtimes(program, tmp_path, capsys):
+    _, _, prog = program
+    safetensors.torch.save_file(_inputs(3), tmp_path / "in.safetensors")
+    nodir = tmp_path / "nodir" / "out.safetensors"
+    assert main(["run", str(prog), "--inputs", str(tmp_path / "in.safetensors"), "--outputs", str(nodir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No such file or directory" in err, err
+    if not _cpp_built():
+        return
+    for args, says in ((["--inputs", str(tmp_path / "none.safetensors")],
+                        "error: MalformedArtifactError: {tmp}/none.safetensors: cannot read the inputs file: "
+                        "No such file or directory"),
+                       (["--inputs", str(tmp_path / "in.safetensors"), "--outputs", str(nodir)],
+                        "error: OSError: {tmp}/nodir/out.safetensors: cannot write the outputs file: "
+                        "No such file or directory")):
+        r = subprocess.run([_cli(), "run", str(prog), *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and r.stdout.strip().splitlines()[-1] == says.format(tmp=tmp_path), r.stdout
+    assert not nodir.parent.exists()
