@@ -80,6 +80,7 @@ def test_the_installed_example_runs_a_program_like_eager(built, tmp_path):
     r = _run(exe, prog, tmp_path, x, idx)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "input args.0 (x): tensor Float, rank 2" in r.stdout and "input args.1 (idx): tensor Long, rank 1" in r.stdout
+    assert "output output.0: [2, 4]" in r.stdout and "output output.1: []" in r.stdout
     got = safetensors.torch.load_file(tmp_path / "out.safetensors")
     with torch.no_grad():
         picked, total = model(x, idx)

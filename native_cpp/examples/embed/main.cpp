@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
                 << (in.kind == "tensor" ? " " + in.dtype + ", rank " + std::to_string(in.rank) : "") << "\n";
     rt.set_inputs_from_safetensors(argv[2]);
     rt.run();
-    for (size_t k = 0; k < rt.outputs().size(); ++k) {
-      const c10::IValue& v = rt.outputs()[k];
-      std::cout << "output " << rt.output_keys()[k] << ": ";
+    for (const std::string& key : rt.output_keys()) {
+      c10::IValue v = rt.output(key);
+      std::cout << "output " << key << ": ";
       if (v.isTensor()) std::cout << v.toTensor().sizes() << "\n";
       else std::cout << v << "\n";
     }
