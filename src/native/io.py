@@ -23,7 +23,8 @@ from typing import Any
 from serde.errors import MalformedArtifactError
 
 __all__ = ["write_inputs", "read_inputs", "write_outputs", "read_outputs", "leaf_keys", "is_safetensors",
-           "read_safetensors_inputs", "write_safetensors_outputs", "read_safetensors_outputs"]
+           "read_safetensors_inputs", "write_safetensors_inputs", "write_safetensors_outputs",
+           "read_safetensors_outputs"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -202,6 +203,58 @@ def read_safetensors_inputs(path: str | os.PathLike, program: Any) -> tuple[tupl
     return pytree.tree_unflatten(leaves, spec)
 
 
+def write_safetensors_inputs(path: str | os.PathLike, program: Any, args: tuple | list,
+                             kwargs: dict | None = None) -> None:
+    """Write ``(args, kwargs)`` as a safetensors inputs file for ``program`` (keys as the module
+    docstring says), e.g. an artifact's example inputs (:func:`read_inputs`) for ``pt2serde-run``.
+    Inputs the program was specialized to are left out unless they are numbers.
+
+    Raises:
+        InputMismatchError: the inputs have another number of leaves than the program takes, or a
+            leaf that is neither a tensor, a number nor an input the program was specialized to.
+    """
+    import torch
+    import torch.utils._pytree as pytree
+
+    from .errors import InputMismatchError
+
+    leaves = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
+    if len(leaves) != len(program.inputs):
+        raise InputMismatchError(f"the inputs have {len(leaves)} leaves but the program takes "
+                                 f"{len(program.inputs)}")
+    keys = list(program.input_keys) or [inp.name for inp in program.inputs]
+    table = {}
+    for key, inp, leaf in zip(keys, program.inputs, leaves, strict=True):
+        if isinstance(leaf, torch.Tensor):
+            table[key] = leaf.detach().contiguous().clone()
+        elif isinstance(leaf, bool):
+            table[key] = torch.tensor(leaf, dtype=torch.bool)
+        elif isinstance(leaf, int):
+            table[key] = torch.tensor(leaf, dtype=torch.int64)
+        elif isinstance(leaf, float):
+            table[key] = torch.tensor(leaf, dtype=torch.float64)
+        elif not inp.constant:
+            raise InputMismatchError(f"input {key} ({inp.name}) is a {type(leaf).__name__}; a safetensors file "
+                                     "holds tensors and numbers")
+    _write_atomic(path, table)
+
+
+def _write_atomic(path: str | os.PathLike, table: dict) -> None:
+    """``table`` as a safetensors file, through a temporary file: no partial file is left."""
+    import safetensors.torch
+
+    data = safetensors.torch.save(table, metadata={"format": "pt"})
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def _scalar_kind(v: Any, P: Any) -> type | None:
     """int, float or bool for an input held as a number; None for a tensor."""
     if isinstance(v, (P.SymInt, P.Int)):
@@ -221,7 +274,6 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
         UnsupportedConstructError: an output that is neither a tensor, a number nor None.
         OSError: the file cannot be written.
     """
-    import safetensors.torch
     import torch
     import torch.utils._pytree as pytree
 
@@ -247,16 +299,7 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
         else:
             raise UnsupportedConstructError(f"output {key!r} is a {type(leaf).__name__}; a safetensors file holds "
                                             "tensors and numbers: write the outputs as a bundle (.json) instead")
-    data = safetensors.torch.save(table, metadata={"format": "pt"})
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _write_atomic(path, table)
 
 
 def read_safetensors_outputs(path: str | os.PathLike, program: Any) -> Any:

@@ -354,3 +354,24 @@ def test_unreadable_and_unwritable_files_are_one_line_in_both_runtimes(program, 
         r = subprocess.run([_cli(), "run", str(prog), *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and r.stdout.strip().splitlines()[-1] == says.format(tmp=tmp_path), r.stdout
     assert not nodir.parent.exists()
+
+
+def test_an_artifacts_example_inputs_become_a_safetensors_file_for_the_standalone_runtime(program, tmp_path):
+    from native.io import read_inputs, write_safetensors_inputs
+
+    ep, native, prog = program
+    art = prog.parent / "m.pt2s"
+    args, kwargs = read_inputs(art)
+    write_safetensors_inputs(tmp_path / "in.safetensors", native.program, args, kwargs)
+    t = safetensors.torch.load_file(tmp_path / "in.safetensors")
+    assert sorted(t) == ["args.0", "args.1.0", "args.1.1", "kwargs.scale"]
+    back_args, back_kwargs = read_safetensors_inputs(tmp_path / "in.safetensors", native.program)
+    assert torch.equal(back_args[1][1], args[1][1]) and torch.equal(back_kwargs["scale"], kwargs["scale"])
+    if not _cpp_built():
+        return
+    out = tmp_path / "out.safetensors"
+    r = subprocess.run([_cli(), "run", str(prog), "--inputs", str(tmp_path / "in.safetensors"), "--outputs", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    want, _ = _eager(ep, t)
+    assert torch.equal(safetensors.torch.load_file(out)["output.0.h"], want["h"])
