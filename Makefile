@@ -84,18 +84,20 @@ native: $(STAMP)
 	@pyinc=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
 	  missing=""; for t in c++ cmake ninja; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	  [ -f /usr/include/msgpack.hpp ] || missing="$$missing msgpack"; \
+	  [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
 	  [ -f /usr/include/openssl/evp.h ] || missing="$$missing openssl"; \
 	  [ -f "$$pyinc/Python.h" ] || missing="$$missing python-headers"; \
 	  if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ cmake ninja-build \
-	      libmsgpack-cxx-dev libssl-dev python3-dev >/dev/null || true; \
+	      libmsgpack-cxx-dev nlohmann-json3-dev libssl-dev python3-dev >/dev/null || true; \
 	    missing=""; for t in c++ cmake ninja; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	    [ -f /usr/include/msgpack.hpp ] || missing="$$missing msgpack"; \
+	  [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
 	    [ -f /usr/include/openssl/evp.h ] || missing="$$missing openssl"; \
 	    [ -f "$$pyinc/Python.h" ] || missing="$$missing python-headers"; \
 	  fi; \
 	  if [ -n "$$missing" ]; then \
-	    echo "note: the C++ runtime is not built (missing:$$missing); its tests will be skipped. Install a C++ compiler, cmake, ninja, libmsgpack-cxx-dev, libssl-dev and the Python headers to build it."; \
+	    echo "note: the C++ runtime is not built (missing:$$missing); its tests will be skipped. Install a C++ compiler, cmake, ninja, libmsgpack-cxx-dev, nlohmann-json3-dev, libssl-dev and the Python headers to build it."; \
 	    exit 0; fi; \
 	  torch_dir=$$($(PY) -c "import os, torch; print(os.path.dirname(torch.__file__))") && \
 	  abi=$$($(PY) -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))") && \

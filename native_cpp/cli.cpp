@@ -5,6 +5,11 @@
 //   pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-instructions N]
 //                                       run on inputs made from the program's input table (tensors
 //                                       of the declared dtype with every symbol at its minimum or 2)
+//   pt2serde-run run PROGRAM --inputs IN.safetensors [--outputs OUT.safetensors] [...]
+//                                       run on the inputs of a safetensors file (keys as in
+//                                       src/native/io.py) and write the outputs as one
+//   --load-library LIB.so (repeatable, any command): dlopen a library registering operators
+//                                       (TORCH_LIBRARY) before any program is loaded
 //
 // Each refusal prints one line "error: <NativeFormatError|...>: message" (prefixed by the path
 // when several programs are given). Exit status: 0 all accepted/ran, 1 some refused, 2 usage.
@@ -18,6 +23,7 @@
 #include <iostream>
 
 #include "method.h"
+#include "pt2n/runtime.h"
 
 namespace {
 const char* kind_name(pt2n::ErrorKind k) {
@@ -97,9 +103,35 @@ void print_value(const std::string& key, const c10::IValue& v) {
 }
 
 int usage() {
-  std::cerr << "usage: pt2serde-run check PROGRAM...\n"
-               "       pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-instructions N]\n";
+  std::cerr << "usage: pt2serde-run check PROGRAM... [--load-library LIB.so]...\n"
+               "       pt2serde-run run PROGRAM... [--arena] [--repeat N] [--seed S] [--max-loop-instructions N]\n"
+               "       pt2serde-run run PROGRAM --inputs IN.safetensors [--outputs OUT.safetensors] [--arena] [--repeat N]\n"
+               "options: --load-library LIB.so (repeatable) loads operator libraries first\n";
   return 2;
+}
+
+// A run on a safetensors inputs file, through the embedding API (include/pt2n/runtime.h).
+int from_file(const std::string& path, const pt2n::Options& o, int repeat, const std::string& inputs,
+              const std::string& outputs) {
+  try {
+    pt2n::RuntimeOptions ro;
+    ro.arena = o.arena;
+    ro.max_loop_instructions = o.max_loop_instructions;
+    pt2n::Runtime rt = pt2n::Runtime::load_file(path, ro);
+    rt.set_inputs_from_safetensors(inputs);
+    auto t0 = std::chrono::steady_clock::now();
+    // Each run starts from the state the last one left (mutated buffers), as repeated calls would.
+    for (int r = 0; r < std::max(repeat, 1); ++r) rt.run();
+    auto t1 = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < rt.outputs().size(); ++k) print_value(rt.output_keys()[k], rt.outputs()[k]);
+    if (!outputs.empty()) rt.write_outputs_safetensors(outputs);
+    std::cout << "time per run: " << std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(repeat, 1)
+              << " us" << std::endl;
+    return 0;
+  } catch (const pt2n::RunError& e) {
+    std::cout << "error: " << e.kind() << ": " << e.what() << std::endl;
+  }
+  return 1;
 }
 
 // One program: 0 accepted (and ran), 1 refused. Errors are caught per program, so a list of
@@ -140,9 +172,14 @@ int main(int argc, char** argv) {
   pt2n::Options o;
   int repeat = 1;
   uint64_t seed = 0;
+  std::string inputs, outputs;
+  std::vector<std::string> libraries;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--arena") o.arena = true;
+    else if (a == "--inputs" && i + 1 < argc) inputs = argv[++i];
+    else if (a == "--outputs" && i + 1 < argc) outputs = argv[++i];
+    else if (a == "--load-library" && i + 1 < argc) libraries.push_back(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--max-loop-instructions" && i + 1 < argc) o.max_loop_instructions = std::atoll(argv[++i]);
@@ -150,6 +187,17 @@ int main(int argc, char** argv) {
     else paths.push_back(a);
   }
   if ((cmd != "check" && cmd != "run") || paths.empty()) return usage();
+  if (!outputs.empty() && inputs.empty()) return usage();
+  if (!inputs.empty() && (cmd != "run" || paths.size() != 1)) return usage();
+  for (const auto& lib : libraries) {
+    try {
+      pt2n::Runtime::load_library(lib);
+    } catch (const pt2n::RunError& e) {
+      std::cout << "error: " << e.kind() << ": " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  if (!inputs.empty()) return from_file(paths[0], o, repeat, inputs, outputs);
   int rc = 0;
   for (const auto& p : paths) rc |= one(cmd, p, o, repeat, seed, paths.size() > 1);
   return rc;

@@ -252,6 +252,8 @@ void program_field(const Ctx& c, Program& p, const std::string& key, const objec
     return h;
   });
   else if (key == "instruction_handles") p.instruction_handles = ints(c, v, w);
+  else if (key == "input_keys") p.input_keys = L([&](const object& x, const std::string& ww) { return as_str(c, x, ww); });
+  else if (key == "output_keys") p.output_keys = L([&](const object& x, const std::string& ww) { return as_str(c, x, ww); });
   // any other key: a field of a newer minor format, ignored
 }
 }  // namespace

@@ -711,6 +711,14 @@ void Method::bind(std::vector<IValue>& values, const std::vector<IValue>& leaves
   }
 }
 
+namespace {
+[[noreturn]] void fail_at(size_t pc, const std::string& msg) {
+  Error e(ErrorKind::Runtime, msg);
+  e.instruction = int64_t(pc);
+  throw e;
+}
+}  // namespace
+
 std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
   const Program& p = lp_.program;
   std::vector<IValue> values(initial_);
@@ -814,15 +822,16 @@ std::vector<IValue> Method::run_flat(std::vector<IValue> leaves) {
         timings_->emplace_back(int64_t(pc0),
                                std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
     }
-  } catch (const Error& e) {
+  } catch (Error& e) {
     if (e.kind == ErrorKind::Runtime && std::string(e.what()).rfind("instruction ", 0) != 0)
-      fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: " + e.what());
+      fail_at(pc, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: " + e.what());
+    if (e.instruction < 0) e.instruction = int64_t(pc);
     throw;
   } catch (const c10::Error& e) {
-    fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: RuntimeError: " +
-                                 e.what_without_backtrace());
+    fail_at(pc, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: RuntimeError: " +
+                    e.what_without_backtrace());
   } catch (const std::exception& e) {
-    fail(ErrorKind::Runtime, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: " + e.what());
+    fail_at(pc, "instruction " + std::to_string(pc) + " (" + describe(pc) + ") failed: " + e.what());
   }
   std::vector<IValue> outs;
   outs.reserve(p.outputs.size());

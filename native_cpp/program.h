@@ -27,6 +27,7 @@ enum class ErrorKind { Format, Version, ArenaTooLarge, InputMismatch, Runtime, A
 
 struct Error : std::runtime_error {
   ErrorKind kind;
+  int64_t instruction = -1;  // the instruction a run failed at, when it failed inside one
   Error(ErrorKind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
 };
 
@@ -103,6 +104,9 @@ struct Program {
   std::string torch_version;
   std::vector<DebugHandle> debug_handles;
   std::vector<int64_t> instruction_handles;  // per instruction: index into debug_handles, or -1
+  // Safetensors keys (native.io): each input's path in (args, kwargs), each output's in the
+  // output tree; empty in files of older emitters.
+  std::vector<std::string> input_keys, output_keys;
 };
 
 // Whether a jump's condition is the constant False (the jump is always taken): decided from the

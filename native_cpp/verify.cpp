@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "program.h"
@@ -403,6 +404,12 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
     const Value& t = p.values[size_t(s.value)];
     if (t.kind != VK::Tensor || t.data < 0) v.bad(where, "state must be a tensor backed by a constant");
     if (s.kind != "parameter" && s.kind != "buffer" && s.kind != "constant") v.bad(where, "unknown kind '" + s.kind + "'");
+  }
+  for (auto [field, keys, n, noun] : {std::tuple{"input_keys", &p.input_keys, p.inputs.size(), "inputs"},
+                                      std::tuple{"output_keys", &p.output_keys, p.outputs.size(), "outputs"}}) {
+    if (!keys->empty() && keys->size() != n)
+      v.bad(field, std::to_string(keys->size()) + " keys for " + std::to_string(n) + " " + noun);
+    if (std::set<std::string>(keys->begin(), keys->end()).size() != keys->size()) v.bad(field, "the keys are not distinct");
   }
   definite_assignment(v, loop_depth, limits.max_flow_cells);
   // debug handles: one per instruction, each -1 or an index into debug_handles

@@ -48,7 +48,7 @@ def _extension() -> Any:
     found = [d / f"_pt2n_cpp{s}" for s in importlib.machinery.EXTENSION_SUFFIXES if (d / f"_pt2n_cpp{s}").exists()]
     if not found:
         _reason = (f"the C++ runtime is not built (no _pt2n_cpp extension in {d}); run `make native` "
-                   "(it needs a C++ compiler, cmake, ninja, libmsgpack-cxx-dev and libssl-dev)")
+                   "(it needs a C++ compiler, cmake, ninja, libmsgpack-cxx-dev, nlohmann-json3-dev and libssl-dev)")
         return None
     import torch  # noqa: F401  (the extension links libtorch_python: torch must be initialized first)
 

@@ -147,6 +147,7 @@ class _Emitter:
             in_spec=wire.encode(root.in_spec).decode() if root else None,
             out_spec=wire.encode(root.out_spec).decode() if root else None,
             torch_version=self.ep.torch_version,
+            **_io_keys(root, len(self.b.inputs), len(self.b.outputs)),
         )
 
     # ------------------------------------------------------------ guards
@@ -763,3 +764,17 @@ _OUTPUTS: dict[str, Callable] = {
     "as_sym_float": _out_named("as_sym_float"),
     "as_optional_tensor": _out_optional,
 }
+
+
+def _io_keys(root: schema.ModuleCallSignature | None, n_inputs: int, n_outputs: int) -> dict[str, list[str]]:
+    """The safetensors keys of the inputs and outputs (native.io.leaf_keys); a list is left empty
+    when its tree does not give one distinct key per leaf."""
+    if root is None:
+        return {}
+    from serde.bridge.treespec import deserialize_treespec
+
+    from .io import leaf_keys
+
+    ins = leaf_keys(deserialize_treespec(root.in_spec, "module_call_graph[<root>].in_spec"), inputs=True)
+    outs = leaf_keys(deserialize_treespec(root.out_spec, "module_call_graph[<root>].out_spec"), inputs=False)
+    return {"input_keys": ins if len(ins) == n_inputs else [], "output_keys": outs if len(outs) == n_outputs else []}

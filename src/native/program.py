@@ -315,6 +315,11 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     torch_version: str = ""
     debug_handles: list[DebugHandle] = []
     instruction_handles: list[I64] = []  # per instruction: index into debug_handles, or -1
+    # The key of each input and output in a safetensors file (native.io.leaf_keys): the leaf's path in
+    # (args, kwargs) or in the output tree. Empty in files of older emitters, whose inputs are then
+    # found by name only.
+    input_keys: list[str] = []
+    output_keys: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -378,6 +378,12 @@ class _Validator:
                 self.fail(f"state[{i}]", "state must be a tensor backed by a constant")
             if s.kind not in ("parameter", "buffer", "constant"):
                 self.fail(f"state[{i}]", f"unknown kind {s.kind!r}")
+        for field, n in (("input_keys", len(self.p.inputs)), ("output_keys", len(self.p.outputs))):
+            keys = getattr(self.p, field)
+            if keys and len(keys) != n:
+                self.fail(field, f"{len(keys)} keys for {n} {field.removesuffix('_keys')}s")
+            if len(set(keys)) != len(keys):
+                self.fail(field, "the keys are not distinct")
 
     def handles(self) -> None:
         p = self.p

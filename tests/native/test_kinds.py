@@ -342,7 +342,8 @@ def _with_pool(native: P.NativeProgram) -> tuple[P.Program, list[int]]:
     lists = [P.List([x, sym]), P.List([sym, base + 1]), P.List([x, base]), P.List([base + len(consts) - 1])]
     values = [*p.values, *consts, P.SymInt(), P.SymFloat(), P.SymBool(), *lists]
     inputs = [*p.inputs, *(P.Input(f"s{k}", sym + k) for k in range(3))]
-    return msgspec.structs.replace(p, values=values, inputs=inputs), [x, *range(base, len(values))]
+    keys = [*p.input_keys, *(f"s{k}" for k in range(3))] if p.input_keys else []  # one key per input
+    return msgspec.structs.replace(p, values=values, inputs=inputs, input_keys=keys), [x, *range(base, len(values))]
 
 
 def _fitting(op: P.Operator, pool: list[int], program: P.Program) -> tuple[list[int], bool] | None:

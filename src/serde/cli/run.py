@@ -6,14 +6,16 @@ import argparse
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = "run a native program on inputs (an inputs bundle or an artifact's example inputs)"
+HELP = "run a native program on inputs (a safetensors file, an inputs bundle or an artifact's example inputs)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a native program written by `pt2serde emit`")
     p.add_argument("--inputs", required=True,
-                   help="inputs file (native.io.write_inputs) or a .pt2s artifact (its example inputs)")
-    p.add_argument("--outputs", help="also write the outputs to this file (a serde.bridge.bundle)")
+                   help="inputs file: safetensors (keys args.0, kwargs.x or input names), an inputs bundle "
+                        "(native.io.write_inputs) or a .pt2s artifact (its example inputs)")
+    p.add_argument("--outputs", help="also write the outputs to this file: safetensors when it ends in "
+                                     ".safetensors (keys output, output.0, ...), else a serde.bridge.bundle")
     p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
     p.add_argument("--engine", choices=("python", "cpp"), default="python",
                    help="the reference runtime (python) or the C++ runtime built by `make native` (cpp)")
@@ -28,13 +30,22 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.utils._pytree as pytree
 
-    from native.io import read_inputs, write_outputs
+    from native.io import (
+        is_safetensors,
+        read_inputs,
+        read_safetensors_inputs,
+        write_outputs,
+        write_safetensors_outputs,
+    )
     from native.runtime import DEFAULT_MAX_LOOP_INSTRUCTIONS, load
 
     limit = args.max_loop_instructions
     limit = DEFAULT_MAX_LOOP_INSTRUCTIONS if limit is None else (limit if limit > 0 else None)
     method = load(args.program, engine=args.engine, arena=args.arena, max_loop_instructions=limit)
-    inputs, kwargs = read_inputs(args.inputs)
+    if is_safetensors(args.inputs):
+        inputs, kwargs = read_safetensors_inputs(args.inputs, method.program)
+    else:
+        inputs, kwargs = read_inputs(args.inputs)
     timings = None
     if args.profile:
         # One run, no warm-up: a second run would apply buffer mutations twice.
@@ -51,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key}: {str(leaf.dtype).removeprefix('torch.')}{list(leaf.shape)} [{head}{more}]")
         else:
             print(f"{key}: {leaf!r}")
-    if args.outputs:
+    if args.outputs and str(args.outputs).endswith(".safetensors"):
+        write_safetensors_outputs(args.outputs, method.program, out)
+    elif args.outputs:
         write_outputs(args.outputs, out)
     if timings is not None:
         from native.profile import format_profile, summarize
