@@ -168,6 +168,18 @@ def test_case_record_is_well_formed(request, name):
             for key in ("run_vs_eager", "arena_run_vs_eager", "arena_vs_heap"):
                 assert math.isfinite(p[key]) and p[key] > 0
         assert r["arena_vs_heap_worst"] == max(p["arena_vs_heap"] for p in r["programs"].values())
+    elif kind == "native_planners":
+        planners = r["planners"]
+        assert {"greedy", "shared-objects", "naive"} <= set(planners) and r["programs"]
+        for p in r["programs"].values():
+            arenas = [p[pl]["arena_bytes"] for pl in planners]
+            # no plan beats the peak of live bytes; naive reuses nothing
+            assert all(p["peak_live_bytes"] <= a <= p["naive_bytes"] for a in arenas)
+            assert p["naive"]["arena_bytes"] == p["naive_bytes"]
+            assert all(p[pl]["plan_ms"] > 0 for pl in planners)
+        assert any(p["tensors"] > 1 for p in r["programs"].values())
+        for pl in planners:
+            assert r["totals"][pl]["arena_bytes"] == sum(p[pl]["arena_bytes"] for p in r["programs"].values())
     elif kind == "large":
         assert r["outputs_match"] is True  # every loaded program computed the exported one's logits
         assert r["graph_twin_nodes"] == r["nodes"]  # the graph's save is timed on the same graph
