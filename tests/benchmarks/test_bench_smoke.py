@@ -219,7 +219,7 @@ def test_every_bar_names_a_row_of_its_case():
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
              "bench_diff_locality.py": "diff_locality", "bench_native.py": "native",
              "bench_scaling.py": "scaling", "bench_native_cpp.py": "native_cpp",
-             "bench_large.py": "large", "bench_corpus.py": "corpus"}
+             "bench_large.py": "large", "bench_corpus.py": "corpus", "bench_planners.py": "native_planners"}
     for case in runner.CASES:
         # bench_weights.py: one kind per --goal
         kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
@@ -265,6 +265,12 @@ def _fake_record(kind: str) -> dict:
                                for k in ("cold_save", "cold_load", "warm_save", "warm_load")}},
         "native_cpp": {"cpp_vs_eager": r, "cpp_arena_vs_eager": r, "cpp_vs_python_runtime": r,
                        "overhead_us_per_instruction": 0.1, "us_per_instruction": 1.0, "instructions": 2},
+        "native_planners": {"planners": ["greedy", "naive"], "naive_bytes": 128, "peak_live_bytes": 64,
+                            "totals": {"greedy": {"arena_bytes": 64, "plan_ms": 1.0},
+                                       "naive": {"arena_bytes": 128, "plan_ms": 1.0}},
+                            "programs": {"m": {"tensors": 2, "peak_live_bytes": 64, "naive_bytes": 128,
+                                               "greedy": {"arena_bytes": 64, "plan_ms": 1.0},
+                                               "naive": {"arena_bytes": 128, "plan_ms": 1.0}}}},
     }[kind]
 
 
