@@ -31,10 +31,17 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from serde.errors import SerializeError
+
 from . import program as P
 from .runtime import Method
 
-__all__ = ["Gap", "Comparison", "eager_values", "compare", "format_comparison"]
+__all__ = ["Gap", "Comparison", "EagerRunError", "eager_values", "compare", "format_comparison"]
+
+
+class EagerRunError(SerializeError):
+    """The loaded program failed in eager on inputs the native program accepts (the reference side
+    of a comparison): the program cannot be compared on those inputs."""
 
 _HOP = "torch.ops.higher_order."
 
@@ -206,9 +213,18 @@ def compare(method: Method, ep: torch.export.ExportedProgram, args: tuple, kwarg
     Raises:
         InputMismatchError: the inputs do not fit the native program.
         NativeRuntimeError: a kernel failed in the native run.
+        EagerRunError: the loaded program failed in eager on inputs the native program accepts.
     """
     p = method.program
-    seen, eager_outs, targets = eager if eager is not None else eager_values(ep, args, kwargs)
+    if eager is None:
+        try:
+            eager = eager_values(ep, args, kwargs)
+        except Exception as e:
+            # Inputs that do not fit are the usual cause: let the native side name the input.
+            method.run_flat(pytree.tree_leaves(copy.deepcopy((args, kwargs))))
+            raise EagerRunError(f"the loaded program failed in eager on these inputs, which the native program "
+                                f"accepts: {type(e).__name__}: {e}") from e
+    seen, eager_outs, targets = eager
     which = _comparable(p, targets)
     res = Comparison(atol=atol, rtol=rtol)
     ncalls = sum(isinstance(i, P.KernelCall) for i in p.instructions)

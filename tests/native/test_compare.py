@@ -161,3 +161,16 @@ def test_zoo_programs_show_no_gap_and_their_node_names_agree(tmp_path, name):
             assert res.ok, format_comparison(res)
             assert res.rows[-1].pc == -1, "the outputs are compared last"
             assert len(res.rows) > 1 or hops, "a program without control flow has kernel calls to compare"
+
+
+def test_inputs_that_do_not_fit_get_one_line_naming_the_input(tmp_path, capsys):
+    from native.io import write_inputs
+
+    art, _ = _blocks(tmp_path)
+    prog, inp = tmp_path / "m.pt2n", tmp_path / "in.json"
+    assert main(["emit", str(art), str(prog)]) == 0
+    write_inputs(inp, (torch.randn(4, 9),))
+    capsys.readouterr()
+    assert main(["run", str(prog), "--inputs", str(inp), "--compare", str(art)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "input 'input': dimension 1 is 9" in err, err
