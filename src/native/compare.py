@@ -91,11 +91,17 @@ def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) ->
     call_function node by name, the flat outputs, and each such node's target
     (``aten.linear.default``, see :func:`_target_name`)."""
     gm = ep.module()
-    # The module shares the program's buffers: a mutating program would change them for the next
-    # run, and the native side starts from the saved values.
-    for name, buf in list(gm.named_buffers()):
-        owner, _, attr = name.rpartition(".")
-        setattr(gm.get_submodule(owner) if owner else gm, attr, buf.clone())
+    # The module shares the program's buffers and parameters: a mutating program would change them
+    # for the next run, and the native side starts from the saved values.
+    kinds = {getattr(torch.export.graph_signature.OutputKind, k, None) for k in ("BUFFER_MUTATION", "PARAMETER_MUTATION")}
+    mutated = {s.target for s in ep.graph_signature.output_specs if s.kind in kinds}
+    for name, t in [*gm.named_buffers(), *gm.named_parameters()]:
+        if name in mutated:
+            owner, _, attr = name.rpartition(".")
+            copy_ = t.detach().clone()
+            setattr(gm.get_submodule(owner) if owner else gm, attr,
+                    torch.nn.Parameter(copy_, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter)
+                    else copy_)
     leaves = pytree.tree_leaves(copy.deepcopy((args, kwargs)))
     rec = _Recorder(gm)
     with torch.no_grad():
@@ -287,6 +293,9 @@ def format_comparison(c: Comparison, describe: Any = None) -> str:
     compared = len(c.rows) - (1 if c.rows and c.rows[-1].pc < 0 else 0)
     lines.append(f"{compared} kernel calls compared, {c.not_compared} never compared "
                  "(inside control flow, lowered to several calls, or of no node)")
+    if compared == 0 and c.not_compared:
+        lines.append("no kernel call was compared: each is inside control flow or lowered to several calls, or the "
+                     "program was not emitted from this artifact (its nodes have other names)")
     g = c.first_gap
     if g is None:
         lines.append("no gap: every compared value and every output is within tolerance")

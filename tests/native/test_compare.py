@@ -21,7 +21,7 @@ from native.emit import emit_artifact
 from native.runtime import Method
 from native.verify import read_program
 from serde.cli import main
-from tests.native._native_util import FAST, UNSUPPORTED, exported, inputs_of
+from tests.native._native_util import CASES, UNSUPPORTED, exported, inputs_of
 
 _NS = "pt2serde_cmp"
 _DEF = torch.library.Library(_NS, "DEF")
@@ -134,12 +134,13 @@ def test_compare_refuses_the_cpp_engine_with_one_line(tmp_path, capsys):
 
 
 # Modules (mlp, tied_weights), symbolic sizes and scalars, control flow and mutations stay in the
-# fast run; the other fast zoo cases run under -m slow.
-_QUICK = ("mlp", "tied_weights", "dynamic_arith", "sym_scalars", "cond", "input_mutation_aten")
+# fast run; the other zoo cases run under -m slow.
+_QUICK = ("mlp", "tied_weights", "dynamic_arith", "sym_scalars", "cond", "input_mutation_aten",
+          "parameter_mutation_aten")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in _QUICK else pytest.mark.slow)
-                                  for n in FAST if n not in UNSUPPORTED])
+                                  for n in CASES if n not in UNSUPPORTED])
 def test_zoo_programs_show_no_gap_and_their_node_names_agree(tmp_path, name):
     art = tmp_path / "m.pt2s"
     serde.save(exported(name), art)
@@ -174,3 +175,16 @@ def test_inputs_that_do_not_fit_get_one_line_naming_the_input(tmp_path, capsys):
     assert main(["run", str(prog), "--inputs", str(inp), "--compare", str(art)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "input 'input': dimension 1 is 9" in err, err
+
+
+def test_another_artifact_matches_no_node_and_its_outputs_differ(tmp_path, capsys):
+    art, x = _blocks(tmp_path)
+    torch.manual_seed(1)
+    other = _saved(tmp_path, torch.nn.Sequential(torch.nn.Tanh()), (x,), name="other")
+    prog = tmp_path / "m.pt2n"
+    assert main(["emit", str(art), str(prog)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(prog), "--inputs", str(art), "--compare", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "no kernel call was compared" in out and "program was not emitted from this artifact" in out
+    assert "gap at the outputs" in out

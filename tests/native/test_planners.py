@@ -70,7 +70,7 @@ def test_every_planner_passes_the_verifier_on_the_zoo(name):
 @pytest.mark.parametrize("planner", [p for p in PLANNERS if p != "greedy"])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("mlp", "multi_output", "cond", "dynamic_arith",
                                                                     "input_mutation_aten") else pytest.mark.slow)
-                                  for n in FAST if n not in UNSUPPORTED])
+                                  for n in SUPPORTED])
 def test_arena_runs_equal_eager_with_every_planner(name, planner):
     native = _planned(emitted(name), planner)
     assert_runs_like_eager(exported(name), native, inputs_of(name), arena=True)
