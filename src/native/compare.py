@@ -93,10 +93,17 @@ def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) ->
     gm = ep.module()
     # The module shares the program's buffers and parameters: a mutating program would change them
     # for the next run, and the native side starts from the saved values.
+    # Every buffer is copied (a training-IR graph writes them in place, through views too); a
+    # parameter when the signature or a mutating op's argument says it is written.
     kinds = {getattr(torch.export.graph_signature.OutputKind, k, None) for k in ("BUFFER_MUTATION", "PARAMETER_MUTATION")}
-    mutated = {s.target for s in ep.graph_signature.output_specs if s.kind in kinds}
-    for name, t in [*gm.named_buffers(), *gm.named_parameters()]:
-        if name in mutated:
+    written = {s.target for s in ep.graph_signature.output_specs if s.kind in kinds}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable:
+            written.update(a.target for a in pytree.tree_leaves((n.args, n.kwargs))
+                           if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+    buffers = dict(gm.named_buffers())
+    for name, t in [*buffers.items(), *gm.named_parameters()]:
+        if name in buffers or name in written:
             owner, _, attr = name.rpartition(".")
             copy_ = t.detach().clone()
             setattr(gm.get_submodule(owner) if owner else gm, attr,
