@@ -616,8 +616,8 @@ def _native_zoo_rows(r: dict[str, Any]) -> list[Row]:
 def _native_planners_rows(r: dict[str, Any]) -> list[Row]:
     n = len(r["programs"])
     out = [(f"arena bytes, {pl}, summed over {n} programs", _mb(t["arena_bytes"]),
-            f"{t['arena_bytes'] / r['naive_bytes']:.2f}x naive, planned in {t['plan_ms']:.1f} ms" if r["naive_bytes"]
-            else f"planned in {t['plan_ms']:.1f} ms", f"totals.{pl}.arena_bytes")
+            (f"{t['arena_bytes'] / r['naive_bytes']:.2f}x naive, " if r["naive_bytes"] else "")
+            + f"planned in {t['plan_ms']:.1f} ms (packing {t.get('pack_ms', 0):.1f} ms)", f"totals.{pl}.arena_bytes")
            for pl, t in ((pl, r["totals"][pl]) for pl in r["planners"])]
     out.append(("  peak live bytes (no plan is smaller)", _mb(r["peak_live_bytes"]),
                 f"naive {_mb(r['naive_bytes'])}", "peak_live_bytes"))

@@ -176,7 +176,7 @@ def test_case_record_is_well_formed(request, name):
             # no plan beats the peak of live bytes; naive reuses nothing
             assert all(p["peak_live_bytes"] <= a <= p["naive_bytes"] for a in arenas)
             assert p["naive"]["arena_bytes"] == p["naive_bytes"]
-            assert all(p[pl]["plan_ms"] > 0 for pl in planners)
+            assert all(p[pl]["plan_ms"] > 0 and p[pl]["pack_ms"] >= 0 for pl in planners)
         assert any(p["tensors"] > 1 for p in r["programs"].values())
         for pl in planners:
             assert r["totals"][pl]["arena_bytes"] == sum(p[pl]["arena_bytes"] for p in r["programs"].values())
