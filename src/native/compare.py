@@ -92,9 +92,9 @@ def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) ->
     (``aten.linear.default``, see :func:`_target_name`)."""
     gm = ep.module()
     # The module shares the program's buffers and parameters: a mutating program would change them
-    # for the next run, and the native side starts from the saved values.
-    # Every buffer is copied (a training-IR graph writes them in place, through views too); a
-    # parameter when the signature or a mutating op's argument says it is written.
+    # for the next run, while the native side starts from the saved values. So every buffer is
+    # copied (a training-IR graph writes them in place, through views too), and a parameter when
+    # the signature or a mutating op's argument says it is written.
     kinds = {getattr(torch.export.graph_signature.OutputKind, k, None) for k in ("BUFFER_MUTATION", "PARAMETER_MUTATION")}
     written = {s.target for s in ep.graph_signature.output_specs if s.kind in kinds}
     for n in gm.graph.nodes:
