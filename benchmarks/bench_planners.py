@@ -22,7 +22,11 @@ from _harness import base_parser, export_chain, export_transformer, graph_nodes,
 
 def run(zoo_limit: int, blocks: int, chain: int, repeats: int) -> dict:
     import msgspec
-    from tests import zoo
+
+    try:
+        from serde.testing import zoo
+    except ImportError:  # before the zoo moved into serde.testing
+        from tests import zoo
 
     from native import program as P
     from native.emit import emit
