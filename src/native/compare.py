@@ -12,8 +12,9 @@ Compared are the kernel calls of top-level nodes that the node's only kernel cal
 nodes: an op, a symbolic size op). Not compared, and counted: instructions inside control flow
 (``cond`` branches, loop bodies: their nodes are subgraph nodes that eager does not record per
 run, and a loop runs them many times), nodes lowered to several kernel calls
-(``auto_functionalized``), and results the program never reads. The program's outputs are compared
-at the end. A gap inside control flow shows at the first top-level node that reads its result.
+(``auto_functionalized``), and results the program never reads. The program's outputs, then its
+state (buffers, and parameters it writes: their updates are copies of no node), are compared at
+the end. A gap inside control flow shows at the first top-level node that reads its result.
 
 A value is within tolerance where ``|native - eager| <= atol + rtol * |eager|`` elementwise
 (``torch.isclose``'s rule), equal values always (NaN equals NaN, inf equals inf); the defaults
@@ -36,7 +37,7 @@ from serde.errors import SerializeError
 from . import program as P
 from .runtime import Method
 
-__all__ = ["Gap", "Comparison", "EagerRunError", "eager_values", "compare", "format_comparison"]
+__all__ = ["Gap", "Comparison", "Eager", "EagerRunError", "eager_values", "compare", "format_comparison"]
 
 
 class EagerRunError(SerializeError):
@@ -85,11 +86,18 @@ class _Recorder(torch.fx.Interpreter):
         return out
 
 
-def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> tuple[dict[str, Any], list[Any],
-                                                                                       dict[str, str]]:
-    """Run ``ep.module()`` on copies of the inputs. Returns the value of every top-level
-    call_function node by name, the flat outputs, and each such node's target
-    (``aten.linear.default``, see :func:`_target_name`)."""
+@dataclass(frozen=True)
+class Eager:
+    """What one eager run of the loaded program gives :func:`compare`."""
+
+    values: dict[str, Any]  # every top-level call_function node's value, by node name
+    outputs: list[Any]  # the flat user outputs
+    targets: dict[str, str]  # node name -> its target as the program spells it (see _target_name)
+    state: dict[str, torch.Tensor]  # buffers and written parameters after the run, by name
+
+
+def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> Eager:
+    """Run ``ep.module()`` on copies of the inputs and of the state it writes (see :class:`Eager`)."""
     gm = ep.module()
     # The module shares the program's buffers and parameters: a mutating program would change them
     # for the next run, while the native side starts from the saved values. So every buffer is
@@ -102,8 +110,9 @@ def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) ->
             written.update(a.target for a in pytree.tree_leaves((n.args, n.kwargs))
                            if isinstance(a, torch.fx.Node) and a.op == "get_attr")
     buffers = dict(gm.named_buffers())
+    state = [name for name, _ in [*buffers.items(), *gm.named_parameters()] if name in buffers or name in written]
     for name, t in [*buffers.items(), *gm.named_parameters()]:
-        if name in buffers or name in written:
+        if name in state:
             owner, _, attr = name.rpartition(".")
             copy_ = t.detach().clone()
             setattr(gm.get_submodule(owner) if owner else gm, attr,
@@ -114,7 +123,9 @@ def eager_values(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) ->
     with torch.no_grad():
         outs = rec.run(*leaves, enable_io_processing=False)
     targets = {n.name: _target_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
-    return rec.seen, list(outs) if isinstance(outs, (list, tuple)) else [outs], targets
+    after = {**dict(gm.named_buffers()), **dict(gm.named_parameters())}
+    return Eager(rec.seen, list(outs) if isinstance(outs, (list, tuple)) else [outs], targets,
+                 {name: after[name].detach() for name in state})
 
 
 def _target_name(t: Any) -> str:
@@ -237,7 +248,7 @@ def compare(method: Method, ep: torch.export.ExportedProgram, args: tuple, kwarg
             method.run_flat(pytree.tree_leaves(copy.deepcopy((args, kwargs))))
             raise EagerRunError(f"the loaded program failed in eager on these inputs, which the native program "
                                 f"accepts: {type(e).__name__}: {e}") from e
-    seen, eager_outs, targets = eager
+    seen, eager_outs, targets = eager.values, eager.outputs, eager.targets
     which = _comparable(p, targets)
     res = Comparison(atol=atol, rtol=rtol)
     ncalls = sum(isinstance(i, P.KernelCall) for i in p.instructions)
@@ -279,6 +290,16 @@ def compare(method: Method, ep: torch.export.ExportedProgram, args: tuple, kwarg
         res.rows.append(row)
         if not row.ok:
             res.first_gap = row
+            return res
+        # A buffer update is a copy into the state at the end, of no node: compared here.
+        mine = method.state_dict()
+        for name in sorted(set(eager.state) & set(mine)):
+            da, dr, good, note = _gap(mine[name], eager.state[name], atol, rtol)
+            row = Gap(-1, f"<state {name}>", "", "", da, dr, good, note)
+            res.rows.append(row)
+            if not good:
+                res.first_gap = row
+                return res
     return res
 
 
@@ -295,9 +316,9 @@ def format_comparison(c: Comparison, describe: Any = None) -> str:
     for r in c.rows:
         where = r.node + (f" ({r.module})" if r.module else "")
         mark = "" if r.ok else "   <- beyond tolerance" + (f": {r.note}" if r.note else "")
-        pc = "out" if r.pc < 0 else str(r.pc)
+        pc = "end" if r.pc < 0 else str(r.pc)
         lines.append(f"  {pc:>6}  {_num(r.max_abs):>9}  {_num(r.max_rel):>9}  {where}  {r.op}{mark}")
-    compared = len(c.rows) - (1 if c.rows and c.rows[-1].pc < 0 else 0)
+    compared = sum(r.pc >= 0 for r in c.rows)
     lines.append(f"{compared} kernel calls compared, {c.not_compared} never compared "
                  "(inside control flow, lowered to several calls, or of no node)")
     if compared == 0 and c.not_compared:
@@ -305,9 +326,10 @@ def format_comparison(c: Comparison, describe: Any = None) -> str:
                      "program was not emitted from this artifact (its nodes have other names)")
     g = c.first_gap
     if g is None:
-        lines.append("no gap: every compared value and every output is within tolerance")
+        lines.append("no gap: every compared value, every output and the state are within tolerance")
     elif g.pc < 0:
-        lines.append(f"gap at the outputs: max abs {_num(g.max_abs)}, max rel {_num(g.max_rel)}"
+        what = "the outputs" if g.node == "<outputs>" else g.node.strip("<>")
+        lines.append(f"gap at {what}: max abs {_num(g.max_abs)}, max rel {_num(g.max_rel)}"
                      + (f" ({g.note})" if g.note else "") + "; every compared intermediate was within tolerance")
     else:
         what = describe(g.pc) if describe else f"node {g.node!r}"

@@ -162,6 +162,8 @@ def test_zoo_programs_show_no_gap_and_their_node_names_agree(tmp_path, name):
             assert res.ok, format_comparison(res)
             assert res.rows[-1].pc == -1, "the outputs are compared last"
             assert len(res.rows) > 1 or hops, "a program without control flow has kernel calls to compare"
+            if name == "parameter_mutation_aten":
+                assert [r.node for r in res.rows if r.pc < 0] == ["<outputs>", "<state w>"]
 
 
 def test_inputs_that_do_not_fit_get_one_line_naming_the_input(tmp_path, capsys):
@@ -188,3 +190,36 @@ def test_another_artifact_matches_no_node_and_its_outputs_differ(tmp_path, capsy
     out = capsys.readouterr().out
     assert "no kernel call was compared" in out and "program was not emitted from this artifact" in out
     assert "gap at the outputs" in out
+
+
+
+class _Accumulate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.ones(3))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return x * 2
+
+
+def test_a_wrong_buffer_update_no_output_reads_is_named(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(3)
+    art = tmp_path / "m.pt2s"
+    serde.save(torch.export.export(_Accumulate(), (x,)).run_decompositions(), art)
+    ep, native = serde.load(art), emit_artifact(art)
+    ok = compare(Method(native), ep, (x,), {})
+    assert ok.ok and [r.node for r in ok.rows if r.pc < 0] == ["<outputs>", "<state total>"]
+    # The update's copy into the buffer (an instruction of no node) copies the input instead of the sum.
+    p = native.program
+    (pc,) = [pc for pc, ins in enumerate(p.instructions) if isinstance(ins, P.KernelCall)
+             and p.operators[ins.op].name == "aten::copy_" and p.instruction_handles[pc] == -1]
+    ins = p.instructions[pc]
+    wrong = msgspec.structs.replace(ins, args=[ins.args[0], p.inputs[0].value, *ins.args[2:]])
+    bad = msgspec.structs.replace(p, instructions=[*p.instructions[:pc], wrong, *p.instructions[pc + 1:]])
+    res = compare(Method(P.NativeProgram(bad, native.segment)), ep, (x,), {})
+    assert res.rows[-2].node == "<outputs>" and res.rows[-2].ok
+    assert res.first_gap is res.rows[-1] and res.first_gap.node == "<state total>"
+    assert res.first_gap.max_abs == pytest.approx(1.0)  # (1 + x) - x, rounded
+    assert "gap at state total: max abs 1," in format_comparison(res)
