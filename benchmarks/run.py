@@ -183,6 +183,10 @@ CASES: list[BenchCase] = [
     # Every supported zoo program: heap and arena against ep.module(), per program and geomean.
     BenchCase("native_zoo", "bench_native.py", ("--model", "zoo", "--size", "0"),
               ("--model", "zoo", "--size", "3"), requires="native.emit"),
+    # The memory planners (greedy, shared-objects, naive) on the zoo, 4 transformer blocks and a
+    # 5,000-op chain: arena bytes and planning time per planner. Seconds, most of it exporting.
+    BenchCase("native_planners", "bench_planners.py", ("--blocks", "4", "--chain", "5000"),
+              ("--zoo", "3", "--blocks", "1", "--chain", "30"), requires="native.memory"),
 ]
 
 
@@ -609,6 +613,22 @@ def _native_zoo_rows(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def _native_planners_rows(r: dict[str, Any]) -> list[Row]:
+    n = len(r["programs"])
+    out = [(f"arena bytes, {pl}, summed over {n} programs", _mb(t["arena_bytes"]),
+            (f"{t['arena_bytes'] / r['naive_bytes']:.2f}x naive, " if r["naive_bytes"] else "")
+            + f"planned in {t['plan_ms']:.1f} ms (packing {t.get('pack_ms', 0):.1f} ms)", f"totals.{pl}.arena_bytes")
+           for pl, t in ((pl, r["totals"][pl]) for pl in r["planners"])]
+    out.append(("  peak live bytes (no plan is smaller)", _mb(r["peak_live_bytes"]),
+                f"naive {_mb(r['naive_bytes'])}", "peak_live_bytes"))
+    for name, p in sorted(r["programs"].items()):
+        if p["tensors"]:
+            out.append((f"  {name}: " + " / ".join(r["planners"]),
+                        " / ".join(f"{p[pl]['arena_bytes']:,}" for pl in r["planners"]),
+                        f"{p['tensors']} tensors, peak live {p['peak_live_bytes']:,} bytes", ""))
+    return out
+
+
 # bench kind -> rows; the last element of a row names the metric a bar may apply to.
 _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "save_load": _save_load_rows,
@@ -624,6 +644,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "floor_instructions": _floor_instructions_rows,
     "native_cpp": _native_cpp_rows,
     "native_zoo": _native_zoo_rows,
+    "native_planners": _native_planners_rows,
     "large": _large_rows,
     "corpus": _corpus_rows,
 }

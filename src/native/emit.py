@@ -43,7 +43,7 @@ A = schema.Argument
 
 
 def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payload, *,
-         plan: bool = True) -> P.NativeProgram:
+         plan: bool = True, planner: str = "greedy") -> P.NativeProgram:
     """Flatten a canonical program into a native program.
 
     Args:
@@ -51,6 +51,7 @@ def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payl
         weights: its weights (state_dict and constants; example inputs are not used).
         payload: sha256 -> the bytes of that storage (``Artifact.payload``).
         plan: compute the memory plan (on by default).
+        planner: the memory planner, one of :data:`native.memory.PLANNERS`.
 
     Returns:
         The program and its constant segment.
@@ -63,12 +64,12 @@ def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payl
     em = _Emitter(program, weights, payload)
     p = em.run()
     if plan:
-        p = msgspec.structs.replace(p, memory_plan=plan_memory(p))
+        p = msgspec.structs.replace(p, memory_plan=plan_memory(p, planner))
     return P.NativeProgram(p, em.b.segment.build())
 
 
 def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = True,
-                  limits: Limits = DEFAULT_LIMITS) -> P.NativeProgram:
+                  limits: Limits = DEFAULT_LIMITS, planner: str = "greedy") -> P.NativeProgram:
     """:func:`emit` on an artifact file written by ``serde.save``.
 
     The artifact passes the same name, size and weight checks as ``serde.load``
@@ -89,7 +90,7 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
     validate_weights(a.weights, lambda name: len(a.contents.member(name)))
     # The native program calls this torch's operators: as serde.load, upgrade from the writer's torch.
     program = upgrade_operators(a.program, str(torch.__version__))
-    return emit(program, a.weights, a.payload, plan=plan)
+    return emit(program, a.weights, a.payload, plan=plan, planner=planner)
 
 
 

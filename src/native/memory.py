@@ -15,9 +15,16 @@
   outside loops, not reachable from inputs, state or outputs, with an upper bound on their size
   that one arena may hold (``Limits.max_arena_bytes``):
   sizes, strides and offset are evaluated as intervals over the symbols' ranges
-  (``range_constraints``). Packing is greedy by size: largest first, each at the lowest 64-byte
-  aligned offset free over its whole lifetime; :func:`pack` is the same packing, which the
-  runtime reruns with the actual sizes of a run.
+  (``range_constraints``). Packing is chosen by ``planner`` (:data:`PLANNERS`):
+
+  - ``greedy`` (the default; NativeRT's and TFLite's greedy by size for offset calculation):
+    largest first, each at the lowest 64-byte aligned offset free over its whole lifetime.
+    :func:`pack` is this packing, which both runtimes rerun with the actual sizes of a run when
+    sizes are symbolic (keeping the stored offsets when that arena would be larger).
+  - ``shared-objects`` (ExecuTorch's greedy, greedy by size for shared objects): largest first,
+    each into the smallest existing buffer none of whose tensors is live at the same time, or a
+    new buffer; the buffers are then laid end to end (:func:`pack_shared_objects`).
+  - ``naive``: no reuse, every tensor its own bytes (the arena is the naive size).
 - :func:`verify_plan` re-derives lifetimes and bounds from the program under exactly the runtime's
   rule (a call runs out= iff all of its outputs have slots) and checks that no two tensors that
   are live at the same time overlap. The loader runs it on every program file.
@@ -40,7 +47,8 @@ from .container import ALIGN
 from .errors import MemoryPlanError
 
 __all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes", "pack",
-           "out_calls", "outermost_loops"]
+           "pack_shared_objects", "pack_naive", "PLANNERS", "DEFAULT_PLANNER", "out_calls", "outermost_loops",
+           "peak_live_bytes"]
 
 _BUCKET = 64  # instructions per time bucket of the packing index
 
@@ -354,8 +362,15 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def plan_memory(p: P.Program) -> P.MemoryPlan:
-    """Arena offsets for the program's plannable tensors (see the module docstring)."""
+def plan_memory(p: P.Program, planner: str = "greedy") -> P.MemoryPlan:
+    """Arena offsets for the program's plannable tensors (see the module docstring).
+
+    Raises:
+        ValueError: ``planner`` is not one of :data:`PLANNERS`.
+    """
+    packer = PLANNERS.get(planner)
+    if packer is None:
+        raise ValueError(f"unknown memory planner {planner!r}: one of {', '.join(PLANNERS)}")
     sc = _scan(p)
     runs_out = set(sc.calls)
     while True:  # each round only removes calls, so this ends
@@ -365,7 +380,7 @@ def plan_memory(p: P.Program) -> P.MemoryPlan:
             break
         runs_out = planned_calls
     cands.sort(key=lambda c: (-c[0], c[1], c[3]))
-    offsets, arena = pack([(nb, s, e) for nb, s, e, _ in cands])
+    offsets, arena = packer([(nb, s, e) for nb, s, e, _ in cands])
     allocations = [P.Allocation(v, off, nb, s, e) for (nb, s, e, v), off in zip(cands, offsets, strict=True)]
     allocations.sort(key=lambda a: a.value)
     return P.MemoryPlan(arena_size=arena, naive_size=sum(_align(c[0]) for c in cands), allocations=allocations,
@@ -433,6 +448,74 @@ def pack(items: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
         offsets.append(off)
         arena = max(arena, off + size)
     return offsets, arena
+
+
+def pack_shared_objects(items: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+    """Greedy by size for shared objects, over (nbytes, start, end) in the given order (largest
+    first): each tensor joins the smallest buffer whose tensors are all dead while it lives (best
+    fit), or opens a new one; buffers are sized by their largest tensor and laid end to end in the
+    order they were opened. Returns the offsets and the arena size."""
+    sizes: list[int] = []  # per buffer: its size (its first, largest tensor's)
+    starts: list[list[int]] = []  # per buffer: its tensors' lifetimes, sorted and disjoint
+    ends: list[list[int]] = []
+    which = []
+    for nb, s, e in items:
+        size = _align(nb)
+        best = -1
+        for k, bsize in enumerate(sizes):
+            if bsize < size or (best >= 0 and bsize >= sizes[best]):
+                continue
+            # Lifetimes in one buffer are disjoint, so sorted by start they are sorted by end too:
+            # only the last one starting at or before ``e`` can reach into [s, e].
+            j = bisect_right(starts[k], e) - 1
+            if j < 0 or ends[k][j] < s:
+                best = k
+        if best < 0:
+            best = len(sizes)
+            sizes.append(size)
+            starts.append([])
+            ends.append([])
+        j = bisect_left(starts[best], s)
+        starts[best].insert(j, s)
+        ends[best].insert(j, e)
+        which.append(best)
+    base = []
+    total = 0
+    for size in sizes:
+        base.append(total)
+        total += size
+    return [base[k] for k in which], total
+
+
+def pack_naive(items: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+    """No reuse: every (nbytes, start, end) gets its own bytes, in the given order."""
+    offsets = []
+    total = 0
+    for nb, _, _ in items:
+        offsets.append(total)
+        total += _align(nb)
+    return offsets, total
+
+
+# Planner name -> packing of (nbytes, start, end) items sorted largest first.
+PLANNERS = {"greedy": pack, "shared-objects": pack_shared_objects, "naive": pack_naive}
+DEFAULT_PLANNER = "greedy"
+
+
+def peak_live_bytes(plan: P.MemoryPlan) -> int:
+    """The most slot bytes (each rounded up to 64) live at one instruction: no planner's arena is
+    smaller, since tensors live at the same time never share bytes."""
+    events: list[tuple[int, int]] = []
+    for a in plan.allocations:
+        size = _align(a.nbytes)
+        events.append((a.start, size))
+        events.append((a.end + 1, -size))
+    events.sort()  # at one instruction, slots ending before it leave (-size) before new ones count
+    peak = live = 0
+    for _, d in events:
+        live += d
+        peak = max(peak, live)
+    return peak
 
 
 def _count_unplanned(p: P.Program, planned: set[int]) -> int:

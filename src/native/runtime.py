@@ -213,10 +213,15 @@ class Method:
         outs = self.run_flat(leaves, timings=timings)
         return (pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs), timings
 
-    def run_flat(self, leaves: Sequence[Any], *, timings: list[tuple[int, int]] | None = None) -> list[Any]:
+    def run_flat(self, leaves: Sequence[Any], *, timings: list[tuple[int, int]] | None = None,
+                 trace: Callable[[int, list], bool] | None = None) -> list[Any] | None:
         """Run on the flattened user inputs; returns the flattened user outputs.
 
         ``timings``: when given, (instruction index, nanoseconds) of every executed step is appended.
+        ``trace``: when given, called as ``trace(pc, values)`` after every executed instruction,
+        before any free that follows it (frees are not folded into kernels then), so it sees each
+        result while it lives (in arena mode, before its slot is reused). When it returns True the
+        run stops there and returns None (``native.compare`` stops at the first gap).
         """
         p = self.program
         values = list(self._initial)
@@ -238,7 +243,14 @@ class Method:
         self._loop_budget[0] = -1 if limit is None else limit
         try:
             with torch.no_grad():
-                if timings is not None:
+                if trace is not None:
+                    code = self._unfused()
+                    while pc < n:
+                        nxt = code[pc](values, pc)
+                        if trace(pc, values):
+                            return None
+                        pc = nxt
+                elif timings is not None:
                     clock = time.perf_counter_ns
                     while pc < n:
                         t0 = clock()
@@ -299,6 +311,12 @@ class Method:
             code = _fuse_frees(self, code)
         got = self._codes[use_out] = (code, self._may_see_arena)
         return got
+
+    def _unfused(self) -> list[Callable]:
+        """The current code with every FreeCall its own step (for ``trace``; built per run, as tracing
+        is a debugging aid and the plain code is what the timed runs use)."""
+        p = self.program
+        return [_INSTRUCTIONS[type(ins)](self, ins, pc) for pc, ins in enumerate(p.instructions)]
 
     def _placed(self) -> set[int]:
         """Values this run may put in the arena: outputs of its out= calls and allocated values."""

@@ -168,6 +168,18 @@ def test_case_record_is_well_formed(request, name):
             for key in ("run_vs_eager", "arena_run_vs_eager", "arena_vs_heap"):
                 assert math.isfinite(p[key]) and p[key] > 0
         assert r["arena_vs_heap_worst"] == max(p["arena_vs_heap"] for p in r["programs"].values())
+    elif kind == "native_planners":
+        planners = r["planners"]
+        assert {"greedy", "shared-objects", "naive"} <= set(planners) and r["programs"]
+        for p in r["programs"].values():
+            arenas = [p[pl]["arena_bytes"] for pl in planners]
+            # no plan beats the peak of live bytes; naive reuses nothing
+            assert all(p["peak_live_bytes"] <= a <= p["naive_bytes"] for a in arenas)
+            assert p["naive"]["arena_bytes"] == p["naive_bytes"]
+            assert all(p[pl]["plan_ms"] > 0 and p[pl]["pack_ms"] >= 0 for pl in planners)
+        assert any(p["tensors"] > 1 for p in r["programs"].values())
+        for pl in planners:
+            assert r["totals"][pl]["arena_bytes"] == sum(p[pl]["arena_bytes"] for p in r["programs"].values())
     elif kind == "large":
         assert r["outputs_match"] is True  # every loaded program computed the exported one's logits
         assert r["graph_twin_nodes"] == r["nodes"]  # the graph's save is timed on the same graph
@@ -207,7 +219,7 @@ def test_every_bar_names_a_row_of_its_case():
     kinds = {"bench_save_load.py": "save_load", "bench_canonicalize.py": "canonicalize",
              "bench_diff_locality.py": "diff_locality", "bench_native.py": "native",
              "bench_scaling.py": "scaling", "bench_native_cpp.py": "native_cpp",
-             "bench_large.py": "large", "bench_corpus.py": "corpus"}
+             "bench_large.py": "large", "bench_corpus.py": "corpus", "bench_planners.py": "native_planners"}
     for case in runner.CASES:
         # bench_weights.py: one kind per --goal
         kind = kinds.get(case.script) or f"weights_{case.args[case.args.index('--goal') + 1]}"
@@ -253,6 +265,12 @@ def _fake_record(kind: str) -> dict:
                                for k in ("cold_save", "cold_load", "warm_save", "warm_load")}},
         "native_cpp": {"cpp_vs_eager": r, "cpp_arena_vs_eager": r, "cpp_vs_python_runtime": r,
                        "overhead_us_per_instruction": 0.1, "us_per_instruction": 1.0, "instructions": 2},
+        "native_planners": {"planners": ["greedy", "naive"], "naive_bytes": 128, "peak_live_bytes": 64,
+                            "totals": {"greedy": {"arena_bytes": 64, "plan_ms": 1.0},
+                                       "naive": {"arena_bytes": 128, "plan_ms": 1.0}},
+                            "programs": {"m": {"tensors": 2, "peak_live_bytes": 64, "naive_bytes": 128,
+                                               "greedy": {"arena_bytes": 64, "plan_ms": 1.0},
+                                               "naive": {"arena_bytes": 128, "plan_ms": 1.0}}}},
     }[kind]
 
 

@@ -16,6 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", help="the native program file to write (.pt2n)")
     p.add_argument("--no-plan", action="store_true", help="skip the memory plan")
     p.add_argument("--listing", action="store_true", help="print the program's instructions")
+    p.add_argument("--plan", action="store_true",
+                   help="print the memory plan: arena size, peak live bytes, naive size and the largest slots "
+                        "with their nodes")
+    p.add_argument("--planner", choices=("greedy", "shared-objects", "naive"), default="greedy",
+                   help="memory planner: greedy by size for offsets (greedy, the default), greedy by size for "
+                        "shared buffers as ExecuTorch's greedy (shared-objects), or no reuse (naive)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from native.render import render, summary
 
     t0 = time.perf_counter()
-    native = emit_artifact(args.input, plan=not args.no_plan)
+    native = emit_artifact(args.input, plan=not args.no_plan, planner=args.planner)
     elapsed = time.perf_counter() - t0
     write_program(args.output, native)
     if args.listing:
@@ -34,4 +40,9 @@ def run(args: argparse.Namespace) -> int:
           f"(artifact {os.path.getsize(args.input)} bytes), emitted in {elapsed * 1000:.1f} ms")
     if not args.listing:  # the listing ends with the summary already
         print(summary(native.program))
+    if args.plan:
+        from native.plan_report import format_plan, plan_report
+
+        print()
+        print(format_plan(plan_report(native.program), planner=args.planner))
     return 0

@@ -24,9 +24,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-loop-instructions", type=int, default=None, metavar="N",
                    help="fail when loops execute more than N instructions in one run (each iteration "
                         "counts its loop's length), instead of hanging (default: native.runtime.DEFAULT_MAX_LOOP_INSTRUCTIONS, ten million; 0: no limit)")
+    p.add_argument("--compare", metavar="ARTIFACT",
+                   help="also run ARTIFACT (the .pt2s the program was emitted from) in eager on the same inputs and "
+                        "compare every intermediate value through the debug handles; stops at the first instruction "
+                        "beyond tolerance, naming it (exit status 1); python engine only")
+    p.add_argument("--atol", type=float, default=0.0, help="--compare: absolute tolerance (default 0: equal values)")
+    p.add_argument("--rtol", type=float, default=0.0, help="--compare: relative tolerance (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare and (args.engine != "python" or args.profile or args.outputs):
+        import sys
+
+        print("pt2serde run: error: --compare runs the python engine alone, without --profile or --outputs (the C++ "
+              "runtime does not expose intermediate values)", file=sys.stderr)
+        return 2
     import torch
     import torch.utils._pytree as pytree
 
@@ -46,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         inputs, kwargs = read_safetensors_inputs(args.inputs, method.program)
     else:
         inputs, kwargs = read_inputs(args.inputs)
+    if args.compare:
+        return _compare(args, method, inputs, kwargs)
     timings = None
     if args.profile:
         # One run, no warm-up: a second run would apply buffer mutations twice.
@@ -72,3 +86,13 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(format_profile(summarize(method.program, timings)))
     return 0
+
+
+def _compare(args: argparse.Namespace, method, inputs: tuple, kwargs: dict) -> int:
+    import serde
+    from native.compare import compare, format_comparison
+
+    ep = serde.load(args.compare)
+    res = compare(method, ep, inputs, kwargs, atol=args.atol, rtol=args.rtol)
+    print(format_comparison(res, method.describe))
+    return 0 if res.ok else 1
