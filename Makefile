@@ -84,7 +84,7 @@ native: $(STAMP)
 	@pyinc=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
 	  missing=""; for t in c++ cmake ninja; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	  [ -f /usr/include/msgpack.hpp ] || missing="$$missing msgpack"; \
-	  [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
+	    [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
 	  [ -f /usr/include/openssl/evp.h ] || missing="$$missing openssl"; \
 	  [ -f "$$pyinc/Python.h" ] || missing="$$missing python-headers"; \
 	  if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -92,7 +92,7 @@ native: $(STAMP)
 	      libmsgpack-cxx-dev nlohmann-json3-dev libssl-dev python3-dev >/dev/null || true; \
 	    missing=""; for t in c++ cmake ninja; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	    [ -f /usr/include/msgpack.hpp ] || missing="$$missing msgpack"; \
-	  [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
+	    [ -f /usr/include/nlohmann/json.hpp ] || missing="$$missing nlohmann-json"; \
 	    [ -f /usr/include/openssl/evp.h ] || missing="$$missing openssl"; \
 	    [ -f "$$pyinc/Python.h" ] || missing="$$missing python-headers"; \
 	  fi; \
