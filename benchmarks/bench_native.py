@@ -43,9 +43,9 @@ def run(model: str, size: int, repeats: int) -> dict:
     import torch
 
     import serde
-    from native.emit import emit
-    from native.runtime import Method
-    from native.verify import decode
+    from native.emit.emitter import emit
+    from native.format.verify import decode
+    from native.run.runtime import Method
     from serde.archive.artifact import read_artifact
 
     ep, args = export_chain(size) if model == "chain" else export_transformer(size)
@@ -104,9 +104,9 @@ def run_zoo(limit: int, repeats: int) -> dict:
 
     import torch
 
-    from native.emit import emit
-    from native.runtime import Method
-    from native.verify import decode
+    from native.emit.emitter import emit
+    from native.format.verify import decode
+    from native.run.runtime import Method
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.errors import SerializeError

@@ -32,10 +32,10 @@ def run(model: str, size: int, repeats: int) -> dict:
     import torch
 
     import serde
-    from native import cpp_engine
-    from native.emit import emit
-    from native.runtime import Method
-    from native.verify import decode
+    from native.emit.emitter import emit
+    from native.format.verify import decode
+    from native.run import cpp_engine
+    from native.run.runtime import Method
     from serde.archive.artifact import read_artifact
 
     if not cpp_engine.available():

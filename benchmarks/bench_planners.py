@@ -5,7 +5,7 @@
 Programs: every zoo program the native emitter supports (``--zoo N`` > 0: the first N), ``--blocks``
 transformer blocks with dynamic batch and sequence (slots at their upper bounds), and a pointwise
 chain of ``--chain`` ops (planning time at scale). Each is exported, saved and emitted untimed; then
-``plan_memory`` runs with every planner (:data:`native.memory.PLANNERS`), timed (the minimum of
+``plan_memory`` runs with every planner (:data:`native.format.memory.PLANNERS`), timed (the minimum of
 ``--repeats``; most of it is the lifetime analysis all planners share), and its plan goes through
 the loader's verifier; the packing alone is timed too (``pack_ms``). Reported per program and summed:
 the arena bytes of each planner, the peak live bytes (no plan of these lifetimes is smaller) and
@@ -28,10 +28,10 @@ def run(zoo_limit: int, blocks: int, chain: int, repeats: int) -> dict:
     except ImportError:  # before the zoo moved into serde.testing
         from tests import zoo
 
-    from native import program as P
-    from native.emit import emit
-    from native.memory import PLANNERS, peak_live_bytes, plan_memory, verify_plan
-    from native.verify import decode
+    from native.emit.emitter import emit
+    from native.format import program as P
+    from native.format.memory import PLANNERS, peak_live_bytes, plan_memory, verify_plan
+    from native.format.verify import decode
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.errors import SerializeError

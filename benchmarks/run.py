@@ -171,22 +171,22 @@ CASES: list[BenchCase] = [
               ("--instructions", "--sizes", "30,60"), timed=False),
     # Native emitter.
     BenchCase("native_chain_5000", "bench_native.py", ("--model", "chain", "--size", "5000"),
-              ("--model", "chain", "--size", "30"), requires="native.emit"),
+              ("--model", "chain", "--size", "30"), requires="native.emit.emitter"),
     BenchCase("native_transformer", "bench_native.py", ("--model", "transformer", "--size", "4"),
-              ("--model", "transformer", "--size", "1"), requires="native.emit"),
+              ("--model", "transformer", "--size", "1"), requires="native.emit.emitter"),
     BenchCase("native_cpp_chain_5000", "bench_native_cpp.py", ("--model", "chain", "--size", "5000"),
-              ("--model", "chain", "--size", "30"), requires="native.cpp_engine",
+              ("--model", "chain", "--size", "30"), requires="native.run.cpp_engine",
               bars=(Bar("cpp_vs_eager.min", "<=", 0.6, "C++ runtime"),
                     Bar("overhead_us_per_instruction", "<=", 1.0, "C++ runtime", unit=" us"))),
     BenchCase("native_cpp_transformer", "bench_native_cpp.py", ("--model", "transformer", "--size", "4"),
-              ("--model", "transformer", "--size", "1"), requires="native.cpp_engine"),
+              ("--model", "transformer", "--size", "1"), requires="native.run.cpp_engine"),
     # Every supported zoo program: heap and arena against ep.module(), per program and geomean.
     BenchCase("native_zoo", "bench_native.py", ("--model", "zoo", "--size", "0"),
-              ("--model", "zoo", "--size", "3"), requires="native.emit"),
+              ("--model", "zoo", "--size", "3"), requires="native.emit.emitter"),
     # The memory planners (greedy, shared-objects, naive) on the zoo, 4 transformer blocks and a
     # 5,000-op chain: arena bytes and planning time per planner. Seconds, most of it exporting.
     BenchCase("native_planners", "bench_planners.py", ("--blocks", "4", "--chain", "5000"),
-              ("--zoo", "3", "--blocks", "1", "--chain", "30"), requires="native.memory"),
+              ("--zoo", "3", "--blocks", "1", "--chain", "30"), requires="native.format.memory"),
 ]
 
 

@@ -186,7 +186,7 @@ def all_results(tmp_path_factory) -> dict[str, str | None]:
 
 def _check(failure: str | None) -> None:
     if failure is not None and "the C++ runtime is not built" in failure:
-        from native import cpp_engine
+        from native.run import cpp_engine
 
         # the one expected refusal: docs/native.md's C++ blocks need `make native`, which needs a
         # compiler; the C++ tests skip with the same reason

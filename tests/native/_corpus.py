@@ -68,8 +68,8 @@ def make(c: Case) -> tuple[torch.export.ExportedProgram, list[tuple[tuple, dict]
 
 def outcome(c: Case) -> tuple[str, Any]:
     """("ok", None) or (stage, error): the first of export, save, emit, heap or arena run that failed."""
-    from native.emit import emit
-    from native.verify import decode
+    from native.emit.emitter import emit
+    from native.format.verify import decode
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
 

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from native import program as P
-from native.emit import emit
-from native.runtime import Method
-from native.verify import decode
+from native.emit.emitter import emit
+from native.format import program as P
+from native.format.verify import decode
+from native.run.runtime import Method
 from serde.api import to_artifact_parts
 from serde.archive import payload_name
 from serde.testing import zoo
@@ -115,7 +115,7 @@ def run_outcome(engine: str, data: bytes, args: tuple, kwargs: dict, **options: 
     raises NativeFormatError, ``("error", class name)`` for any other typed error, at load or while
     running, else ``("ok", outputs, state)``. Anything else (a foreign exception) propagates."""
     from native.errors import NativeFormatError
-    from native.runtime import load
+    from native.run.runtime import load
     from serde.errors import SerializeError
 
     try:

@@ -18,12 +18,12 @@ import torch.utils._pytree as pytree
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from native import cpp_engine
-from native import program as P
 from native.errors import ArenaAliasError, MemoryPlanError, NativeFormatError, NativeRuntimeError
-from native.memory import plan_memory, verify_plan
-from native.runtime import OUT_MIN_BYTES, Method
-from native.verify import decode
+from native.format import program as P
+from native.format.memory import plan_memory, verify_plan
+from native.format.verify import decode
+from native.run import cpp_engine
+from native.run.runtime import OUT_MIN_BYTES, Method
 from tests.native._native_util import emit_ep
 from tests.native._random_programs import IDENTITY, alias_recipes, build
 
@@ -309,7 +309,7 @@ def _add_relu() -> tuple[P.NativeProgram, int, int]:
     p = native.program
     add, relu = (next(pc for pc, i in enumerate(p.instructions) if isinstance(i, P.KernelCall)
                       and p.operators[i.op].name == name) for name in ("aten::add", "aten::relu"))
-    from native.memory import out_calls
+    from native.format.memory import out_calls
 
     assert {add, relu} <= out_calls(p)
     return native, add, relu

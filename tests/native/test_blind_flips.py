@@ -12,9 +12,9 @@ import struct
 import pytest
 import torch
 
-from native import cpp_engine
 from native.errors import NativeFormatError, NativeVersionError
-from native.verify import decode
+from native.format.verify import decode
+from native.run import cpp_engine
 from tests.native._native_util import emit_ep
 
 

@@ -7,7 +7,7 @@ import copy
 import torch
 
 import serde
-from native.io import read_inputs, read_outputs, write_inputs
+from native.run.io import read_inputs, read_outputs, write_inputs
 from serde.cli import main
 from tests.native._native_util import assert_same, exported, inputs_of
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import serde
-from native import program as P
-from native.compare import compare, eager_values, format_comparison
-from native.emit import emit_artifact
-from native.runtime import Method
-from native.verify import read_program
+from native.emit.emitter import emit_artifact
+from native.format import program as P
+from native.format.verify import read_program
+from native.run.compare import compare, eager_values, format_comparison
+from native.run.runtime import Method
 from serde.cli import main
 from tests.native._native_util import CASES, UNSUPPORTED, exported, inputs_of
 
@@ -167,7 +167,7 @@ def test_zoo_programs_show_no_gap_and_their_node_names_agree(tmp_path, name):
 
 
 def test_inputs_that_do_not_fit_get_one_line_naming_the_input(tmp_path, capsys):
-    from native.io import write_inputs
+    from native.run.io import write_inputs
 
     art, _ = _blocks(tmp_path)
     prog, inp = tmp_path / "m.pt2n", tmp_path / "in.json"

@@ -23,8 +23,6 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from native import container, cpp_engine
-from native import program as P
 from native.errors import (
     ArenaTooLargeError,
     InputMismatchError,
@@ -32,8 +30,11 @@ from native.errors import (
     NativeRuntimeError,
     NativeVersionError,
 )
-from native.memory import plan_memory
-from native.runtime import Method, load
+from native.format import container
+from native.run import cpp_engine
+from native.format import program as P
+from native.format.memory import plan_memory
+from native.run.runtime import Method, load
 from serde.core import schema
 from serde.core.limits import Limits
 from serde.errors import UnsupportedConstructError
@@ -227,7 +228,7 @@ def test_runtime_errors_name_the_node_and_module_as_the_python_runtime_does():
 
 
 def test_cpp_profile_names_every_executed_instruction():
-    from native.profile import summarize
+    from native.run.profile import summarize
 
     ep, native = _named()
     m = load(native, engine="cpp", arena=True)
@@ -410,7 +411,7 @@ def _int_edge_mutants(seed: int, per_case: int):
 
 # What only the C++ loader refuses: integers beyond int64 anywhere (Python keeps them until a
 # kernel or the verifier trips). Calls whose arguments do not fit their operator's schema are
-# refused by both runtimes' kind check (native.kinds), with the same message.
+# refused by both runtimes' kind check (native.format.kinds), with the same message.
 _CPP_ONLY_REFUSALS = ("an integer larger than int64",)
 
 

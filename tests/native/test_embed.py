@@ -15,8 +15,8 @@ import safetensors.torch
 import torch
 
 import serde
-from native.emit import emit_artifact
-from native.program import encode
+from native.emit.emitter import emit_artifact
+from native.format.program import encode
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "native_cpp" / "examples" / "embed"
 
@@ -39,7 +39,7 @@ class Net(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, Path, torch.nn.Module]:
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     if not cpp_engine.available():
         pytest.skip(cpp_engine.unavailable_reason())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from native import program as P
-from native.emit import emit_artifact
-from native.exprs import evaluate
-from native.kernels import lookup
+from native.emit.emitter import emit_artifact
+from native.format import program as P
+from native.format.exprs import evaluate
+from native.format.kernels import lookup
 from serde.errors import UnsupportedConstructError
 from tests.native._native_util import UNSUPPORTED, emit_ep, emitted, exported
 
@@ -193,7 +193,7 @@ def test_unsupported_op_error_names_node_and_op():
 def test_non_cpu_and_sparse_tensors_are_refused():
     import msgspec
 
-    from native.emit import emit
+    from native.emit.emitter import emit
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.core import schema

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import serde
-from native.emit import emit_artifact
+from native.emit.emitter import emit_artifact
 from serde.archive import read_archive, write_archive
 from serde.core import wire
 from serde.core.errors import IntegerTooLargeError

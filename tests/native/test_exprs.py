@@ -7,9 +7,9 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from native import exprs as E
 from native.errors import NativeFormatError
-from native.memory import code_bounds
+from native.format import exprs as E
+from native.format.memory import code_bounds
 from serde.core.expr import parse_to_tree, tree_to_sympy
 from serde.errors import UnsupportedConstructError
 

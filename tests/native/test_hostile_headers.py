@@ -12,8 +12,8 @@ import random
 import msgspec
 import pytest
 
-from native import program as P
-from native.verify import decode
+from native.format import program as P
+from native.format.verify import decode
 from serde.errors import SerializeError
 from tests.native._native_util import edited, emitted, int_paths, with_edge_int
 
@@ -56,8 +56,8 @@ def test_unknown_layout_or_memory_format_is_refused_by_both_loaders(kind: str) -
     from pathlib import Path
 
     import native
-    from native import cpp_engine
     from native.errors import NativeFormatError
+    from native.run import cpp_engine
 
     good = native.emit_artifact(Path(__file__).resolve().parents[2] / "fixtures" / "v2.5" / "all_dtypes" / "model.pt2s")
     i = next(i for i, v in enumerate(good.program.values) if isinstance(v, P.Layout))

@@ -1,4 +1,4 @@
-"""The value-kind check (``native.kinds``, ``native_cpp/kinds.cpp``): a kernel argument of a kind its
+"""The value-kind check (``native.format.kinds``, ``native_cpp/kinds.cpp``): a kernel argument of a kind its
 parameter does not take is refused when either runtime loads the program, with the same message.
 
 Each rule is exercised on a real exported program (a concatenation, a reduction, dropout, gelu, a
@@ -19,11 +19,11 @@ import pytest
 import torch
 from torch.export import Dim
 
-from native import cpp_engine
-from native import program as P
-from native.kinds import NUMBERS_AS_TENSORS, kind_name
-from native.runtime import Method
-from native.verify import decode
+from native.format import program as P
+from native.format.kinds import NUMBERS_AS_TENSORS, kind_name
+from native.format.verify import decode
+from native.run import cpp_engine
+from native.run.runtime import Method
 from serde.core import schema
 from serde.errors import SerializeError
 from tests.native._native_util import edit_outcome, edited, emit_ep, same_outcome
@@ -349,7 +349,7 @@ def _with_pool(native: P.NativeProgram) -> tuple[P.Program, list[int]]:
 def _fitting(op: P.Operator, pool: list[int], program: P.Program) -> tuple[list[int], bool] | None:
     """A pool value each leading parameter takes (by the Python table), and whether every parameter
     after them has a default; None for an operator not known here."""
-    from native.kinds import _misfit, _signature
+    from native.format.kinds import _misfit, _signature
 
     sig = _signature(op)
     if sig is None:
@@ -365,7 +365,7 @@ def _fitting(op: P.Operator, pool: list[int], program: P.Program) -> tuple[list[
 
 def _call_at_end(base: P.Program, segment, op: P.Operator, args: list[int]) -> bytes:
     """A call of ``op`` at the end of ``base``, its results discarded."""
-    from native.kinds import _signature
+    from native.format.kinds import _signature
 
     call = P.KernelCall(len(base.operators), args, [-1] * len(_signature(op).returns))
     p = msgspec.structs.replace(base, operators=[*base.operators, op], instructions=[*base.instructions, call],
@@ -421,7 +421,7 @@ def test_numbers_for_tensors_are_judged_alike_for_every_overload_of_the_list_and
 def test_both_runtimes_know_the_same_symbolic_signatures(kinds, arity):
     # Every symbolic operator called with one, two and three numbers: both runtimes take the calls
     # of the operator's arity and refuse the others alike.
-    from native.prim import PRIM_OPS
+    from native.format.prim import PRIM_OPS
 
     base, pool = _with_pool(kinds)
     one = len(kinds.program.values) + 1  # P.Int(1)

@@ -14,8 +14,8 @@ import safetensors.torch
 import torch
 
 import serde
-from native.emit import emit_artifact
-from native.program import encode
+from native.emit.emitter import emit_artifact
+from native.format.program import encode
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -36,7 +36,7 @@ class UsesTwicePlus(torch.nn.Module):
 
 
 def _cli() -> str:
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     if not cpp_engine.available():
         pytest.skip(cpp_engine.unavailable_reason())
@@ -81,7 +81,7 @@ def test_without_its_library_the_custom_operator_is_named(program, tmp_path):
 
 @pytest.mark.slow  # compiles a TORCH_LIBRARY source: 7 s of CPU, more on a busy machine
 def test_a_custom_kernel_library_runs_standalone(program, tmp_path):
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     cli = _cli()
     build = cpp_engine.build_dir()

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.export import Dim
 
-from native import program as P
 from native.errors import ArenaTooLargeError, MemoryPlanError, NativeFormatError
-from native.memory import (
+from native.format import program as P
+from native.format.memory import (
     Lifetimes,
     analyze,
     check_no_overlap,
@@ -20,7 +20,7 @@ from native.memory import (
     upper_nbytes,
     verify_plan,
 )
-from native.verify import decode
+from native.format.verify import decode
 from tests.native._native_util import (
     CASES,
     FAST,

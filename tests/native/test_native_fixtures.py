@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch.utils._pytree as pytree
 
-from native.emit import emit_artifact
-from native.runtime import Method
+from native.emit.emitter import emit_artifact
+from native.run.runtime import Method
 from serde.bridge.bundle import load_tree
 from tests.native._native_util import UNSUPPORTED, assert_same
 

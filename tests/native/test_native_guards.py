@@ -10,8 +10,8 @@ import torch
 import serde
 from native import emit_artifact, load
 from native.errors import InputMismatchError
-from native.program import write_program
-from native.verify import read_program
+from native.format.program import write_program
+from native.format.verify import read_program
 from serde.errors import UnsupportedConstructError
 from tests import _guard_programs as gp
 from tests._guard_programs import T, cfg

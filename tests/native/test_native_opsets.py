@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from native.emit import emit_artifact
-from native.runtime import Method
+from native.emit.emitter import emit_artifact
+from native.run.runtime import Method
 from serde.bridge.bundle import load_tree
 from serde.errors import OperatorChangeError
 from serde.opsets import release_of

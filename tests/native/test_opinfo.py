@@ -21,10 +21,10 @@ import torch
 import torch.utils._pytree as pytree
 
 import serde
-from native import cpp_engine
-from native.emit import emit_artifact
-from native.runtime import Method
-from native.verify import decode
+from native.emit.emitter import emit_artifact
+from native.format.verify import decode
+from native.run import cpp_engine
+from native.run.runtime import Method
 from serde.errors import SerializeError
 from tests.opinfo import CHUNKS, Sample, chunk_params, export, module_samples, resized_inputs, same, samples
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import serde
-from native import cpp_engine
-from native import program as P
-from native.memory import (
+from native.emit.plan_report import plan_report
+from native.format import program as P
+from native.format.memory import (
     PLANNERS,
     check_no_overlap,
     pack,
@@ -27,8 +27,8 @@ from native.memory import (
     plan_memory,
     verify_plan,
 )
-from native.plan_report import plan_report
-from native.verify import decode
+from native.format.verify import decode
+from native.run import cpp_engine
 from serde.cli import main
 from tests.native._native_util import (
     CASES,
@@ -75,7 +75,7 @@ def test_arena_runs_equal_eager_with_every_planner(name, planner):
     native = _planned(emitted(name), planner)
     assert_runs_like_eager(exported(name), native, inputs_of(name), arena=True)
     if cpp_engine.available():
-        from native.runtime import load
+        from native.run.runtime import load
 
         m = load(native.encode(), engine="cpp", arena=True)
         ref = load(native, arena=True)

@@ -8,10 +8,10 @@ import struct
 import msgspec
 import pytest
 
-from native import program as P
 from native.errors import NativeFormatError, NativeVersionError
-from native.program import MAGIC, write_program
-from native.verify import decode, read_program
+from native.format import program as P
+from native.format.program import MAGIC, write_program
+from native.format.verify import decode, read_program
 from serde.errors import MalformedArtifactError, SchemaVersionError
 from tests.native._native_util import emit_ep, emitted, exported
 
@@ -116,7 +116,7 @@ def test_every_single_byte_flip_before_the_segment_is_detected():
 
 def test_a_header_that_passes_its_checksum_is_still_validated():
     native = emitted("mlp")
-    from native import container
+    from native.format import container
 
     data = container.pack(MAGIC, P.FORMAT_VERSION, b"\xc1 not msgpack", native.segment)
     with pytest.raises(NativeFormatError, match=r"the header does not match the program schema"):
@@ -170,7 +170,7 @@ def test_decoding_and_listing_do_not_import_torch(tmp_path):
 
     path = tmp_path / "m.pt2n"
     write_program(path, emitted("cond"))
-    code = ("import sys\nfrom native.verify import read_program\nfrom native.render import render\n"
+    code = ("import sys\nfrom native.format.verify import read_program\nfrom native.format.render import render\n"
             f"p = read_program({str(path)!r})\nassert 'jump_false' in render(p.program)\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

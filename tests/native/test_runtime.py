@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.export import Dim
 
-from native import program as P
 from native.errors import InputMismatchError, NativeRuntimeError
-from native.runtime import Method
+from native.format import program as P
+from native.run.runtime import Method
 from tests.native._native_util import (
     CASES,
     FAST,
@@ -162,8 +162,8 @@ def test_a_symbol_bound_to_a_dimension_the_input_lacks_is_refused_on_every_engin
     # A file may bind a symbol to any input and dimension; the inputs pass their own checks.
     import msgspec
 
-    from native import cpp_engine
-    from native.verify import decode
+    from native.format.verify import decode
+    from native.run import cpp_engine
 
     native = emitted("mlp")
     symbols = [msgspec.structs.replace(s, dim=dim) for s in native.program.symbols]

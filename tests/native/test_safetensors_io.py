@@ -13,9 +13,10 @@ import safetensors.torch
 import torch
 
 import serde
-from native.emit import emit_artifact
-from native.io import leaf_keys, read_safetensors_inputs, read_safetensors_outputs
-from native.program import encode
+from native.emit.emitter import emit_artifact
+from native.format.program import encode
+from native.format.keys import leaf_keys
+from native.run.io import read_safetensors_inputs, read_safetensors_outputs
 from serde.cli import main
 
 
@@ -139,13 +140,13 @@ def test_a_given_twice_input_and_a_number_input_are_refused(program, tmp_path):
 
 
 def _cpp_built() -> bool:
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     return cpp_engine.available()
 
 
 def _cli():
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     if not cpp_engine.available():
         pytest.skip(cpp_engine.unavailable_reason())
@@ -246,9 +247,9 @@ def test_a_specialized_int_input_may_be_left_out_or_given_as_a_0d_tensor(tmp_pat
     ("output_keys", ["output.0", "output.1"], "output_keys: 2 keys for 3 outputs"),
 ])
 def test_both_loaders_refuse_keys_that_do_not_fit(program, field, value, says):
-    from native import cpp_engine
     from native.errors import NativeFormatError
-    from native.runtime import load
+    from native.run import cpp_engine
+    from native.run.runtime import load
     from tests.native._native_util import edited
 
     _, native, _ = program
@@ -357,7 +358,7 @@ def test_unreadable_and_unwritable_files_are_one_line_in_both_runtimes(program, 
 
 
 def test_an_artifacts_example_inputs_become_a_safetensors_file_for_the_standalone_runtime(program, tmp_path):
-    from native.io import read_inputs, write_safetensors_inputs
+    from native.run.io import read_inputs, write_safetensors_inputs
 
     ep, native, prog = program
     art = prog.parent / "m.pt2s"

@@ -14,11 +14,11 @@ import msgspec
 import pytest
 import torch
 
-from native import cpp_engine
-from native import program as P
 from native.errors import FlowTooLargeError, InputMismatchError, NativeFormatError, NativeRuntimeError
-from native.runtime import Method
-from native.verify import decode
+from native.format import program as P
+from native.format.verify import decode
+from native.run import cpp_engine
+from native.run.runtime import Method
 from serde.core.limits import Limits
 from tests.native._native_util import edited, emit_ep, emitted
 
@@ -247,7 +247,7 @@ def test_boxed_lists_nest_at_most_max_list_depth_in_both_loaders(depth):
     data = edited(native, values=values, instructions=ins)
     if depth <= P.MAX_LIST_DEPTH:
         # The nesting is fine; a list where a tensor belongs is the kind check's to refuse, when
-        # a runtime loads the program (native.kinds), in both runtimes alike.
+        # a runtime loads the program (native.format.kinds), in both runtimes alike.
         decode(data)
         message = (rf"native program: instructions\[{k}\]\.args\[0\]: operator aten::\w+\.\w+ parameter '\w+' "
                    rf"\(Tensor\) cannot take value {len(values) - 1} \(kind List\)")

@@ -25,10 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from native import kernels  # noqa: F401  (imports torch, outside the timed region)
-    from native.emit import emit_artifact
-    from native.program import write_program
-    from native.render import render, summary
+    from native.emit.emitter import emit_artifact
+    from native.format import kernels  # noqa: F401  (imports torch, outside the timed region)
+    from native.format.program import write_program
+    from native.format.render import render, summary
 
     t0 = time.perf_counter()
     native = emit_artifact(args.input, plan=not args.no_plan, planner=args.planner)
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.listing:  # the listing ends with the summary already
         print(summary(native.program))
     if args.plan:
-        from native.plan_report import format_plan, plan_report
+        from native.emit.plan_report import format_plan, plan_report
 
         print()
         print(format_plan(plan_report(native.program), planner=args.planner))

@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a native program written by `pt2serde emit`")
     p.add_argument("--inputs", required=True,
                    help="inputs file: safetensors (keys args.0, kwargs.x or input names), an inputs bundle "
-                        "(native.io.write_inputs) or a .pt2s artifact (its example inputs)")
+                        "(native.run.io.write_inputs) or a .pt2s artifact (its example inputs)")
     p.add_argument("--outputs", help="also write the outputs to this file: safetensors when it ends in "
                                      ".safetensors (keys output, output.0, ...), else a serde.bridge.bundle")
     p.add_argument("--arena", action="store_true", help="place planned tensors in the memory-plan arena")
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also print the time per node and per module (submodules included), slowest first")
     p.add_argument("--max-loop-instructions", type=int, default=None, metavar="N",
                    help="fail when loops execute more than N instructions in one run (each iteration "
-                        "counts its loop's length), instead of hanging (default: native.runtime.DEFAULT_MAX_LOOP_INSTRUCTIONS, ten million; 0: no limit)")
+                        "counts its loop's length), instead of hanging (default: native.run.runtime.DEFAULT_MAX_LOOP_INSTRUCTIONS, ten million; 0: no limit)")
     p.add_argument("--compare", metavar="ARTIFACT",
                    help="also run ARTIFACT (the .pt2s the program was emitted from) in eager on the same inputs and "
                         "compare every intermediate value through the debug handles; stops at the first instruction "
@@ -42,14 +42,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.utils._pytree as pytree
 
-    from native.io import (
+    from native.run.io import (
         is_safetensors,
         read_inputs,
         read_safetensors_inputs,
         write_outputs,
         write_safetensors_outputs,
     )
-    from native.runtime import DEFAULT_MAX_LOOP_INSTRUCTIONS, load
+    from native.run.runtime import DEFAULT_MAX_LOOP_INSTRUCTIONS, load
 
     limit = args.max_loop_instructions
     limit = DEFAULT_MAX_LOOP_INSTRUCTIONS if limit is None else (limit if limit > 0 else None)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.outputs:
         write_outputs(args.outputs, out)
     if timings is not None:
-        from native.profile import format_profile, summarize
+        from native.run.profile import format_profile, summarize
 
         print()
         print(format_profile(summarize(method.program, timings)))
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace, method, inputs: tuple, kwargs: dict) -> int:
     import serde
-    from native.compare import compare, format_comparison
+    from native.run.compare import compare, format_comparison
 
     ep = serde.load(args.compare)
     res = compare(method, ep, inputs, kwargs, atol=args.atol, rtol=args.rtol)

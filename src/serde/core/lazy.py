@@ -1,7 +1,7 @@
 """Names a package hands on but imports on first use (PEP 562 module ``__getattr__``).
 
 ``import serde`` and ``import native`` must not import torch, yet ``serde.save`` and
-``native.emit`` are attributes of the package: their faces list each such name with the submodule
+``native.emit_artifact`` are attributes of the package: their faces list each such name with the submodule
 that defines it, and this module turns that list into the package's ``__getattr__`` and ``__dir__``.
 """
 

@@ -34,7 +34,7 @@ class Limits:
     max_nodes: int = 1 << 20            # nodes over the graph and all its subgraphs
     max_tensor_rank: int = 64           # torch's own kernels index dims with int8-sized tables
     max_tensor_elements: int = (1 << 63) - 1   # the product of concrete sizes, as int64
-    # symbolic expressions (serde.core.expr and native.exprs). These bound every expression parse and
+    # symbolic expressions (serde.core.expr and native.format.exprs). These bound every expression parse and
     # evaluation in the process and are read from DEFAULT_LIMITS, not per load; length and depth
     # violations stay MalformedArtifactError (as before), magnitudes are IntegerTooLargeError.
     max_expr_chars: int = 64 * 1024
@@ -42,7 +42,7 @@ class Limits:
     max_int_bits: int = 128             # an integer literal in an expression or a size
     max_exponent: int = 64              # an exponent applied to a symbolic (unknown) base
     max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
-    # native programs (native.verify.decode)
+    # native programs (native.format.verify.decode)
     max_arena_bytes: int = 1 << 36      # one memory-plan arena, allocated when a Method is built
     max_flow_cells: int = 1 << 28       # values x (jumps + jump targets) x passes of the data-flow check
 

@@ -94,8 +94,8 @@ def test_emit_refuses_a_view_past_its_storage_as_load_does() -> None:
 def test_native_header_integers_past_int64_are_refused() -> None:
     import msgspec
 
-    from native import container
-    from native.program import FORMAT_VERSION, MAGIC
+    from native.format import container
+    from native.format.program import FORMAT_VERSION, MAGIC
 
     good = native.emit_artifact(MLP).encode()
     _, header, segment = container.unpack(good, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
@@ -105,7 +105,7 @@ def test_native_header_integers_past_int64_are_refused() -> None:
     bad = container.pack(MAGIC, FORMAT_VERSION, msgspec.msgpack.encode(doc), bytes(segment))
     with pytest.raises(NativeFormatError, match=r"Expected `int` <= 9223372036854775807 - at `\$\.constants\[0\]\[2\]`"):
         native.load(bad)
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     if cpp_engine.available():  # the C++ loader's decoder refuses it too (and did before)
         with pytest.raises(NativeFormatError, match=r"an integer larger than int64 - at `\$\.constants\[0\]\[2\]`"):
@@ -126,7 +126,7 @@ def test_emit_plans_around_tensors_too_large_for_an_arena(max_val: int) -> None:
     # A dim's range up to near int64 is a valid program: the memory planner's byte bounds over it
     # overflowed msgpack's 64 bits (OverflowError at encode) or the loaders' arena cap; such a
     # tensor is now allocated at run time, as an unbounded one is (found by the fuzz campaign).
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     data = _edited(lambda p, w: p["range_constraints"][0].__setitem__("max_val", max_val))
     emitted = native.emit_artifact(data)

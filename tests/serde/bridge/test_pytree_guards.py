@@ -217,8 +217,8 @@ def test_an_attribute_key_is_a_schema_member() -> None:
 
 
 def test_native_runtime_checks_namedtuple_fields_as_the_exported_program_does() -> None:
-    from native.emit import emit_artifact
-    from native.runtime import run
+    from native.emit.emitter import emit_artifact
+    from native.run.runtime import run
 
     ep = _export("namedtuple", False)
     nat = emit_artifact(_save(ep))
@@ -233,7 +233,7 @@ def test_native_runtime_checks_namedtuple_fields_as_the_exported_program_does() 
 
 @pytest.mark.parametrize("name", ["registered", "dataclass"])
 def test_native_runtime_refuses_guards_on_fields_only_a_registry_names(name: str) -> None:
-    from native.emit import emit_artifact
+    from native.emit.emitter import emit_artifact
     from serde.errors import UnsupportedConstructError
 
     with pytest.raises(UnsupportedConstructError, match=r"native runtime cannot name such fields"):

@@ -110,13 +110,13 @@ def _revert_debug_decoder() -> None:
 
 def _revert_int64() -> None:
     # before any decoder is built: msgspec resolves the schema's annotations on first use
-    import native.emit
-    import native.program
+    import native.emit.emitter
+    import native.format.program
     from serde.core import schema
 
     schema.I64 = int
-    native.program.I64 = int
-    native.emit.validate_weights = lambda *a, **k: None
+    native.format.program.I64 = int
+    native.emit.emitter.validate_weights = lambda *a, **k: None
 
 
 def _revert_arity() -> None:
@@ -126,10 +126,10 @@ def _revert_arity() -> None:
 
 
 def _revert_sort() -> None:
-    import native.exprs
+    import native.format.exprs
     import serde.bridge.values
 
-    native.exprs.check_sort = serde.bridge.values.check_sort = lambda *a, **k: None
+    native.format.exprs.check_sort = serde.bridge.values.check_sort = lambda *a, **k: None
 
 
 def _revert_hop_operands() -> None:
@@ -140,7 +140,7 @@ def _revert_hop_operands() -> None:
 
 
 def _revert_padding() -> None:
-    from native import verify
+    from native.format import verify
 
     verify._Validator.padding = lambda self: None
 

@@ -643,8 +643,8 @@ def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
 
 def _mutate_native_header(data: bytes, rng: random.Random, log: list[str]) -> bytes:
     """Structure-aware edit of a .pt2n file's msgpack header, re-packed with the native container writer."""
-    from native import container
-    from native.program import FORMAT_VERSION, MAGIC
+    from native.format import container
+    from native.format.program import FORMAT_VERSION, MAGIC
 
     _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
     doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False, log=log)
@@ -1007,7 +1007,7 @@ def campaign(n: int, *, run_seed: int = 0, start: int = 0, jobs: int = 2, timeou
 
 
 def _cpp_available() -> bool:
-    from native import cpp_engine
+    from native.run import cpp_engine
 
     return cpp_engine.available()
 

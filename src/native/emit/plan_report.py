@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import program as P
-from .memory import peak_live_bytes
+from native.format import program as P
+from native.format.memory import peak_live_bytes
 
 __all__ = ["Slot", "PlanReport", "plan_report", "format_plan"]
 

@@ -32,12 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from native.format import program as P
+from native.format.prim import prim_name
 from serde.core import schema
 from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
-
-from . import program as P
-from .prim import prim_name
 
 __all__ = ["HOP_LOWERINGS", "Emitter", "Scope"]
 
@@ -46,9 +45,9 @@ Scope = dict[str, int]
 
 
 class Emitter(Protocol):
-    """What a lowering needs from the emitter (the emitter of :mod:`native.emit` provides it)."""
+    """What a lowering needs from the emitter (the emitter of :mod:`native.emit.emitter` provides it)."""
 
-    b: Any  # native.tables.ProgramBuilder
+    b: Any  # native.emit.tables.ProgramBuilder
     false: int
     zero: int
     one: int
@@ -284,7 +283,7 @@ def _require_bound(em: Emitter, t: P.Tensor, where: str) -> None:
 
 
 def _uses_unbacked(em: Emitter, expr: int) -> bool:
-    from .exprs import OPS, SYM
+    from native.format.exprs import OPS, SYM
 
     code = em.b.exprs[expr]
     i = 0

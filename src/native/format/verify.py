@@ -14,16 +14,15 @@ from typing import BinaryIO
 
 import msgspec
 
+from native.errors import ArenaTooLargeError, FlowTooLargeError, MemoryPlanError, NativeFormatError
+from native.format import container
+from native.format import program as P
+from native.format.container import ALIGN, check_blob
+from native.format.exprs import check_code
+from native.format.memory import verify_plan
 from serde.core import schema
 from serde.core.dtypes import ITEMSIZE
 from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
-
-from . import container
-from . import program as P
-from .container import ALIGN, check_blob
-from .errors import ArenaTooLargeError, FlowTooLargeError, MemoryPlanError, NativeFormatError
-from .exprs import check_code
-from .memory import verify_plan
 
 __all__ = ["damaged", "decode", "read_program", "validate_program"]
 

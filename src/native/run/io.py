@@ -22,7 +22,7 @@ from typing import Any
 
 from serde.errors import MalformedArtifactError
 
-__all__ = ["write_inputs", "read_inputs", "write_outputs", "read_outputs", "leaf_keys", "is_safetensors",
+__all__ = ["write_inputs", "read_inputs", "write_outputs", "read_outputs", "is_safetensors",
            "read_safetensors_inputs", "write_safetensors_inputs", "write_safetensors_outputs",
            "read_safetensors_outputs"]
 
@@ -56,7 +56,7 @@ def read_inputs(path: str | os.PathLike) -> tuple[tuple, dict]:
         _, _, example = deserialize_weights(a.weights, a.contents.member)
         if example is None:
             raise MalformedArtifactError(f"{os.fspath(path)}: the artifact has no example inputs; write an "
-                                         "inputs file with native.io.write_inputs")
+                                         "inputs file with native.run.io.write_inputs")
         return example
     from serde.bridge.bundle import load_tree
 
@@ -64,7 +64,7 @@ def read_inputs(path: str | os.PathLike) -> tuple[tuple, dict]:
     if isinstance(tree, tuple) and len(tree) == 2 and isinstance(tree[0], tuple) and isinstance(tree[1], dict):
         return tree
     raise MalformedArtifactError(f"{os.fspath(path)}: an inputs file holds (args, kwargs); this one holds a "
-                                 f"{type(tree).__name__}. Write it with native.io.write_inputs")
+                                 f"{type(tree).__name__}. Write it with native.run.io.write_inputs")
 
 
 def write_outputs(path: str | os.PathLike, outputs: Any) -> None:
@@ -80,42 +80,6 @@ def read_outputs(path: str | os.PathLike) -> Any:
 
 
 # ---------------------------------------------------------------- safetensors
-
-
-def _segment(k: Any) -> str:
-    import torch.utils._pytree as pytree
-
-    if isinstance(k, pytree.SequenceKey):
-        return str(k.idx)
-    if isinstance(k, pytree.MappingKey):
-        return str(k.key)
-    if isinstance(k, pytree.GetAttrKey):
-        return k.name
-    return str(k)
-
-
-def leaf_keys(spec: Any, *, inputs: bool) -> list[str]:
-    """The safetensors key of every leaf of ``spec`` (a torch TreeSpec): of ``(args, kwargs)`` when
-    ``inputs``, else of an output tree. ``[]`` when the keys would not be distinct (dict keys with
-    dots) or the tree cannot be rebuilt from its spec: such programs' inputs go by name only."""
-    import torch.utils._pytree as pytree
-
-    try:
-        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
-        paths = [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
-    except Exception:  # a registered class whose unflatten needs real leaves: no keys, names still work
-        return []
-    keys = []
-    for path in paths:
-        parts = [_segment(k) for k in path]
-        if inputs:
-            if not parts or parts[0] not in ("0", "1"):
-                return []
-            parts[0] = "args" if parts[0] == "0" else "kwargs"
-        else:
-            parts.insert(0, "output")
-        keys.append(".".join(parts))
-    return keys if len(set(keys)) == len(keys) else []
 
 
 def is_safetensors(path: str | os.PathLike) -> bool:
@@ -141,7 +105,7 @@ def _input_table(program: Any) -> tuple[list[str], dict[str, int]]:
 
 
 def read_safetensors_inputs(path: str | os.PathLike, program: Any) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` for ``program`` (a :class:`native.program.Program`) from a safetensors file.
+    """``(args, kwargs)`` for ``program`` (a :class:`native.format.program.Program`) from a safetensors file.
 
     Raises:
         InvalidWeightsFileError: the file is not a valid safetensors file.
@@ -153,10 +117,9 @@ def read_safetensors_inputs(path: str | os.PathLike, program: Any) -> tuple[tupl
     import torch
     import torch.utils._pytree as pytree
 
+    from native.errors import InputMismatchError
+    from native.format import program as P
     from serde.archive.safetensors import parse_header
-
-    from . import program as P
-    from .errors import InputMismatchError
 
     where = os.fspath(path)
     try:
@@ -216,7 +179,7 @@ def write_safetensors_inputs(path: str | os.PathLike, program: Any, args: tuple 
     import torch
     import torch.utils._pytree as pytree
 
-    from .errors import InputMismatchError
+    from native.errors import InputMismatchError
 
     leaves = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
     if len(leaves) != len(program.inputs):
@@ -314,10 +277,9 @@ def read_safetensors_outputs(path: str | os.PathLike, program: Any) -> Any:
     import safetensors.torch
     import torch.utils._pytree as pytree
 
+    from native.errors import NativeFormatError
+    from native.format import program as P
     from serde.archive.safetensors import parse_header
-
-    from . import program as P
-    from .errors import NativeFormatError
 
     where = os.fspath(path)
     with open(path, "rb") as f:

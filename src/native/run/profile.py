@@ -2,7 +2,7 @@
 
 An engine reports a run's profile as ``(instruction index, nanoseconds)`` pairs (an instruction
 may appear many times: loops); :func:`summarize` maps them through the program's debug handles
-(:class:`native.program.DebugHandle`) to nodes and to modules. A module's time includes its
+(:class:`native.format.program.DebugHandle`) to nodes and to modules. A module's time includes its
 submodules' (``layers`` includes ``layers.0.attn``); instructions of no node are reported as
 ``<program>``. Torch-free: the C++ runtime's timings go through the same code.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import program as P
+from native.format import program as P
 
 __all__ = ["Row", "Profile", "summarize", "format_profile"]
 

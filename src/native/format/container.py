@@ -17,7 +17,7 @@ Layout (all integers little-endian)::
 The header says where each blob lives (offset within the segment, length) and the sha256 of each
 blob; the header checksum covers the prefix and the header itself, so every byte before the
 segment is either checksummed or required to be zero. Inside the segment the bytes between blobs
-(alignment padding) must be zero too (``native.verify``, which knows the blobs), so every byte of
+(alignment padding) must be zero too (``native.format.verify``, which knows the blobs), so every byte of
 the file is one or the other. The reader checks the checksum before it decodes the header, and
 every number before anything is sliced.
 """
@@ -29,9 +29,8 @@ import os
 import struct
 from typing import BinaryIO
 
+from native.errors import NativeFormatError, NativeVersionError
 from serde.fileio import ArtifactIOError, read_all
-
-from .errors import NativeFormatError, NativeVersionError
 
 __all__ = ["ALIGN", "pack", "unpack", "SegmentBuilder", "read_bytes", "check_blob"]
 

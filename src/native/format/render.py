@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from native.format import exprs as E
+from native.format import program as P
 from serde.core import schema
-
-from . import exprs as E
-from . import program as P
 
 __all__ = ["render", "summary", "expr_text"]
 

@@ -6,7 +6,7 @@
   program alone (no torch): storages are union-find classes of values joined by ``MoveCall`` and
   by aliasing. A kernel that runs functionally may return storage of the arguments its
   ``Operator.returns_alias`` lists (views, in-place ops, and composite ops that hand back an
-  input unchanged, see :func:`native.kernels.actual_aliases`); a kernel whose out= variant runs
+  input unchanged, see :func:`native.format.kernels.actual_aliases`); a kernel whose out= variant runs
   (every output has an arena slot) writes fresh memory. Which calls run out= and the aliasing
   depend on each other, so planning iterates to a fixpoint: it assumes every out= call runs out=,
   and each call that then cannot be planned gets its aliasing back, until nothing changes. A
@@ -36,15 +36,14 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from native.errors import MemoryPlanError
+from native.format import exprs as E
+from native.format import program as P
+from native.format.container import ALIGN
 from serde.core import schema
 from serde.core.dtypes import ITEMSIZE
 from serde.core.limits import DEFAULT_LIMITS
 from serde.core.walk import argument_names, output_leaves
-
-from . import exprs as E
-from . import program as P
-from .container import ALIGN
-from .errors import MemoryPlanError
 
 __all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes", "pack",
            "pack_shared_objects", "pack_naive", "PLANNERS", "DEFAULT_PLANNER", "out_calls", "outermost_loops",

@@ -3,7 +3,7 @@
 The runtime itself (``native_cpp/`` at the repository root, built by ``make native`` into
 ``build/native``) loads, verifies and executes a program file through the ATen dispatcher with
 no Python in the loop. This module finds its extension ``_pt2n_cpp`` and wraps it in an object
-with the call interface of :class:`native.runtime.Method`: ``run(*args, **kwargs)``,
+with the call interface of :class:`native.run.runtime.Method`: ``run(*args, **kwargs)``,
 ``run_flat(leaves)`` and ``state_dict()``. Pytree flattening stays here, in Python; everything
 from the flattened inputs on happens in C++.
 
@@ -18,11 +18,10 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from native.errors import InputMismatchError, NativeFormatError
+from native.format import program as P
 from serde.core import schema, wire
 from serde.core.limits import DEFAULT_LIMITS, Limits
-
-from . import program as P
-from .errors import InputMismatchError, NativeFormatError
 
 __all__ = ["CppMethod", "load", "available", "unavailable_reason", "build_dir", "cli_path"]
 
@@ -76,7 +75,7 @@ def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, arena: 
     """A :class:`CppMethod` for a program object or file; the C++ loader verifies it.
 
     Raises:
-        NativeFormatError / NativeVersionError / ArenaTooLargeError: as :func:`native.program.decode`.
+        NativeFormatError / NativeVersionError / ArenaTooLargeError: as :func:`native.format.program.decode`.
         NativeRuntimeError: the runtime is not built, or an operator is not registered.
     """
     if check:
@@ -104,7 +103,7 @@ class CppMethod:
     def __init__(self, data: bytes, *, what: str = "native program", arena: bool = False,
                  max_loop_instructions: int | None = P.DEFAULT_MAX_LOOP_INSTRUCTIONS, verify: bool = True,
                  limits: Limits = DEFAULT_LIMITS) -> None:
-        from .errors import NativeRuntimeError
+        from native.errors import NativeRuntimeError
 
         ext = _extension()
         if ext is None:
@@ -143,16 +142,16 @@ class CppMethod:
 
     @property
     def program(self) -> P.Program:
-        """The program as Python structs (decoded on first use, for :mod:`native.profile`)."""
+        """The program as Python structs (decoded on first use, for :mod:`native.run.profile`)."""
         if self._program is None:
-            from .verify import decode
+            from native.format.verify import decode
 
             self._program = decode(self._data, what=self._what, verify=False).program
         return self._program
 
     def run_profiled(self, *args: Any, **kwargs: Any) -> tuple[Any, list[tuple[int, int]]]:
         """:meth:`run`, also returning (instruction index, nanoseconds) per executed instruction,
-        timed in C++. Summarize with :func:`native.profile.summarize`."""
+        timed in C++. Summarize with :func:`native.run.profile.summarize`."""
         import torch.utils._pytree as pytree
 
         leaves, spec = pytree.tree_flatten((args, kwargs))

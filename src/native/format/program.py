@@ -8,20 +8,20 @@ A program is a flat, self-contained description a runtime executes without torch
   ``List`` boxes other values (tensor lists, int lists with run-time elements);
   ``SymInt``/``SymFloat``/``SymBool`` are scalars produced at run time.
 - ``operators``: (name, overload) pairs, deduplicated. ``aten::add`` / ``Tensor`` is a torch
-  operator; the ``symbolic::`` namespace holds the scalar ops of :mod:`native.prim`.
+  operator; the ``symbolic::`` namespace holds the scalar ops of :mod:`native.format.prim`.
 - ``instructions``: one chain. ``KernelCall`` lists every argument in schema order (defaults
   filled in) and the values that receive the returns (-1 discards one); ``MoveCall`` copies a
   reference; ``JumpFalseCall`` jumps when its condition is false (a constant-false condition is
   an unconditional jump); ``FreeCall`` drops a value at its last use; ``AllocCall`` allocates a
   tensor from its entry in ``values`` (map outputs).
-- ``exprs``: postfix code over ``symbols`` (see :mod:`native.exprs`).
+- ``exprs``: postfix code over ``symbols`` (see :mod:`native.format.exprs`).
 - ``symbols``: each bound at run time from an input dimension (``dim = scale * sym + offset``)
   or, with ``input = -1``, unbacked (data-dependent, never evaluated by this runtime).
 - ``constants``: sha256, offset and size of each weight blob in the segment (deduplicated).
-- ``memory_plan``: arena offsets of intermediate tensors (see :mod:`native.memory`).
+- ``memory_plan``: arena offsets of intermediate tensors (see :mod:`native.format.memory`).
 - ``debug_handles`` / ``instruction_handles``: where each instruction comes from (see below).
 
-File format: :mod:`native.container` with magic ``b"PT2SNATV"``, header = msgpack ``Program``.
+File format: :mod:`native.format.container` with magic ``b"PT2SNATV"``, header = msgpack ``Program``.
 
 Format version history:
   1  2026-11-22  First version.
@@ -55,7 +55,7 @@ Format version history:
                    buffers into their state at the end, frees at the end of the program).
 
                  A run-time profile is a list of (instruction index, nanoseconds) from any
-                 engine; :mod:`native.profile` maps it to nodes and modules. Version 2 files are
+                 engine; :mod:`native.run.profile` maps it to nodes and modules. Version 2 files are
                  refused: re-emit them from their .pt2s artifact.
 """
 
@@ -67,9 +67,8 @@ from typing import Annotated, Union
 
 import msgspec
 
+from native.format import container
 from serde.fileio import write_atomic
-
-from . import container
 
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "MIN_FORMAT_VERSION", "DEFAULT_MAX_LOOP_INSTRUCTIONS",
@@ -315,7 +314,7 @@ class Program(msgspec.Struct, frozen=True, kw_only=True):
     torch_version: str = ""
     debug_handles: list[DebugHandle] = []
     instruction_handles: list[I64] = []  # per instruction: index into debug_handles, or -1
-    # The key of each input and output in a safetensors file (native.io.leaf_keys): the leaf's path in
+    # The key of each input and output in a safetensors file (native.format.keys.leaf_keys): the leaf's path in
     # (args, kwargs) or in the output tree. Empty in files of older emitters, whose inputs are then
     # found by name only.
     input_keys: list[str] = []

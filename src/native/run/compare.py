@@ -3,7 +3,7 @@
 :func:`compare` runs the program's ``ExportedProgram`` (as ``serde.load`` gives it) in eager
 through an ``torch.fx.Interpreter`` over ``ep.module()``'s graph, which records every node's
 value by name, then runs the native program on the same inputs with a trace
-(:meth:`native.runtime.Method.run_flat`) that compares each kernel call's results with the eager
+(:meth:`native.run.runtime.Method.run_flat`) that compares each kernel call's results with the eager
 value of the node its debug handle names, right after the call (in arena mode before its slot is
 reused). Both sides name nodes canonically: the emitter's debug handles carry the artifact's node
 names, which ``serde.load`` keeps.
@@ -32,10 +32,9 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from native.format import program as P
+from native.run.runtime import Method
 from serde.errors import SerializeError
-
-from . import program as P
-from .runtime import Method
 
 __all__ = ["Gap", "Comparison", "Eager", "EagerRunError", "eager_values", "compare", "format_comparison"]
 

@@ -33,13 +33,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from native.errors import NativeFormatError
 from serde.core import schema
 from serde.core.errors import IntegerTooLargeError
 from serde.core.expr import NUM, check_sort, expr_to_tree, tree_to_str
 from serde.core.limits import DEFAULT_LIMITS, too_large
 from serde.errors import UnsupportedConstructError
-
-from .errors import NativeFormatError
 
 __all__ = ["tree_of", "compile_tree", "evaluate", "check_code", "bounds", "affine_in", "symbols_of", "OPS",
            "UnboundSymbolError"]

@@ -6,7 +6,7 @@ never left to a runtime's argument conversion. The runtimes convert differently 
 breaks the contract: ``torch.ops`` takes an int, a tensor or even None for a ``bool`` parameter,
 the C++ runtime's boxed call refuses them, so an unchecked file could run in one runtime and fail
 in the other. Both runtimes run this check first when they load a program (``Method``), after
-:mod:`native.verify`'s structural checks, which need no torch while this one needs the process's
+:mod:`native.format.verify`'s structural checks, which need no torch while this one needs the process's
 operator schemas; ``native_cpp/kinds.cpp`` applies the same rules, in the same order, with the
 same messages (``NativeFormatError``).
 
@@ -39,7 +39,7 @@ wrapped-number tensor only for the aten operators ``NUMBERS_AS_TENSORS`` names (
 parameter (not ``Tensor?``, not list items), and refuses it everywhere else. The C++ runtime
 would wrap a number for any operator, so a number elsewhere would run there and fail in Python.
 
-The ``symbolic::`` operators (:mod:`native.prim`) take numbers (Int, Float, Bool, SymInt,
+The ``symbolic::`` operators (:mod:`native.format.prim`) take numbers (Int, Float, Bool, SymInt,
 SymFloat, SymBool): two for the binary ops and ``max``/``min``, one for the unary ones, three
 for ``ite``, and a list of numbers for ``sum``.
 
@@ -79,9 +79,9 @@ from typing import Any
 
 import torch
 
-from . import program as P
-from .prim import NAMESPACE, PRIM_OPS
-from .verify import damaged
+from native.format import program as P
+from native.format.prim import NAMESPACE, PRIM_OPS
+from native.format.verify import damaged
 
 __all__ = ["check_kinds", "kind_name", "NUMBERS_AS_TENSORS"]
 

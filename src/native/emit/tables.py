@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from . import program as P
-from .container import SegmentBuilder
-from .exprs import compile_tree
+from native.format import program as P
+from native.format.container import SegmentBuilder
+from native.format.exprs import compile_tree
 
 __all__ = ["ProgramBuilder", "Binding"]
 
@@ -23,7 +23,7 @@ Binding = tuple[int, int, int, int]
 
 
 class ProgramBuilder:
-    """Accumulates a :class:`native.program.Program` while the emitter walks the graph."""
+    """Accumulates a :class:`native.format.program.Program` while the emitter walks the graph."""
 
     def __init__(self, bindings: dict[str, Binding], ranges: dict[str, tuple[int | None, int | None]]) -> None:
         self.values: list[P.Value] = []

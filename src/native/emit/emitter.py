@@ -1,7 +1,7 @@
 """Emit a native program from a canonical program and its weights.
 
 The emitter walks the canonical schema Structs (never torch.fx): the signature becomes the
-program's inputs, state and outputs; every node becomes instructions (:mod:`native.lower` for
+program's inputs, state and outputs; every node becomes instructions (:mod:`native.emit.lower` for
 higher-order ops); after each node, the values whose last use it was are freed. Anything the
 native format cannot run fails here, naming the node and the construct, never at run time.
 """
@@ -14,6 +14,12 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from native.emit.lower import HOP_LOWERINGS, Scope
+from native.emit.tables import Binding, ProgramBuilder
+from native.format import program as P
+from native.format.exprs import affine_in, symbols_of, tree_of
+from native.format.memory import frees_after, plan_memory
+from native.format.prim import TARGET_TO_PRIM, prim_name
 from serde.bridge.operators import PREDISPATCH_TARGETS
 from serde.core import schema
 from serde.core.checks import validate_weights
@@ -23,13 +29,6 @@ from serde.core.expr.guards import flat_input_paths, guards_to_code, input_argum
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.walk import argument_names
 from serde.errors import MalformedArtifactError, SerializeError, UnsupportedConstructError
-
-from . import program as P
-from .exprs import affine_in, symbols_of, tree_of
-from .lower import HOP_LOWERINGS, Scope
-from .memory import frees_after, plan_memory
-from .prim import TARGET_TO_PRIM, prim_name
-from .tables import Binding, ProgramBuilder
 
 __all__ = ["emit", "emit_artifact"]
 
@@ -51,7 +50,7 @@ def emit(program: schema.ExportedProgram, weights: schema.Weights, payload: Payl
         weights: its weights (state_dict and constants; example inputs are not used).
         payload: sha256 -> the bytes of that storage (``Artifact.payload``).
         plan: compute the memory plan (on by default).
-        planner: the memory planner, one of :data:`native.memory.PLANNERS`.
+        planner: the memory planner, one of :data:`native.format.memory.PLANNERS`.
 
     Returns:
         The program and its constant segment.
@@ -95,7 +94,7 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
 
 
 class _Emitter:
-    """Walks one canonical program into a :class:`~native.tables.ProgramBuilder` (see the module docstring)."""
+    """Walks one canonical program into a :class:`~native.emit.tables.ProgramBuilder` (see the module docstring)."""
 
     def __init__(self, program: schema.ExportedProgram, weights: schema.Weights, payload: Payload) -> None:
         self.ep = program
@@ -293,7 +292,7 @@ class _Emitter:
         self.call(info, args, outs, where)
 
     def kernel_info(self, target: str, where: str) -> Any:
-        from .kernels import lookup
+        from native.format.kernels import lookup
 
         try:
             return lookup(target)
@@ -768,13 +767,12 @@ _OUTPUTS: dict[str, Callable] = {
 
 
 def _io_keys(root: schema.ModuleCallSignature | None, n_inputs: int, n_outputs: int) -> dict[str, list[str]]:
-    """The safetensors keys of the inputs and outputs (native.io.leaf_keys); a list is left empty
+    """The safetensors keys of the inputs and outputs (native.format.keys.leaf_keys); a list is left empty
     when its tree does not give one distinct key per leaf."""
     if root is None:
         return {}
+    from native.format.keys import leaf_keys
     from serde.bridge.treespec import deserialize_treespec
-
-    from .io import leaf_keys
 
     ins = leaf_keys(deserialize_treespec(root.in_spec, "module_call_graph[<root>].in_spec"), inputs=True)
     outs = leaf_keys(deserialize_treespec(root.out_spec, "module_call_graph[<root>].out_spec"), inputs=False)

@@ -11,7 +11,7 @@ Options:
 
 - ``arena=True``: tensors with a slot in the memory plan are written by the op's out= variant
   into one arena. With fixed sizes the arena and its views are made once; with symbolic sizes the
-  slots are re-packed for each distinct set of input sizes (:func:`native.memory.pack`, cached),
+  slots are re-packed for each distinct set of input sizes (:func:`native.format.memory.pack`, cached),
   so the arena is as large as that run needs and never larger than the plan's bound. A file whose
   operators declare fewer aliases than this process's kernels may produce is refused, and a
   functional kernel that returns arena memory anyway stops the run (``ArenaAliasError``). Every
@@ -44,18 +44,17 @@ from typing import Any, BinaryIO
 
 import torch
 
+from native.errors import ArenaAliasError, InputMismatchError, NativeFormatError, NativeRuntimeError
+from native.format import memory
+from native.format import program as P
+from native.format.exprs import UnboundSymbolError, evaluate
+from native.format.kernels import actual_aliases, resolve_overload
+from native.format.kinds import check_kinds
+from native.format.prim import NAMESPACE, PRIM_OPS
+from native.format.verify import read_program
 from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
 from serde.core import schema, wire
 from serde.core.dtypes import ITEMSIZE
-
-from . import memory
-from . import program as P
-from .errors import ArenaAliasError, InputMismatchError, NativeFormatError, NativeRuntimeError
-from .exprs import UnboundSymbolError, evaluate
-from .kernels import actual_aliases, resolve_overload
-from .kinds import check_kinds
-from .prim import NAMESPACE, PRIM_OPS
-from .verify import read_program
 
 __all__ = ["Method", "load", "run", "DEFAULT_MAX_LOOP_INSTRUCTIONS"]
 
@@ -82,11 +81,11 @@ def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, engine:
          **options: Any) -> Method:
     """A :class:`Method` for a program object or file.
 
-    ``engine="cpp"``: the C++ runtime (:mod:`native.cpp_engine`) loads, verifies and runs it
+    ``engine="cpp"``: the C++ runtime (:mod:`native.run.cpp_engine`) loads, verifies and runs it
     instead; the returned object has the same call interface.
     """
     if engine == "cpp":
-        from .cpp_engine import load as load_cpp
+        from native.run.cpp_engine import load as load_cpp
 
         return load_cpp(src, **options)
     if engine != "python":
@@ -202,7 +201,7 @@ class Method:
     def run_profiled(self, *args: Any, **kwargs: Any) -> tuple[Any, list[tuple[int, int]]]:
         """:meth:`run`, also returning (instruction index, nanoseconds) per executed instruction.
 
-        Summarize with :func:`native.profile.summarize`. Frees that follow a kernel are timed with it.
+        Summarize with :func:`native.run.profile.summarize`. Frees that follow a kernel are timed with it.
         """
         import torch.utils._pytree as pytree
 
@@ -221,7 +220,7 @@ class Method:
         ``trace``: when given, called as ``trace(pc, values)`` after every executed instruction,
         before any free that follows it (frees are not folded into kernels then), so it sees each
         result while it lives (in arena mode, before its slot is reused). When it returns True the
-        run stops there and returns None (``native.compare`` stops at the first gap).
+        run stops there and returns None (``native.run.compare`` stops at the first gap).
         """
         p = self.program
         values = list(self._initial)

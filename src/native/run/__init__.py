@@ -1,0 +1,1 @@
+"""Running native programs: the Python runtime, the C++ runtime's binding, input/output files, profiles, ``--compare``."""
