@@ -22,6 +22,7 @@ from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
+from .loaded_env import LoadedShapeEnv
 
 __all__ = [
     "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "sym_int_key", "serialize_tensor_meta",
@@ -255,7 +256,7 @@ class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
 
     def __init__(self, range_constraints: list[schema.RangeConstraint]) -> None:
-        self.shape_env = symbolic_shapes.ShapeEnv(assume_static_by_default=True)
+        self.shape_env = LoadedShapeEnv(assume_static_by_default=True)
         self.fake_mode = FakeTensorMode(
             allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.shape_env
         )
