@@ -28,6 +28,7 @@ from typing import Any
 import sympy
 import torch
 import torch.utils._sympy.functions as tf
+from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, TensorPropertySource
 from torch._guards import ShapeGuard, SLoc
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, ShapeGuardPythonPrinter
 from torch.utils._sympy.symbol import SymT, symbol_is_type
@@ -39,8 +40,6 @@ from serde.core.limits import IntegerTooLargeError
 from serde.core.memo import Memo
 from serde.core.symbolic import as_sympy
 from serde.errors import MalformedArtifactError
-
-from .loaded_env import LoadedShapeEnv
 
 __all__ = ["guard_spelling", "record_guards"]
 
@@ -59,9 +58,7 @@ def guard_spelling() -> str:
     there as the exported program's do.
     """
     a, b = sympy.symbols("pt2serde_a pt2serde_b", integer=True, positive=True)
-    # The printer reads only each source's name: no torch._dynamo source (whose import is half a
-    # first load) is needed to ask it.
-    sources = {a: [_Named("L['a']")], b: [_Named("L['b']")]}
+    sources = {a: [LocalSource("a")], b: [LocalSource("b")]}
     try:
         printer = ShapeGuardPythonPrinter(sources, lambda s: s.name, sources)
         text = printer.doprint(tf.Max(a, b))
@@ -110,7 +107,7 @@ def record_guards(g: schema.InputGuards | None, shape_env: ShapeEnv, values: Map
             # ShapeEnv makes, so that it never meets one of the env's symbols.
             expr = as_sympy(value)
             sym = sympy.Symbol(f"pt2serde_guard_{i}", **_assumptions(expr, kinds[s.symbol]))
-            _give_source(shape_env, sym, (path, prop, dim))
+            shape_env.var_to_sources[sym] = [_torch_source(path, prop, dim)]
             if kinds[s.symbol] == "int":
                 replaced[sym] = expr
         symbols[s.symbol] = sym
@@ -218,9 +215,9 @@ def _bump(shape_env: ShapeEnv) -> None:
 
 def _own(shape_env: ShapeEnv, expr: Any, key: tuple, owned: dict[tuple, sympy.Symbol], *, size: bool) -> None:
     """Make ``expr`` the symbol of the input source ``key`` when it is a symbol no source has yet."""
-    if not isinstance(expr, sympy.Symbol) or _has_source(shape_env, expr):
+    if not isinstance(expr, sympy.Symbol) or expr in shape_env.var_to_sources:
         return
-    _give_source(shape_env, expr, key)
+    shape_env.var_to_sources[expr] = [_torch_source(*key)]
     owned[key] = expr
     if size and symbol_is_type(expr, SymT.SIZE):
         # Tracing assumes a dynamic size is at least 2 (sizes 0 and 1 specialize; the program's
@@ -299,32 +296,8 @@ def _assumptions(expr: Any, kind: str) -> dict[str, bool]:
     return out
 
 
-class _Named:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def _has_source(shape_env: ShapeEnv, sym: sympy.Symbol) -> bool:
-    if isinstance(shape_env, LoadedShapeEnv):
-        return shape_env.has_source(sym)
-    return sym in shape_env.var_to_sources
-
-
-def _give_source(shape_env: ShapeEnv, sym: sympy.Symbol, key: tuple) -> None:
-    """Record the input source ``key`` (path, property, dim) as ``sym``'s only source: deferred in a
-    loaded program's env until something reads its sources (see serde.bridge.loaded_env)."""
-    if isinstance(shape_env, LoadedShapeEnv):
-        shape_env.defer_source(sym, functools.partial(_torch_source, *key))
-    else:
-        shape_env.var_to_sources[sym] = [_torch_source(*key)]
-
-
 def _torch_source(path: tuple, prop: int, dim: int) -> Any:
     """The source tracing gives an input at ``path``: its ``name`` is the text guards print."""
-    # Imported here: torch._dynamo's package import is most of a small program's first load, and
-    # only reading the sources (a derivation of the loaded program, which imports it too) needs it.
-    from torch._dynamo.source import GetItemSource, LocalSource, TensorProperty, TensorPropertySource
-
     base: Any = LocalSource(path[0])
     for k in path[1:]:
         base = GetItemSource(base, k)
