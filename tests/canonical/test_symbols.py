@@ -14,7 +14,7 @@ from serde.core.exprs import expr_from_text, expr_text
 from serde.core.memo import Memo
 from tests import zoo
 
-_MEMOS = ("_TEXTS", "_SYMBOLS", "_RENAMED", "_READ")
+_MEMOS = ("_TEXTS", "_SYMBOLS", "_READ")
 
 
 def _forget(monkeypatch) -> None:

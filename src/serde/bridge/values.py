@@ -41,7 +41,7 @@ def _expr_of(v: Any) -> sympy.Basic:
 # expressions many times over (a 4-block transformer's 259 symbolic sizes and strides are 5
 # distinct expressions), and a program saved again repeats all of them. A failed conversion raises
 # and is not remembered, so its message names its own place.
-_CONVERTED = Memo(1 << 12)
+_CONVERTED = Memo(1 << 12, "expr_trees")
 
 
 def _tree(expr: sympy.Basic, where: str) -> schema.Expr:
@@ -64,7 +64,7 @@ def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: 
 # example value, which are all the serialized form is made of. Tensor metas repeat a few sizes (the
 # batch, the sequence, their products, small strides) in every value's sizes and strides, and a
 # program saved again repeats them all; SymInt structs are immutable, so one object serves them all.
-_SYM_INTS = Memo(1 << 12)
+_SYM_INTS = Memo(1 << 12, "sym_ints")
 
 
 def sym_int_key(v: int | torch.SymInt) -> Any:
@@ -215,7 +215,7 @@ def _solve_linear(expr: sympy.Basic, s: sympy.Symbol, value: int) -> int | None:
     return _SOLVED.remember(key, out)
 
 
-_SOLVED = Memo(1 << 12)  # (values: int | None)
+_SOLVED = Memo(1 << 12, "solved_hints")  # (values: int | None)
 
 
 def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
@@ -249,7 +249,7 @@ def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
     return expr
 
 
-_BUILT = Memo(1 << 12)  # (values: the expression, its symbols in the order the builder met them)
+_BUILT = Memo(1 << 12, "built_exprs")  # (values: the expression, its symbols in the order the builder met them)
 
 
 class SymbolicContext:
