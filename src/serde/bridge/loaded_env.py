@@ -6,8 +6,8 @@ it came from: the user's frame that set it. torch finds that frame by walking th
 first frame outside its "uninteresting files", a set it builds once per process by importing
 torch.export's tracer, AOTAutograd, Inductor's code cache and the rest of its compile stack (about
 400 modules, a fifth of a small program's first load). While a program is being loaded the answer
-is known without the walk: the file set it. Once the load is done (``done_loading``) the env
-records user frames again, as torch's does, for whatever a later derivation records.
+is known without the walk: the file set it. Once the load is done (``done_loading``) the env is
+torch's ShapeEnv again, and records user frames for whatever a later derivation records.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class LoadedShapeEnv(ShapeEnv):
         super().__init__(**kwargs)
 
     def done_loading(self) -> None:
-        """From now on, record the user's frame as the origin of ranges and guards, as torch does."""
-        self._pt2serde_loading = False
+        """Become torch's own ShapeEnv: from now on the user's frame is the origin of ranges and
+        guards, found as torch finds it (an override left in place would be a frame of its own,
+        outside torch's, that the search stops at), and the loaded program holds no class of ours."""
+        del self._pt2serde_loading
+        self.__class__ = ShapeEnv
 
     def _get_stack_summary(self, is_debug: bool = False, framework_loc: str | None = None) -> tuple[SLoc, str]:
         if framework_loc is None and self._pt2serde_loading:
