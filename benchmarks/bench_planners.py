@@ -23,10 +23,7 @@ from _harness import base_parser, export_chain, export_transformer, graph_nodes,
 def run(zoo_limit: int, blocks: int, chain: int, repeats: int) -> dict:
     import msgspec
 
-    try:
-        from serde.testing import zoo
-    except ImportError:  # before the zoo moved into serde.testing
-        from tests import zoo
+    from serde.testing import zoo
 
     from native.emit.emitter import emit
     from native.format import program as P

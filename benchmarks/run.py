@@ -64,10 +64,11 @@ class BenchCase:
     fast_smoke: bool = True  # its smoke size is quick enough for make test (else the slow lane)
 
 
-# The bars of the graph save/load goals: every program against torch's pair, and the load
-# against its floor (the same ExportedProgram built without a file; see bench_save_load.py).
-_EVERY_PROGRAM = (Bar("save_speedup.min", ">=", 8.0, "goal 2: every program"),
-                  Bar("load_speedup.min", ">=", 3.0, "goal 2: every program"),
+# The bars of the graph save/load goals: every program's load against torch's, and against its
+# floor (the same ExportedProgram built without a file; see bench_save_load.py). A warm save has no
+# bar on the small programs any more: what a user feels is the first save of a process, judged by
+# the cold goals (the corpus and chain_5000), and a save to a path is judged into memory.
+_EVERY_PROGRAM = (Bar("load_speedup.min", ">=", 3.0, "goal 2: every program"),
                   Bar("load_vs_floor.min", "<=", 1.3, "goal 3: load near its floor"))
 
 # The large case's bars (issue 40, items 3 and 7), judged on the first call of a fresh process
@@ -208,9 +209,9 @@ GOALS: list[Goal] = [
     Goal(1, "chain_5000 load", Bar("load_speedup", ">=", 6.0, "goal 1"), ("chain_5000",)),
     # The graph programs and the weight-bound one apart, so that the 134 MB case, which is the
     # worst of every save and load, does not hide how the graph programs fare.
-    Goal(2, "every graph program, save", Bar("save_speedup", ">=", 8.0, "goal 2"), GRAPH_PROGRAMS),
+    # Goal 2's save half (every program saves at least 8x faster, warm) is retired: the cold goals
+    # (the corpus, chain_5000) judge saves, as a user meets them (RETIRED below says so in the output).
     Goal(2, "every graph program, load", Bar("load_speedup", ">=", 3.0, "goal 2"), GRAPH_PROGRAMS),
-    Goal(2, "134 MB of weights (wide_134mb), save", Bar("save_speedup", ">=", 8.0, "goal 2"), ("wide_134mb",)),
     Goal(2, "134 MB of weights (wide_134mb), load", Bar("load_speedup", ">=", 3.0, "goal 2"), ("wide_134mb",)),
     # The floor holds the weights in memory already; a 134 MB load must read and verify them, so its
     # ratio to the floor says nothing about the loader (bench_weights.py has the weights' own floor).
@@ -239,9 +240,13 @@ _LOAD_CALL = (("save into memory, no disk on either side, every graph program (t
               ("load + first call / floor + first call, every graph program", "load_call_vs_floor", "<="))
 
 
+RETIRED = ("goal 2: every program saves >= 8x faster than torch (warm): retired; saves are judged by the "
+           "cold goals (the first save of a fresh process: the corpus and chain_5000)")
+
+
 def goal_lines(records: list[dict[str, Any]]) -> list[str]:
     """One line per goal: the worst case's min and median against the bar (cases that ran only)."""
-    out = []
+    out = [RETIRED]
     for g in GOALS:
         rs = [r for r in records if r.get("bench") == g.kind and "error" not in r
               and (g.cases is None or r["case"] in g.cases)]
@@ -310,9 +315,16 @@ def issue_goal_lines(records: list[dict[str, Any]]) -> list[str]:
                            + ", ".join(f"{k} {v:g}" for k, v in r[when]["seconds"].items()))
     cold = [r for r in records if r.get("bench") == "save_load" and "cold_save_speedup" in r]
     for r in cold:
-        out.append(f"item 5 (no bar): {r['case']} cold save {_num(r['cold_save_speedup']['median'])}x, cold load "
+        barred = any(b.source.startswith("item 5") for b in known[r["case"]].bars) if r["case"] in known else False
+        out.append(f"item 5{' (bars above)' if barred else ' (no bar)'}: {r['case']} cold save "
+                   f"{_num(r['cold_save_speedup']['median'])}x, cold load "
                    f"{_num(r['cold_load_speedup']['median'])}x (median; warm: save into memory "
                    f"{_num(r['save_mem_speedup']['min'])}x, load {_num(r['load_speedup']['min'])}x)")
+    # The cold goals are the headline: a run that leaves out a case they judge says so.
+    ran = {r.get("case") for r in records}
+    for case in CASES:
+        if case.name not in ran and any(b.source.startswith("item 5") for b in case.bars):
+            out.append(f"item 5: {case.name} cold save and load: not measured in this run")
     return out
 
 

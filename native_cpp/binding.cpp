@@ -1,4 +1,4 @@
-// Python binding of the C++ runtime (module `_pt2n_cpp`), used by src/native/cpp_engine.py.
+// Python binding of the C++ runtime (module `_pt2n_cpp`), used by src/native/run/cpp_engine.py.
 // Conversions stay here: Python leaves -> IValues, IValues -> Python; errors become the
 // classes of native.errors.
 #include <torch/csrc/autograd/python_variable.h>
@@ -114,7 +114,7 @@ class PyMethod {
     return res;
   }
 
-  // (outputs, [(instruction index, nanoseconds), ...]) for native.profile.summarize.
+  // (outputs, [(instruction index, nanoseconds), ...]) for native.run.profile.summarize.
   py::tuple run_profiled(const py::sequence& leaves) {
     std::vector<IValue> in;
     in.reserve(leaves.size());

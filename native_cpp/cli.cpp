@@ -7,7 +7,7 @@
 //                                       of the declared dtype with every symbol at its minimum or 2)
 //   pt2serde-run run PROGRAM --inputs IN.safetensors [--outputs OUT.safetensors] [...]
 //                                       run on the inputs of a safetensors file (keys as in
-//                                       src/native/io.py) and write the outputs as one
+//                                       src/native/run/io.py) and write the outputs as one
 //   --load-library LIB.so (repeatable, any command): dlopen a library registering operators
 //                                       (TORCH_LIBRARY) before any program is loaded
 //

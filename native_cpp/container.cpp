@@ -1,4 +1,4 @@
-// The binary container (src/native/container.py): fixed prefix, msgpack header, its sha256,
+// The binary container (src/native/format/container.py): fixed prefix, msgpack header, its sha256,
 // zero padding, 64-byte aligned segment ending exactly at EOF. Every number is checked
 // before anything is sliced.
 #include <openssl/evp.h>

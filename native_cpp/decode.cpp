@@ -1,4 +1,4 @@
-// The msgpack header -> Program (src/native/program.py's msgspec Structs).
+// The msgpack header -> Program (src/native/format/program.py's msgspec Structs).
 //
 // Program is a map, read by key: unknown keys are ignored (a newer minor format may add
 // fields) and missing optional keys take their defaults. Every other struct is an array

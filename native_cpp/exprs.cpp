@@ -1,4 +1,4 @@
-// Postfix size expressions (src/native/exprs.py): validation of untrusted code and int64
+// Postfix size expressions (src/native/format/exprs.py): validation of untrusted code and int64
 // evaluation with Python's semantics (floor division, modulo with the divisor's sign), refusing
 // overflow and division by zero instead of wrapping.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The value-kind check (src/native/kinds.py, whose docstring holds the tables): every kernel
+// The value-kind check (src/native/format/kinds.py, whose docstring holds the tables): every kernel
 // argument's declared kind must be one its operator's parameter takes, every output one its return
 // may be written to, and every move's destination must hold its source's kind. Same rules, same
 // order and same messages as Python: an unchecked file could otherwise run in one runtime
@@ -151,7 +151,7 @@ std::string names(Mask m) {
   return out;
 }
 
-// The symbolic:: operators (src/native/prim.py) take numbers and return one.
+// The symbolic:: operators (src/native/format/prim.py) take numbers and return one.
 const std::map<std::string, Signature>& prim_signatures() {
   static const std::map<std::string, Signature> table = [] {
     Takes number;

@@ -410,7 +410,7 @@ const std::set<std::string> kUnannotatedViews = {"aten::_unsafe_view", "aten::un
 }  // namespace
 
 void Method::check_aliases(const std::vector<std::optional<c10::OperatorHandle>>& handles) const {
-  // native.runtime._check_aliases: a plan built on fewer aliases than this process's kernels may
+  // native.run.runtime._check_aliases: a plan built on fewer aliases than this process's kernels may
   // produce could hand live memory to another tensor. Composite-implicit kernels and those of
   // kUnannotatedViews may return any tensor argument (kernels.actual_aliases).
   const Program& p = lp_.program;

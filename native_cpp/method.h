@@ -1,4 +1,4 @@
-// The C++ runtime of native programs: mirrors src/native/runtime.py (Method) instruction for
+// The C++ runtime of native programs: mirrors src/native/run/runtime.py (Method) instruction for
 // instruction, calling the same ATen kernels through the dispatcher (boxed), so results are
 // bit-identical to the Python runtime.
 #pragma once
@@ -21,7 +21,7 @@ struct Options {
   Limits limits;
 };
 
-// "symbolic::<name>" operators (src/native/prim.py), on ints, floats and bools with Python's semantics.
+// "symbolic::<name>" operators (src/native/format/prim.py), on ints, floats and bools with Python's semantics.
 using PrimFn = c10::IValue (*)(const std::vector<c10::IValue>&);
 PrimFn find_prim(const std::string& name);
 
@@ -38,7 +38,7 @@ class Method {
   std::pair<double, double> kernel_floor(std::vector<c10::IValue> leaves, int repeats);
 
   // run_flat, also filling `timings` with (instruction index, nanoseconds) per executed
-  // instruction (native.profile.summarize maps them to nodes and modules).
+  // instruction (native.run.profile.summarize maps them to nodes and modules).
   std::vector<c10::IValue> run_profiled(std::vector<c10::IValue> leaves, std::vector<std::pair<int64_t, int64_t>>& timings);
 
   const Program& program() const { return lp_.program; }

@@ -1,4 +1,4 @@
-// The memory plan's proof (src/native/memory.py verify_plan): storage classes and lifetimes from
+// The memory plan's proof (src/native/format/memory.py verify_plan): storage classes and lifetimes from
 // the instructions alone, each slot exactly its tensor's upper bound over the allowed input
 // sizes, and no two slots live at the same time sharing bytes. Interval arithmetic saturates at
 // +-2**100, treated as unbounded: an expression that large bounds nothing a slot could hold.

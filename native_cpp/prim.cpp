@@ -1,4 +1,4 @@
-// The closed set of "symbolic::" scalar operators (src/native/prim.py) with Python's semantics
+// The closed set of "symbolic::" scalar operators (src/native/format/prim.py) with Python's semantics
 // on bool < int < float: floor division and modulo follow the divisor's sign, int results that
 // leave int64 are refused (Python would grow them), true division always gives a float.
 #include <cmath>

@@ -1,8 +1,8 @@
-// The native program (.pt2n) as C++ structs: a mirror of src/native/program.py.
+// The native program (.pt2n) as C++ structs: a mirror of src/native/format/program.py.
 //
 // Format knowledge lives in three places only: this header (the tables), decode.cpp (how the
 // msgpack header maps onto them, read by key where the header is a map so new fields are
-// tolerated) and verify.cpp (the structural checks of src/native/verify.py). A format bump
+// tolerated) and verify.cpp (the structural checks of src/native/format/verify.py). A format bump
 // changes kMaxFormatVersion and, where fields change, decode.cpp.
 #pragma once
 
@@ -32,7 +32,7 @@ struct Error : std::runtime_error {
 };
 
 [[noreturn]] inline void fail(ErrorKind k, const std::string& msg) { throw Error(k, msg); }
-// A file whose `where` breaks a rule of the format (native.verify.damaged in Python).
+// A file whose `where` breaks a rule of the format (native.format.verify.damaged in Python).
 [[noreturn]] inline void damaged(const std::string& what, const std::string& where, const std::string& msg) {
   fail(ErrorKind::Format, what + ": " + where + ": " + msg + "; the file is damaged or was not written by pt2serde");
 }
@@ -104,13 +104,13 @@ struct Program {
   std::string torch_version;
   std::vector<DebugHandle> debug_handles;
   std::vector<int64_t> instruction_handles;  // per instruction: index into debug_handles, or -1
-  // Safetensors keys (native.io): each input's path in (args, kwargs), each output's in the
+  // Safetensors keys (native.run.io): each input's path in (args, kwargs), each output's in the
   // output tree; empty in files of older emitters.
   std::vector<std::string> input_keys, output_keys;
 };
 
 // Whether a jump's condition is the constant False (the jump is always taken): decided from the
-// value table alone, as native.program.is_unconditional, never from what a run wrote into the slot.
+// value table alone, as native.format.program.is_unconditional, never from what a run wrote into the slot.
 inline bool is_unconditional(const Program& p, const Instruction& ins) {
   const Value& c = p.values[size_t(ins.a)];
   return c.kind == VK::Bool && !c.i;
@@ -144,11 +144,11 @@ Program decode_header(const uint8_t* data, size_t n, const std::string& what);
 void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len, const std::string& what,
                       bool verify_hashes, Limits limits);
 
-// kinds.cpp: every kernel argument and output fits its operator, every move its destination (src/native/kinds.py).
+// kinds.cpp: every kernel argument and output fits its operator, every move its destination (src/native/format/kinds.py).
 // Needs the dispatcher's schemas: Method runs it first, on a validated program.
 void check_kinds(const Program& p, const std::string& what);
 
-// exprs.cpp: postfix size expressions (src/native/exprs.py)
+// exprs.cpp: postfix size expressions (src/native/format/exprs.py)
 void check_code(const std::vector<int64_t>& code, size_t n_symbols, const std::string& where);
 // Evaluates code; nullopt when an unbound (unbacked) symbol is used. Throws Error(Runtime) on
 // division by zero or int64 overflow.
@@ -157,7 +157,7 @@ std::optional<int64_t> evaluate(const std::vector<int64_t>& code, const std::vec
 
 size_t itemsize(int64_t scalar_type);  // 0: unknown scalar type
 
-// plan.cpp: the memory plan's lifetime proof (src/native/memory.py verify_plan).
+// plan.cpp: the memory plan's lifetime proof (src/native/format/memory.py verify_plan).
 void verify_plan(const Program& p, const std::string& what);
 // The instructions the runtime runs out=: every output has an arena slot (memory.out_calls).
 std::vector<char> out_calls(const Program& p);
@@ -169,6 +169,6 @@ std::pair<std::vector<int64_t>, int64_t> pack(const std::vector<PackItem>& items
 // Boxed lists nest at most this deep, so every walk over them is bounded (a C++ limit: the
 // emitter nests two or three levels).
 constexpr size_t kMaxListDepth = 64;
-constexpr size_t kMaxLoopDepth = 64;  // native.program.MAX_LOOP_DEPTH
+constexpr size_t kMaxLoopDepth = 64;  // native.format.program.MAX_LOOP_DEPTH
 
 }  // namespace pt2n

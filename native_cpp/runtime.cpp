@@ -1,5 +1,5 @@
 // The embedding API (include/pt2n/runtime.h) over Method, and safetensors files for inputs and
-// outputs: the keys and messages of src/native/io.py.
+// outputs: the keys and messages of src/native/run/io.py.
 #include "pt2n/runtime.h"
 
 #include <ATen/ops/empty.h>
@@ -238,7 +238,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 struct Runtime::Impl {
   std::unique_ptr<Method> method;
   std::vector<InputInfo> inputs;
-  std::vector<std::string> labels;  // "args.0 (x)" as src/native/io.py prints an input
+  std::vector<std::string> labels;  // "args.0 (x)" as src/native/run/io.py prints an input
   std::map<std::string, size_t> index;
   std::vector<std::string> output_keys;
   std::vector<std::optional<c10::IValue>> leaves;

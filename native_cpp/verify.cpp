@@ -1,4 +1,4 @@
-// Structural validation (src/native/verify.py): after this every index the runtime follows is
+// Structural validation (src/native/format/verify.py): after this every index the runtime follows is
 // in range, every weight view lies inside its blob and every expression is well formed.
 #include <algorithm>
 #include <map>
@@ -271,7 +271,7 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
       v.bad(where, "the blob's bytes do not hash to its sha256");
   }
   // Every segment byte outside the blobs (the alignment padding between them) is zero, so that every
-  // byte of the file is either covered by a checksum or required to be zero (as src/native/verify.py).
+  // byte of the file is either covered by a checksum or required to be zero (as src/native/format/verify.py).
   {
     std::vector<std::pair<uint64_t, uint64_t>> blobs;
     blobs.reserve(p.constants.size());

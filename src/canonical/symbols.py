@@ -31,10 +31,9 @@ _PREFIX = re.compile(r"^(.*?)(\d*)$")
 # Pure functions of an expression's content, shared by every canonicalization in the process: a
 # program's expressions recur with each save of it. Each result is remembered only once computed,
 # so text that fails to print or parse fails every time.
-_TEXTS = Memo(1 << 12)      # encoded tree -> canonical text
-_SYMBOLS = Memo(1 << 12)    # text -> its free symbols, in order of first mention
-_RENAMED = Memo(1 << 12)    # (text, the new name of each of its symbols) -> renamed text
-_READ = Memo(1 << 12)       # renamed text -> (its tree, the tree's encoding)
+_TEXTS = Memo(1 << 12, "canonical_texts")      # encoded tree -> canonical text
+_SYMBOLS = Memo(1 << 12, "canonical_symbols")    # text -> its free symbols, in order of first mention
+_READ = Memo(1 << 12, "canonical_read")       # renamed text -> (its tree, the tree's encoding)
 
 
 def _ordered_symbols(text: str, where: str) -> tuple[str, ...]:
@@ -150,12 +149,7 @@ class SymbolRenamer:
     def text(self, text: str, where: str = "expression") -> str:
         out = self._renamed.get(text)
         if out is None:
-            mapping = self.mapping
-            key = (text, tuple(mapping.get(s, s) for s in _ordered_symbols(text, where)))
-            out = _RENAMED.get(key)
-            if out is None:
-                out = _RENAMED.remember(key, rename_symbols(text, mapping, where=where))
-            self._renamed[text] = out
+            out = self._renamed[text] = rename_symbols(text, self.mapping, where=where)
         return out
 
     def _expr(self, e: schema.SymExpr) -> schema.SymExpr:

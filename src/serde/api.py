@@ -9,7 +9,6 @@ from typing import Any, BinaryIO
 import torch
 from torch.export import ExportedProgram
 
-from canonical.canonicalize import attach_debug, canonicalize
 from serde.archive.artifact import Artifact, read_artifacts, write_artifacts
 from serde.bridge.custom_objects import encode_constants
 from serde.bridge.effects import op_facts
@@ -211,6 +210,10 @@ def _encode_extra_files(extra_files: Mapping[str, str] | None) -> dict[str, byte
 
 def to_artifact_parts(ep: ExportedProgram, *, debug_info: bool = False):
     """``ep`` -> (program Struct, weights Struct, payload members, debug info or None)."""
+    # The canonicalizer is imported on first use: a process that only loads (most load a program
+    # once) does not pay for importing it.
+    from canonical.canonicalize import canonicalize
+
     program = serialize_program(ep)
     # Custom objects become uint8 tensors through their registered codec (never pickle).
     weights, payloads = serialize_weights(ep.state_dict, encode_constants(ep.constants), ep.example_inputs)
@@ -368,6 +371,8 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
     program = upgrade_operators(a.program, str(torch.__version__))
     state_dict, constants, example_inputs = deserialize_weights(weights, member, place=place)
     if a.debug is not None:
+        from canonical.canonicalize import attach_debug
+
         program = attach_debug(program, a.debug)
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
     if propagate:

@@ -289,6 +289,25 @@ def test_goal_lines_judge_the_worst_case():
     assert "goal 7: save per-node time 20,000 / 1,000 nodes: not measured in this run" in lines
     goals = {g.number for g in runner.GOALS}
     assert goals == {1, 2, 3, 7}
+    # The warm "save >= 8x on every program" goal is retired, and the output says so.
+    assert lines[0] == runner.RETIRED
+    assert not any(g.number == 2 and "save" in g.bar.metric for g in runner.GOALS)
+    assert not any("save" in b.metric for b in runner._EVERY_PROGRAM)
+
+
+def test_cold_goal_lines_name_every_case_they_judge():
+    def cold(case, save, load):
+        r = {"min": 1.0, "median": 1.0}
+        return {"case": case, "bench": "save_load", "save_mem_speedup": r, "load_speedup": r,
+                "cold_save_speedup": {"min": save, "median": save}, "cold_load_speedup": {"min": load, "median": load}}
+
+    lines = runner.issue_goal_lines([cold("chain_5000", 31.0, 12.0), cold("mlp", 2.0, 1.5)])
+    assert "item 5: chain_5000 cold: chain_5000 cold_save_speedup.median = 31 vs >= 30x: met" in lines
+    assert any(ln.startswith("item 5: chain_5000 cold: chain_5000 cold_load_speedup.median = 12 vs >= 15x: MISSED") for ln in lines)
+    assert any(ln.startswith("item 5 (bars above): chain_5000 cold save 31x") for ln in lines)
+    assert any(ln.startswith("item 5 (no bar): mlp cold save 2x, cold load 1.5x") for ln in lines)
+    # The corpus did not run: its cold goals are still named.
+    assert "item 5: corpus cold save and load: not measured in this run" in lines
 
 
 def test_graph_programs_are_the_save_load_cases_but_the_weights():

@@ -14,7 +14,7 @@ from serde.core.expr import expr_from_text, expr_text
 from serde.core.memo import Memo
 from serde.testing import zoo
 
-_MEMOS = ("_TEXTS", "_SYMBOLS", "_RENAMED", "_READ")
+_MEMOS = ("_TEXTS", "_SYMBOLS", "_READ")
 
 
 def _forget(monkeypatch) -> None:

@@ -31,9 +31,9 @@ from native.errors import (
     NativeVersionError,
 )
 from native.format import container
-from native.run import cpp_engine
 from native.format import program as P
 from native.format.memory import plan_memory
+from native.run import cpp_engine
 from native.run.runtime import Method, load
 from serde.core import schema
 from serde.core.limits import Limits

@@ -14,8 +14,8 @@ import torch
 
 import serde
 from native.emit.emitter import emit_artifact
-from native.format.program import encode
 from native.format.keys import leaf_keys
+from native.format.program import encode
 from native.run.io import read_safetensors_inputs, read_safetensors_outputs
 from serde.cli import main
 

@@ -198,7 +198,7 @@ def _expanded_terms(e: Any) -> int:
 
 
 # (stored guards, their symbols) -> [(check, what it implies)] (see record_guards)
-_RECORDED = Memo(1 << 10)
+_RECORDED = Memo(1 << 10, "recorded_guards")
 
 
 def _range_key(shape_env: ShapeEnv, sym: sympy.Symbol) -> tuple:

@@ -145,6 +145,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
     # program without guards or symbols has nothing to record there).
     if p.guards is not None or ctx.shape_env.var_to_range:
         record_guards(p.guards, ctx.shape_env, _input_values(ep.graph_module.graph, gm_s, paths))
+    ctx.shape_env.done_loading()
     return ep
 
 

@@ -33,6 +33,7 @@ from serde.core.memo import Memo
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .enums import deserialize_dtype, deserialize_layout, serialize_dtype, serialize_layout
+from .loaded_env import LoadedShapeEnv
 
 __all__ = [
     "serialize_sym_int", "serialize_sym_float", "serialize_sym_bool", "sym_int_key", "serialize_tensor_meta",
@@ -51,7 +52,7 @@ def _expr_of(v: Any) -> sympy.Basic:
 # expressions many times over (a 4-block transformer's 259 symbolic sizes and strides are 5
 # distinct expressions), and a program saved again repeats all of them. A failed conversion raises
 # and is not remembered, so its message names its own place.
-_CONVERTED = Memo(1 << 12)
+_CONVERTED = Memo(1 << 12, "expr_trees")
 
 
 def _tree(expr: sympy.Basic, where: str) -> schema.Expr:
@@ -74,7 +75,7 @@ def _sym_expr(v: Any, expr: sympy.Basic, where: str, hint_member: str, convert: 
 # example value, which are all the serialized form is made of. Tensor metas repeat a few sizes (the
 # batch, the sequence, their products, small strides) in every value's sizes and strides, and a
 # program saved again repeats them all; SymInt structs are immutable, so one object serves them all.
-_SYM_INTS = Memo(1 << 12)
+_SYM_INTS = Memo(1 << 12, "sym_ints")
 
 
 def sym_int_key(v: int | torch.SymInt) -> Any:
@@ -225,7 +226,7 @@ def _solve_linear(expr: sympy.Basic, s: sympy.Symbol, value: int) -> int | None:
     return _SOLVED.remember(key, out)
 
 
-_SOLVED = Memo(1 << 12)  # (values: int | None)
+_SOLVED = Memo(1 << 12, "solved_hints")  # (values: int | None)
 
 
 def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
@@ -257,14 +258,14 @@ def _built(tree: tuple, symbol: Any, where: str) -> sympy.Basic:
     return expr
 
 
-_BUILT = Memo(1 << 12)  # (values: the expression, its symbols in the order the builder met them)
+_BUILT = Memo(1 << 12, "built_exprs")  # (values: the expression, its symbols in the order the builder met them)
 
 
 class SymbolicContext:
     """One ShapeEnv + FakeTensorMode per loaded program; builds symbolic values and fake tensors."""
 
     def __init__(self, range_constraints: list[schema.RangeConstraint]) -> None:
-        self.shape_env = symbolic_shapes.ShapeEnv(assume_static_by_default=True)
+        self.shape_env = LoadedShapeEnv(assume_static_by_default=True)
         self.fake_mode = FakeTensorMode(
             allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=self.shape_env
         )

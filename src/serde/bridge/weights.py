@@ -481,7 +481,7 @@ def _builtin_only(spec: Any) -> bool:
 
 
 _BUILTIN_CONTAINERS = (tuple, list, dict, type(None))
-_EXAMPLE_SPECS = Memo(1 << 8)
+_EXAMPLE_SPECS = Memo(1 << 8, "example_specs")
 
 
 _DESERIALIZE_LEAF: dict[str, Callable[[Any, Callable, str], Any]] = {

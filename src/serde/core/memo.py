@@ -7,6 +7,11 @@ it, and only after the work succeeded, so a refusal is never remembered. A full 
 everything at once: no per-hit bookkeeping, and a program's results are back after one load.
 :func:`forget_all` empties every memo, so that the next load or save of a program does all of its
 work again (what the first one in a process does; benchmarks measure it that way).
+
+Every memo of the package has a name, unique in the process, and :func:`registered` lists the live ones by name:
+docs/guide.md ("What is remembered per process") has one row per name, saying what it keys on, its bound and the
+workload it serves (the first save or load of a program, or saving or loading it again), and a
+test holds the two to each other. A memo is kept only where it pays off in one of those.
 """
 
 from __future__ import annotations
@@ -14,18 +19,19 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["Memo", "forget_all"]
+__all__ = ["Memo", "forget_all", "registered"]
 
 
 class Memo(dict):
     """A dict that holds at most ``cap`` entries; :meth:`remember` clears it when it is full.
     Reads are plain dict reads (``get``, ``in``); a key-only memo stores True."""
 
-    __slots__ = ("cap", "__weakref__")
+    __slots__ = ("cap", "name", "__weakref__")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, name: str = "") -> None:
         super().__init__()
         self.cap = cap
+        self.name = name
         _ALL.append(weakref.ref(self))
 
     def remember(self, key: Any, value: Any = True) -> Any:
@@ -49,3 +55,15 @@ def forget_all() -> None:
             memo.clear()
             alive.append(ref)
     _ALL[:] = alive
+
+
+def registered() -> dict[str, Memo]:
+    """Every live named memo of the process, by name (a name made again, as a forked child's
+    archive state makes its own, names the newest). A memo without a name (a test's own) is not
+    listed; forget_all empties it all the same."""
+    out: dict[str, Memo] = {}
+    for ref in _ALL:
+        memo = ref()
+        if memo is not None and memo.name:
+            out[memo.name] = memo
+    return out

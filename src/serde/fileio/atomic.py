@@ -76,7 +76,7 @@ class _ThisProcess:
         self.proc_fd_works = False
         # (directory, target) pairs this process has saved to through an unnamed file, after
         # removing the stale temporary files there (see write_atomic)
-        self.swept = Memo(1 << 12)
+        self.swept = Memo(1 << 12, "swept_dirs")
 
 
 _THIS = _ThisProcess()

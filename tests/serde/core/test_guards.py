@@ -440,8 +440,9 @@ def test_parsed_guards_are_still_checked_when_canonicalized(monkeypatch) -> None
 
 
 def test_printed_guards_are_revalidated_by_their_text(monkeypatch) -> None:
-    # Load remembers the printed texts that passed the allow-list; a text it has not seen (here: the
-    # same stored checks printed differently, as a printer bug would) is parsed and refused.
+    # A load remembers a printed guard set only after every text passed the allow-list; printed
+    # afresh (here: the same stored checks printed differently, as a printer bug would) it is parsed
+    # and refused.
     g = guards_from_code(["L['x'].size()[0] >= 2", "L['n'] > 3"])
     printed = guards_to_code(g)
     assert guards_to_code(g) == printed  # the second time from the remembered verdicts

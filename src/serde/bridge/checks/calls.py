@@ -234,7 +234,7 @@ def _check_op(op: torch._ops.OpOverload, node: schema.Node, args: Sequence[Any],
 
 
 # Call shapes (_call_key) the dispatcher's matcher accepted, shared by every load in the process.
-_ACCEPTED = Memo(1 << 14)
+_ACCEPTED = Memo(1 << 14, "accepted_calls")
 _INT64 = 1 << 63
 _UNKEYED = object()  # a value whose kind does not decide the matcher's verdict: always ask it
 # Values the matcher types by their Python type alone.

@@ -85,9 +85,7 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards", spelling: st
     out = []
     for w, text in printed_checks(g, where, spelling):
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
-        if text not in _REVALIDATED:
-            _revalidate(Parser(w), text, w)
-            _REVALIDATED.remember(text)
+        _revalidate(Parser(w), text, w)
         out.append(text)
     _PRINTED.remember(key, tuple(out))
     return out
@@ -96,7 +94,7 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards", spelling: st
 # Printed and re-validated guard sets, shared by every load in the process, keyed by the exact
 # encoding of the stored guards (equal bytes: equal sources and checks, so the same text and the
 # same verdict; a set that fails is never remembered). A program's guards recur with each load of it.
-_PRINTED = Memo(1 << 10)
+_PRINTED = Memo(1 << 10, "printed_guards")
 
 
 def _revalidate(parser: Parser, text: str, where: str) -> schema.Expr:
@@ -105,12 +103,6 @@ def _revalidate(parser: Parser, text: str, where: str) -> schema.Expr:
         return parser.guard(text, where)
     except UnsupportedConstructError as err:
         raise MalformedArtifactError(f"{where}: printed guard failed re-validation: {err}") from None
-
-
-# Printed guard texts that passed the allow-list, shared by every load in the process: the verdict
-# depends on the text alone (ast.parse is a third of a guard's load cost), and a program's guards
-# recur with each load of it. Keyed by the exact text, so any other text is parsed and checked.
-_REVALIDATED = Memo(1 << 12)
 
 
 def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> schema.InputGuards | None:
@@ -169,14 +161,14 @@ def _number(sources: Mapping[SourceKey, str], trees: list[schema.Expr]) -> schem
 # reused by another object while it is listed, so `is` on the entry proves it is that very object.
 # A save parses torch's guard text into them and then canonicalizes the program: this saves the
 # second parse. Anything else (a decoded file, an edited copy) takes the full path.
-_NUMBERED = Memo(64)
+_NUMBERED = Memo(64, "numbered_guards")
 
 # Saving parses torch's guard text; a program's guards recur with each save of it (checkpoints).
 # By the exact texts: each text's tree, sources in order of first appearance (source i is g<i>).
-_PARSED = Memo(1 << 10)
+_PARSED = Memo(1 << 10, "parsed_guards")
 # By those texts and the keys their sources resolve to: the numbered InputGuards. Only results are
 # remembered, so a refused guard is parsed (and refused) again on every save.
-_FROM_CODE = Memo(1 << 10)
+_FROM_CODE = Memo(1 << 10, "guards_from_code")
 
 
 def _is_numbered(g: schema.InputGuards) -> bool:

@@ -56,7 +56,7 @@ def failing_guard(g: schema.InputGuards, gm: schema.GraphModule, *, where: str =
 # Guard sets that held at a set of example values, shared by every load in the process: the verdict
 # depends on the stored checks and those values alone (the key holds both, exactly), and a
 # program's guards recur with each load of it. A set that fails is never remembered.
-_HOLDING = Memo(1 << 10)
+_HOLDING = Memo(1 << 10, "holding_guards")
 
 
 def _shown(values: Mapping[str, Any], names: Mapping[str, str], used: set[str]) -> str:
