@@ -214,7 +214,7 @@ def test_an_input_namedtuple_named_other_than_its_variable_is_refused_at_save(tm
 def test_an_input_namedtuple_defined_in_a_function_is_refused_at_save(tmp_path):
     local = collections.namedtuple("Local", ["p", "q"])
     with pytest.raises(UnsupportedConstructError, match=r"input pair is a namedtuple of class "
-                       r"tests\.serde\.test_treespec\.Local, .*has no attribute 'Local', e\.g\. it is defined in a function"):
+                       r"tests\.serde\.bridge\.test_treespec\.Local, .*has no attribute 'Local', e\.g\. it is defined in a function"):
         serde.save(_pair_program(local), tmp_path / "a.pt2s")
 
 
