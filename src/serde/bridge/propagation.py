@@ -14,14 +14,18 @@ expression, or, when the two expressions differ in form, by their example values
 kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
 expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
 left alone: running the operator names a fresh one. A lifted ``torch.Generator`` is replaced by a
-fresh one (it decides values, not metadata). Skipped, not refused: calls that fail on fake
-tensors (outside tracing some operators cannot run on them, and that looks the same as an
-operator refusing its inputs: such a file fails with torch's error when called), calls taking
-other custom objects, and subgraphs that run under autocast (which picks the dtypes).
+fresh one (it decides values, not metadata). A call torch's own fake kernel refuses with its
+operand check (an embedding whose indices are floats) is refused too: tracing ran that kernel on
+these values, so the file stores a call that tracing never made, and the program cannot run.
+Skipped, not refused: calls that fail on fake tensors for other reasons (outside tracing some
+operators cannot run on them: data-dependent outputs, a constant's data, custom operators' fake
+kernels; see ``_refuses``), calls taking other custom objects, and subgraphs that run under
+autocast (which picks the dtypes).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sympy
@@ -123,11 +127,11 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
     try:
         got = op(*args, **kwargs)
-    except Exception:  # noqa: BLE001 -- see below
-        # Not a verdict: outside tracing, fake tensors cannot run every operator that export traced
-        # (one that reads a constant's data, FFTs and istft on symbolic sizes, data-dependent
-        # outputs), and their failures look like an operator refusing its inputs. A file whose
-        # operator really refuses them fails with torch's own error when called.
+    except Exception as e:  # noqa: BLE001 -- see _refuses
+        if _refuses(e, op):
+            raise InconsistentProgramError(
+                f"{where}: {op} refuses the operands the program stores ({_operands(args, kwargs)}): "
+                f"{_first_line(e)}; {_FIX}") from None
         return 0
     why = _differs(got, node.meta.get("val"))
     if why:
@@ -220,3 +224,42 @@ def _show(v: Any) -> str:
     if isinstance(v, (tuple, list)):
         return f"{len(v)} values"
     return f"a {_kind(v)}" if v is not None else "nothing"
+
+
+# The exception types torch's operand checks raise (torch._check and its _type, _value and _index
+# forms in Python meta kernels, TORCH_CHECK and its forms in C++ ones). Subclasses are excluded on
+# purpose: fake tensors and symbolic shapes say "cannot compute this here" with their own
+# subclasses of RuntimeError (data-dependent outputs, operators without a fake kernel, guards on
+# unbacked sizes), and NotImplementedError says an operator has no meta kernel at all.
+_CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+# Operators whose fake kernels are torch's own: a custom operator's fake kernel is its author's,
+# and may be missing or partial.
+_TORCH_NAMESPACES = frozenset({"aten", "prims"})
+# Plain RuntimeErrors that say the kernel cannot run on fake tensors, not that its operands break
+# its contract: reading a tensor's data, copying it out, sizes only known symbolically.
+_CANNOT_RUN_HERE = re.compile(
+    r"data pointer|data_ptr|storage|meta tensor|[Ff]ake|symbolic|SymInt|SymFloat|SymBool|unbacked"
+    r"|data.dependent|Could not run|not implemented|item\(\)|local_scalar_dense", re.IGNORECASE)
+
+
+def _refuses(e: Exception, op: Any) -> bool:
+    """Whether an operator's failure on the stored fake values is a verdict on the program.
+
+    When export traced the program, each of torch's own fake kernels ran on these very values and
+    accepted them. One that now refuses them with its operand check (an embedding whose indices are
+    floats, a matmul of mismatched sizes) refuses a call the file stores but tracing never made:
+    the program cannot run, and says so only when called. Everything else is no verdict (see the
+    constants above): a valid program must never be refused for what fake tensors cannot do.
+    """
+    return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
+            and not _CANNOT_RUN_HERE.search(str(e)))
+
+
+def _operands(args: Any, kwargs: Any) -> str:
+    shown = [_show(v) for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+    return ", ".join(shown) if shown else "no tensors"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
