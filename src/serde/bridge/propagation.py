@@ -236,9 +236,11 @@ _CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
 # and may be missing or partial.
 _TORCH_NAMESPACES = frozenset({"aten", "prims"})
 # Plain RuntimeErrors that say the kernel cannot run on fake tensors, not that its operands break
-# its contract: reading a tensor's data, copying it out, sizes only known symbolically.
+# its contract: reading a tensor's data or storage, copying it out, sizes only known symbolically.
+# (A storage size that overflows is a contract violation: sizes no program can allocate.)
 _CANNOT_RUN_HERE = re.compile(
-    r"data pointer|data_ptr|storage|meta tensor|[Ff]ake|symbolic|SymInt|SymFloat|SymBool|unbacked"
+    r"data pointer|data_ptr|access\w* (the )?storage|no storage|without storage|meta tensor|fake|symbolic"
+    r"|SymInt|SymFloat|SymBool|unbacked"
     r"|data.dependent|Could not run|not implemented|item\(\)|local_scalar_dense", re.IGNORECASE)
 
 

@@ -18,7 +18,8 @@ strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
 * ``debug``: debug.json's provenance, stack traces and module types swapped for hostile values, or
   the edits above. ``extra``: an extra file's bytes. ``rename``: one name (a parameter's FQN half
   the time) renamed everywhere, in every JSON member, to a name of the generated code's namespace.
-* ``member_bytes``: blind byte edits of a JSON member, checksums recomputed.
+* ``member_bytes``: blind byte edits of a JSON member or a weight payload (``data/``), checksums
+  recomputed.
 * ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file;
   ``pt2n_flip``: one blind bit flip anywhere in a ``.pt2n`` file.
 * ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header.
@@ -181,6 +182,25 @@ _EXPR_MEMBERS = frozenset(schema.Expr.__struct_fields__)
 _BOOL_OPERANDS = frozenset({"logical_and", "logical_or", "logical_not"})
 _FUNCTION_MEMBERS = tuple(sorted(set(exprs.FUNCTION_MEMBERS.values())))
 _MEMBER_OP = {m: op for op, m in exprs.FUNCTION_MEMBERS.items()}
+_ENUM_TAGS = frozenset({"dtype", "layout", "memory_format"})
+_ENUM_FIELDS = _ENUM_TAGS | {"as_scalar_type", "as_layout", "as_memory_format"}
+ENUM_INTS = (0, 0, -1, 8, 64, 2**31, 2**63 - 1)  # Unknown (0) twice: the value each enum has but torch has not
+PAYLOAD_PREFIX = "data/"
+# Every kind of mutation the fuzzer labels (the last part of ``member:field:kind``); the tests
+# check each is made, so a mutation that silently stops happening fails them. "other.kept" (a value
+# of no JSON type, left as it is) is not a mutation and not listed.
+KINDS = frozenset({
+    # blind edits of a value by its JSON type (_mutate_value)
+    "bool.wrong", "int.bound", "int.hostile", "int.nearby_or_type", "float.wrong", "str.hostile", "str.fx_name",
+    "str.swap_name", "str.suffix", "str.target", "list.edit", "dict.edit", "null.wrong", "deep",
+    # targeted edits (_targeted) and the .pt2n header's enum constants
+    "shorten", "swap", "kind_or_keyword", "drop_or_dup", "io_count", "edit", "member_swap", "hostile_int",
+    "canary", "quote_breaker", "fx_name", "int_bound", "wrong_arity", "wrong_sort", "wrong_meta", "enum_bound",
+    # debug.json, extra files, renames, bytes
+    "hostile", "hostile_text", "rename_to_fx_name", "rename_to_hostile", "bytes", "flip",
+})
+# Kinds made in fewer than one case in a thousand: a campaign of 50,000 makes each, a slice may not.
+RARE_KINDS = frozenset({"float.wrong", "null.wrong"})
 
 
 def _arity_fits(member: str, n: int) -> bool:
@@ -358,7 +378,9 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
     return v
 
 
-TARGETED_OPS = 17
+TARGETED_OPS = 19
+# an enum at or past its range, in program.json (_targeted) or a .pt2n header (_mutate_native_header)
+HEADER_ENUM_OP = ENUM_OP = 18
 
 
 def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) -> str | None:
@@ -531,6 +553,22 @@ def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) 
                 c, k = rng.choice(refs)
                 c[k] = rng.choice(names)
                 return "hop_operand:wrong_meta"
+    elif op == 17 and nodes:  # an operator's tensor operand swapped for another tensor of the program
+        calls = [n for n in nodes if isinstance(n.get("target"), str) and ".higher_order." not in n["target"]]
+        graphs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "tensor_values" in c[k]]
+        names = sorted({name for g in graphs for name in g["tensor_values"]})
+        refs = [(c, k) for n in calls for c, k in _slots(n["inputs"]) if k == "as_tensor" and isinstance(c[k], dict)
+                and isinstance(c[k].get("name"), str)]
+        if refs and names:
+            c, k = rng.choice(refs)
+            c[k] = {"name": rng.choice(names)}
+            return "operand:wrong_meta"
+    elif op == ENUM_OP:  # a dtype, layout or memory format at or past its range, Unknown (0) included
+        slots = [(c, k) for c, k in _slots(doc) if k in _ENUM_FIELDS and type(c[k]) is int]
+        if slots:
+            c, k = rng.choice(slots)
+            c[k] = rng.choice(ENUM_INTS)
+            return f"{k}:enum_bound"
 
     return None
 
@@ -640,13 +678,21 @@ def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _mutate_native_header(data: bytes, rng: random.Random, log: list[str]) -> bytes:
+def _mutate_native_header(data: bytes, rng: random.Random, log: list[str],
+                          ops: tuple[int, ...] | None = None) -> bytes:
     """Structure-aware edit of a .pt2n file's msgpack header, re-packed with the native container writer."""
     from native import container
     from native.program import FORMAT_VERSION, MAGIC
 
     _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
-    doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False, log=log)
+    doc = msgspec.msgpack.decode(header)
+    enums = [v for v in doc.get("values", ()) if isinstance(v, list) and len(v) == 2 and v[0] in _ENUM_TAGS]
+    if enums and (HEADER_ENUM_OP in ops if ops else rng.random() < 0.2):
+        # an enum constant (dtype, layout, memory format) at or past its range: Unknown (0) included
+        rng.choice(enums)[1] = rng.choice(ENUM_INTS)
+        log.append("values[][]:enum_bound")
+    else:
+        doc = mutate_json(doc, rng, targeted=False, log=log, ops=ops)
     try:
         encoded = msgspec.msgpack.encode(doc)
     except (TypeError, OverflowError):  # an int beyond msgpack's 64 bits: a blind edit instead
@@ -742,7 +788,7 @@ def make_case(seeds: list[Seed], run_seed: int, i: int, *, strategies: tuple[tup
             data = _flip(seed.native, rng)
             log.append("pt2n:$:flip")
         else:
-            data = _mutate_native_header(seed.native, rng, log)
+            data = _mutate_native_header(seed.native, rng, log, ops)
             log[:] = [f"pt2n.header:{k}" for k in log]
         return Case(i, strategy, seed, "pt2n", data, engine, tuple(log),
                     must_refuse=strategy != "pt2n_header" and data != seed.native)
@@ -776,10 +822,15 @@ def make_case(seeds: list[Seed], run_seed: int, i: int, *, strategies: tuple[tup
         members = _rename_everywhere(members, rng, log)
         log[:] = [f"all:{k}" for k in log]
     elif strategy == "member_bytes":
+        payloads = sorted(n for n in members if n.startswith(PAYLOAD_PREFIX))
         member = rng.choice((archive.PROGRAM, archive.PROGRAM, archive.WEIGHTS)
-                            + ((archive.DEBUG,) if archive.DEBUG in members else ()))
+                            + ((archive.DEBUG,) if archive.DEBUG in members else ())
+                            + ((rng.choice(payloads),) if payloads else ()))
         members[member] = mutate_bytes(members[member], rng)
         log.append("$:bytes")
+        if member.startswith(PAYLOAD_PREFIX):  # a weight payload: its name is its digest, which stays
+            log[:] = [f"{PAYLOAD_PREFIX}*:{k}" for k in log]
+            member = None
     elif strategy == "manifest":
         manifest = encode_json(mutate_json(seed.manifest, rng, targeted=False, log=log), rng)
         files = sorted([*members.items(), (archive.MANIFEST, manifest)])
