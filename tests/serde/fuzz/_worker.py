@@ -5,8 +5,9 @@ line on stdin, ``{"id", "kind": "pt2s" | "pt2n", "path", "seed_path", "how", "mu
 (``how``: "plain", "mmap" or "emit" for a .pt2s, "python" or "cpp" for a .pt2n; ``must_refuse``: a
 changed .pt2n file, whose load is the outcome "undetected"), and answers with JSON lines:
 ``{"phase": "run"}`` once the load succeeded (so the parent can tell a hang at load from one at run
-time), then ``{"id", "outcome", "detail"}``. The working directory is SCRATCH_DIR, where the canary
-strings the mutator plants would create their file if a loader ever executed them.
+time), then ``{"id", "outcome", "detail"}``; and ``{"phase": "ready"}`` once, when its imports are
+done. The working directory is SCRATCH_DIR, where the canary strings the mutator plants would
+create their file if a loader ever executed them.
 """
 
 from __future__ import annotations
@@ -243,6 +244,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     inputs: dict[str, tuple] = {}
     out = sys.stdout
+    out.write('{"phase": "ready"}\n')  # the parent's time limit starts now, not at the start-up
+    out.flush()
     for line in sys.stdin:
         req = json.loads(line)
         seed = req["seed_path"]

@@ -885,8 +885,9 @@ class _Worker:
                "how": case.path, "must_refuse": case.must_refuse}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
-        # The first case of a worker also pays for its start-up (importing torch).
-        self.deadline = time.monotonic() + timeout + (60 if self.fresh else 0)
+        # A fresh worker's first case waits for its start-up (importing torch, minutes on a loaded
+        # machine): the time limit starts again when it says it is ready.
+        self.deadline = time.monotonic() + timeout + (600 if self.fresh else 0)
         self.fresh = False
 
     fresh = True
@@ -1016,6 +1017,9 @@ def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, me
                     continue
                 try:
                     for msg in w.lines():
+                        if msg.get("phase") == "ready":  # started: the first case's time limit starts now
+                            w.deadline = time.monotonic() + timeout
+                            continue
                         if "phase" in msg:
                             w.phase = msg["phase"]
                             continue
