@@ -32,7 +32,7 @@ import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.export import ExportedProgram
 from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
@@ -128,7 +128,7 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     try:
         got = op(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 -- see _refuses
-        if _refuses(e, op):
+        if _refuses(e, op, args, kwargs):
             raise InconsistentProgramError(
                 f"{where}: {op} refuses the operands the program stores ({_operands(args, kwargs)}): "
                 f"{_first_line(e)}; {_FIX}") from None
@@ -235,26 +235,75 @@ _CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
 # Operators whose fake kernels are torch's own: a custom operator's fake kernel is its author's,
 # and may be missing or partial.
 _TORCH_NAMESPACES = frozenset({"aten", "prims"})
-# Plain RuntimeErrors that say the kernel cannot run on fake tensors, not that its operands break
-# its contract: reading a tensor's data or storage, copying it out, sizes only known symbolically.
-# (A storage size that overflows is a contract violation: sizes no program can allocate.)
+# Plain RuntimeErrors that say a kernel cannot run on fake or meta tensors, not that its operands
+# break its contract: reading a tensor's data or storage, sizes only known symbolically, torch's
+# own internal asserts. (A storage size that overflows is a contract violation.)
 _CANNOT_RUN_HERE = re.compile(
-    r"data pointer|data_ptr|access\w* (the )?storage|no storage|without storage|meta tensor|fake|symbolic"
-    r"|SymInt|SymFloat|SymBool|unbacked"
-    r"|data.dependent|Could not run|not implemented|item\(\)|local_scalar_dense", re.IGNORECASE)
+    r"data pointer|data_ptr|access\w* (the )?storage|no storage|without storage|not allocated|meta tensor|fake"
+    r"|symbolic|SymInt|SymFloat|SymBool|unbacked|data.dependent|Could not run|not implemented|INTERNAL ASSERT"
+    r"|customized tensor|item\(\)|local_scalar_dense", re.IGNORECASE)
 
 
-def _refuses(e: Exception, op: Any) -> bool:
+def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     """Whether an operator's failure on the stored fake values is a verdict on the program.
 
     When export traced the program, each of torch's own fake kernels ran on these very values and
     accepted them. One that now refuses them with its operand check (an embedding whose indices are
     floats, a matmul of mismatched sizes) refuses a call the file stores but tracing never made:
-    the program cannot run, and says so only when called. Everything else is no verdict (see the
-    constants above): a valid program must never be refused for what fake tensors cannot do.
+    the program cannot run, and says so only when called. A fake kernel also fails for what fake
+    tensors cannot do (symbolic sizes some kernels cannot take, data they cannot read): so the
+    verdict needs the same failure again from the meta kernel, on meta tensors of the example
+    sizes. Everything else is no verdict: a valid program must never be refused for what fake
+    tensors cannot do.
     """
+    if not _contract_failure(e, op):
+        return False
+    concrete = _on_meta((args, kwargs))
+    if concrete is None:
+        return False
+    try:
+        with unset_fake_temporarily(), torch.device("meta"):
+            op(*concrete[0], **concrete[1])
+    except Exception as again:  # noqa: BLE001 -- judged as the first failure was
+        return type(again) is type(e) and _contract_failure(again, op)
+    return False
+
+
+def _contract_failure(e: Exception, op: Any) -> bool:
     return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
             and not _CANNOT_RUN_HERE.search(str(e)))
+
+
+class _NoExample(Exception):
+    pass
+
+
+def _on_meta(tree: Any) -> Any:
+    """``tree`` with fake tensors as meta tensors of their example sizes and strides, numbers as
+    their example values and devices as meta; None when something has no example value."""
+
+    def concrete(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            sizes, strides = [_example(n) for n in v.shape], [_example(n) for n in v.stride()]
+            return torch.empty_strided(sizes, strides, dtype=v.dtype, device="meta")
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return _example(v)
+        if isinstance(v, torch.device):
+            return torch.device("meta")
+        return v
+
+    try:
+        with unset_fake_temporarily():
+            return pytree.tree_map(concrete, tree)
+    except Exception:  # noqa: BLE001 -- no example value, or sizes no tensor can have: no second opinion
+        return None
+
+
+def _example(n: Any) -> Any:
+    hint = _number_hint(n)
+    if hint is None:
+        raise _NoExample
+    return hint
 
 
 def _operands(args: Any, kwargs: Any) -> str:

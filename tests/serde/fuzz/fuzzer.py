@@ -72,6 +72,7 @@ import io
 import json
 import os
 import random
+import re
 import selectors
 import shutil
 import subprocess
@@ -1078,6 +1079,27 @@ def summarize_bugs(report: Report, limit: int = 40) -> str:
     return "\n".join(lines)
 
 
+RUN_TIME = ("run_guard", "run_torch", "run_refused")
+
+
+def summarize_run_time(report: Report, limit: int = 60) -> str:
+    """The programs that loaded and then failed when run, in a way that is not a bug (a guard, a
+    kernel or the native runtime refused), grouped by message: the list to read for run-time
+    failures a load-time check could have refused."""
+    groups: dict[str, list[Result]] = {}
+    for r in report.results:
+        if r.category in RUN_TIME:
+            message = r.detail.split(": ", 1)[-1]
+            key = f"{r.category}: {re.sub(r'[0-9]+', 'N', message)[:90]}"
+            groups.setdefault(key, []).append(r)
+    lines = []
+    for key, rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:limit]:
+        r = rs[0]
+        lines.append(f"{len(rs):>5}  {key}\n       e.g. case {r.case_id} ({r.strategy}, {r.seed}, {r.path}, "
+                     f"{', '.join(r.kinds)}): {r.detail[:300]}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=1000)
@@ -1101,6 +1123,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in report.results:
             print(r)
     print(summarize_bugs(report) or "no findings")
+    print("loaded, then refused when run (not bugs):")
+    print(summarize_run_time(report) or "none")
     return 1 if report.bugs else 0
 
 
