@@ -11,8 +11,9 @@ strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
   strings; names of the generated code's namespace (``self``, ``getattr``, module attributes);
   list items dropped, duplicated or swapped; union members swapped; argument lists shortened; deep
   nesting; wrong types; names swapped; targets swapped; expressions of the wrong arity (an ``ite``
-  with two operands) and of the wrong sort (a boolean at a size); higher-order ops' operands
-  swapped for tensors of another meta). The archive is then re-written with
+  with two operands) and of the wrong sort (a boolean at a size); operands of operators and
+  higher-order ops swapped for tensors of another meta; dtypes, layouts and memory formats at and
+  past their range, Unknown (0) included). The archive is then re-written with
   ``serde.archive.write_archive`` (the manifest by the attack kit's raw zip writer), so checksums
   and sizes match and the checks behind them are reached.
 * ``debug``: debug.json's provenance, stack traces and module types swapped for hostile values, or
@@ -22,7 +23,8 @@ strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
   recomputed.
 * ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file;
   ``pt2n_flip``: one blind bit flip anywhere in a ``.pt2n`` file.
-* ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header.
+* ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header, or
+  one of its enum constants (dtype, layout, memory format) at or past its range.
 
 A ``.pt2s`` case is read one of three ways (``Case.path``): loaded from bytes, loaded with
 ``mmap=True`` from its path (both with ``extra_files={}``, which decodes the extra files), or
