@@ -259,6 +259,14 @@ def main() -> None:
         try:
             if req["kind"] == "pt2s" and how == "emit":
                 loaded = native.load(native.emit_artifact(req["path"]).encode())
+                # As for a plain load: what emit lets through, load(propagate=True) of the same file
+                # may refuse (emit does not re-run the operators), its own outcome.
+                try:
+                    serde.load(req["path"], propagate=True, extra_files={})
+                except InconsistentProgramError as e:
+                    outcome, detail = "rejected_propagate", _describe(e)
+                except SerializeError:
+                    pass  # what the load refuses but emit does not is judged by the run below
             elif req["kind"] == "pt2s":
                 if how == "mmap":
                     loaded = serde.load(req["path"], mmap=True, extra_files={})

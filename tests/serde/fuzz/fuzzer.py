@@ -38,8 +38,9 @@ Workers (``_worker.py``) run under a time limit and an address-space limit. Outc
 outcome              meaning                                                            verdict
 ===================  =================================================================  =======
 rejected             a SerializeError subclass at load                                  fine
-rejected_propagate   loaded, then refused by ``load(..., propagate=True)``'s re-run     fine
-                     of the operators (stored results unlike what they compute)
+rejected_propagate   loaded or emitted, then refused by ``load(propagate=True)``        fine
+                     re-running the operators (results unlike what they compute, or
+                     operands their kernels refuse)
 ok                   loaded and ran                                                     fine
 run_guard            loaded; the input guards refuse the seed's example inputs          fine
 run_torch            loaded; a kernel refused its (bindable) arguments, as in eager     fine
