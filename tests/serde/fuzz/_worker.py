@@ -212,7 +212,7 @@ def _revert_generator() -> None:
 def _revert_fake_verdict() -> None:
     from serde.bridge import propagation
 
-    propagation._refuses = lambda e, op: False
+    propagation._refuses = lambda *args: False
 
 
 REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder, "int64": _revert_int64,
