@@ -167,21 +167,32 @@ def _revert_emit_checks() -> None:
 
 def _revert_subgraph_self() -> None:
     # Only the subgraph attribute's check: state FQNs named self stay refused (that is fx_names).
-    import serde  # noqa: F401 -- every module that imported the check, patched below
-    from serde.core import names
+    # Every module that imported the check is patched, wherever the check lives.
+    import importlib
 
-    strict = names.check_attr_name
+    import serde.api  # noqa: F401 -- the load path, and so every module that imports the check
+    from serde.errors import SerializeError
+
+    for where in ("serde.core.checks.names", "serde.core.names"):  # after and before the checks' split
+        try:
+            importlib.import_module(where)
+        except ImportError:
+            pass
+
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("serde")
+               and callable(getattr(m, "check_attr_name", None))]
+    strict = holders[0].check_attr_name
 
     def lenient(name, where, *args, **kwargs):
         try:
             return strict(name, where, *args, **kwargs)
-        except names.UnsafeNameError as e:
+        except SerializeError as e:
             if "shadows the generated forward's 'self'" in str(e):
                 return name
             raise
 
-    for module in list(sys.modules.values()):
-        if getattr(module, "check_attr_name", None) is strict:
+    for module in holders:
+        if module.check_attr_name is strict:
             module.check_attr_name = lenient
 
 
