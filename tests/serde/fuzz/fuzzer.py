@@ -186,6 +186,13 @@ _EXPR_MEMBERS = frozenset(schema.Expr.__struct_fields__)
 _BOOL_OPERANDS = frozenset({"logical_and", "logical_or", "logical_not"})
 _FUNCTION_MEMBERS = tuple(sorted(set(exprs.FUNCTION_MEMBERS.values())))
 _MEMBER_OP = {m: op for op, m in exprs.FUNCTION_MEMBERS.items()}
+
+
+def _arity_fits(member: str, n: int) -> bool:
+    lo, hi = symbolic.ARITY[_MEMBER_OP[member]]
+    return lo <= n and (hi is None or n <= hi)
+
+
 _ENUM_TAGS = frozenset({"dtype", "layout", "memory_format"})
 _ENUM_FIELDS = _ENUM_TAGS | {"as_scalar_type", "as_layout", "as_memory_format"}
 ENUM_INTS = (0, 0, -1, 8, 64, 2**31, 2**63 - 1)  # Unknown (0) twice: the value each enum has but torch has not
@@ -205,11 +212,6 @@ KINDS = frozenset({
 })
 # Kinds made in fewer than one case in a thousand: a campaign of 50,000 makes each, a slice may not.
 RARE_KINDS = frozenset({"float.wrong", "null.wrong"})
-
-
-def _arity_fits(member: str, n: int) -> bool:
-    lo, hi = symbolic.ARITY[_MEMBER_OP[member]]
-    return lo <= n and (hi is None or n <= hi)
 
 
 # ---------------------------------------------------------------- seeds
