@@ -14,21 +14,25 @@ expression, or, when the two expressions differ in form, by their example values
 kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
 expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
 left alone: running the operator names a fresh one. A lifted ``torch.Generator`` is replaced by a
-fresh one (it decides values, not metadata). Skipped, not refused: calls that fail on fake
-tensors (outside tracing some operators cannot run on them, and that looks the same as an
-operator refusing its inputs: such a file fails with torch's error when called), calls taking
-other custom objects, and subgraphs that run under autocast (which picks the dtypes).
+fresh one (it decides values, not metadata). A call torch's own fake kernel refuses with its
+operand check (an embedding whose indices are floats) is refused too: tracing ran that kernel on
+these values, so the file stores a call that tracing never made, and the program cannot run.
+Skipped, not refused: calls that fail on fake tensors for other reasons (outside tracing some
+operators cannot run on them: data-dependent outputs, a constant's data, custom operators' fake
+kernels; see ``_refuses``), calls taking other custom objects, and subgraphs that run under
+autocast (which picks the dtypes).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.export import ExportedProgram
 from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
@@ -124,11 +128,11 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
     try:
         got = op(*args, **kwargs)
-    except Exception:  # noqa: BLE001 -- see below
-        # Not a verdict: outside tracing, fake tensors cannot run every operator that export traced
-        # (one that reads a constant's data, FFTs and istft on symbolic sizes, data-dependent
-        # outputs), and their failures look like an operator refusing its inputs. A file whose
-        # operator really refuses them fails with torch's own error when called.
+    except Exception as e:  # noqa: BLE001 -- see _refuses
+        if _refuses(e, op, args, kwargs):
+            raise InconsistentProgramError(
+                f"{where}: {op} refuses the operands the program stores ({_operands(args, kwargs)}): "
+                f"{_first_line(e)}; {_FIX}") from None
         return 0
     why = _differs(got, node.meta.get("val"))
     if why:
@@ -221,3 +225,94 @@ def _show(v: Any) -> str:
     if isinstance(v, (tuple, list)):
         return f"{len(v)} values"
     return f"a {_kind(v)}" if v is not None else "nothing"
+
+
+# The exception types torch's operand checks raise (torch._check and its _type, _value and _index
+# forms in Python meta kernels, TORCH_CHECK and its forms in C++ ones). Subclasses are excluded on
+# purpose: fake tensors and symbolic shapes say "cannot compute this here" with their own
+# subclasses of RuntimeError (data-dependent outputs, operators without a fake kernel, guards on
+# unbacked sizes), and NotImplementedError says an operator has no meta kernel at all.
+_CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+# Operators whose fake kernels are torch's own: a custom operator's fake kernel is its author's,
+# and may be missing or partial.
+_TORCH_NAMESPACES = frozenset({"aten", "prims"})
+# Plain RuntimeErrors that say a kernel cannot run on fake or meta tensors, not that its operands
+# break its contract: reading a tensor's data or storage, sizes only known symbolically, torch's
+# own internal asserts. (A storage size that overflows is a contract violation.)
+_CANNOT_RUN_HERE = re.compile(
+    r"data pointer|data_ptr|access\w* (the )?storage|no storage|without storage|not allocated|meta tensor|fake"
+    r"|symbolic|SymInt|SymFloat|SymBool|unbacked|data.dependent|Could not run|not implemented|INTERNAL ASSERT"
+    r"|customized tensor|item\(\)|local_scalar_dense", re.IGNORECASE)
+
+
+def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
+    """Whether an operator's failure on the stored fake values is a verdict on the program.
+
+    When export traced the program, each of torch's own fake kernels ran on these very values and
+    accepted them. One that now refuses them with its operand check (an embedding whose indices are
+    floats, a matmul of mismatched sizes) refuses a call the file stores but tracing never made:
+    the program cannot run, and says so only when called. A fake kernel also fails for what fake
+    tensors cannot do (symbolic sizes some kernels cannot take, data they cannot read): so the
+    verdict needs an operand-check failure from the meta kernel too, on meta tensors of the
+    example sizes. Everything else is no verdict: a valid program must never be refused for what fake
+    tensors cannot do.
+    """
+    if not _contract_failure(e, op):
+        return False
+    concrete = _on_meta((args, kwargs))
+    if concrete is None:
+        return False
+    try:
+        with unset_fake_temporarily(), torch.device("meta"):
+            op(*concrete[0], **concrete[1])
+    except Exception as again:  # noqa: BLE001 -- judged as the first failure was
+        # not necessarily the same exception: the two kernels check in their own order and words
+        return _contract_failure(again, op)
+    return False
+
+
+def _contract_failure(e: Exception, op: Any) -> bool:
+    return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
+            and not _CANNOT_RUN_HERE.search(str(e)))
+
+
+class _NoExample(Exception):
+    pass
+
+
+def _on_meta(tree: Any) -> Any:
+    """``tree`` with fake tensors as meta tensors of their example sizes and strides, numbers as
+    their example values and devices as meta; None when something has no example value."""
+
+    def concrete(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            sizes, strides = [_example(n) for n in v.shape], [_example(n) for n in v.stride()]
+            return torch.empty_strided(sizes, strides, dtype=v.dtype, device="meta")
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return _example(v)
+        if isinstance(v, torch.device):
+            return torch.device("meta")
+        return v
+
+    try:
+        with unset_fake_temporarily():
+            return pytree.tree_map(concrete, tree)
+    except Exception:  # noqa: BLE001 -- no example value, or sizes no tensor can have: no second opinion
+        return None
+
+
+def _example(n: Any) -> Any:
+    hint = _number_hint(n)
+    if hint is None:
+        raise _NoExample
+    return hint
+
+
+def _operands(args: Any, kwargs: Any) -> str:
+    shown = [_show(v) for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+    return ", ".join(shown) if shown else "no tensors"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__

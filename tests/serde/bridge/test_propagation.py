@@ -136,3 +136,22 @@ def test_a_random_call_drawing_from_a_lifted_generator_is_compared():
                        match=r"graph\.nodes\['rand'\]: aten\.rand\.generator computes torch\.float32 \[4294967296\], "
                              r"the node stores torch\.float32 \[3\]"):
         serde.load(io.BytesIO(data), propagate=True)
+
+
+def _float_indices(p: dict) -> None:
+    # the embedding's indices renamed to a float parameter: every stored meta still fits its node
+    nodes(p)["embedding"]["inputs"][1]["arg"] = {"as_tensor": {"name": "p_body_weight"}}
+
+
+def test_a_call_torchs_own_kernel_refuses_on_the_stored_values_is_refused():
+    data = rewrite_program("tied_weights", _float_indices)
+    loaded = serde.load(io.BytesIO(data))  # every part fits the others: the default load takes it
+    ids = torch.randint(0, 50, (2, 7))
+    with pytest.raises(RuntimeError, match=r"scalar types: Long, Int"):  # and it cannot run
+        loaded.module()(ids)
+    with pytest.raises(InconsistentProgramError,
+                       match=r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses the operands the "
+                             r"program stores \(a torch\.float32 \[50, 16\] tensor, a torch\.float32 \[16, 16\] "
+                             r"tensor\): Expected tensor for argument #1 'indices'"):
+        serde.load(io.BytesIO(data), propagate=True)
+

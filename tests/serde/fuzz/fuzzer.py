@@ -11,17 +11,20 @@ strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
   strings; names of the generated code's namespace (``self``, ``getattr``, module attributes);
   list items dropped, duplicated or swapped; union members swapped; argument lists shortened; deep
   nesting; wrong types; names swapped; targets swapped; expressions of the wrong arity (an ``ite``
-  with two operands) and of the wrong sort (a boolean at a size); higher-order ops' operands
-  swapped for tensors of another meta). The archive is then re-written with
+  with two operands) and of the wrong sort (a boolean at a size); operands of operators and
+  higher-order ops swapped for tensors of another meta; dtypes, layouts and memory formats at and
+  past their range, Unknown (0) included). The archive is then re-written with
   ``serde.archive.write_archive`` (the manifest by the attack kit's raw zip writer), so checksums
   and sizes match and the checks behind them are reached.
 * ``debug``: debug.json's provenance, stack traces and module types swapped for hostile values, or
   the edits above. ``extra``: an extra file's bytes. ``rename``: one name (a parameter's FQN half
   the time) renamed everywhere, in every JSON member, to a name of the generated code's namespace.
-* ``member_bytes``: blind byte edits of a JSON member, checksums recomputed.
+* ``member_bytes``: blind byte edits of a JSON member or a weight payload (``data/``), checksums
+  recomputed.
 * ``pt2s_bytes`` / ``pt2n_bytes``: blind byte edits (flips, truncation, insertion) of a whole file;
   ``pt2n_flip``: one blind bit flip anywhere in a ``.pt2n`` file.
-* ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header.
+* ``pt2n_header``: the structure-aware edits above on a ``.pt2n`` file's decoded msgpack header, or
+  one of its enum constants (dtype, layout, memory format) at or past its range.
 
 A ``.pt2s`` case is read one of three ways (``Case.path``): loaded from bytes, loaded with
 ``mmap=True`` from its path (both with ``extra_files={}``, which decodes the extra files), or
@@ -35,8 +38,9 @@ Workers (``_worker.py``) run under a time limit and an address-space limit. Outc
 outcome              meaning                                                            verdict
 ===================  =================================================================  =======
 rejected             a SerializeError subclass at load                                  fine
-rejected_propagate   loaded, then refused by ``load(..., propagate=True)``'s re-run     fine
-                     of the operators (stored results unlike what they compute)
+rejected_propagate   loaded or emitted, then refused by ``load(propagate=True)``        fine
+                     re-running the operators (results unlike what they compute, or
+                     operands their kernels refuse)
 ok                   loaded and ran                                                     fine
 run_guard            loaded; the input guards refuse the seed's example inputs          fine
 run_torch            loaded; a kernel refused its (bindable) arguments, as in eager     fine
@@ -71,6 +75,7 @@ import io
 import json
 import os
 import random
+import re
 import selectors
 import shutil
 import subprocess
@@ -187,6 +192,27 @@ _MEMBER_OP = {m: op for op, m in FUNCTION_MEMBERS.items()}
 def _arity_fits(member: str, n: int) -> bool:
     lo, hi = ARITY[_MEMBER_OP[member]]
     return lo <= n and (hi is None or n <= hi)
+
+
+_ENUM_TAGS = frozenset({"dtype", "layout", "memory_format"})
+_ENUM_FIELDS = _ENUM_TAGS | {"as_scalar_type", "as_layout", "as_memory_format"}
+ENUM_INTS = (0, 0, -1, 8, 64, 2**31, 2**63 - 1)  # Unknown (0) twice: the value each enum has but torch has not
+PAYLOAD_PREFIX = "data/"
+# Every kind of mutation the fuzzer labels (the last part of ``member:field:kind``); the tests
+# check each is made, so a mutation that silently stops happening fails them. "other.kept" (a value
+# of no JSON type, left as it is) is not a mutation and not listed.
+KINDS = frozenset({
+    # blind edits of a value by its JSON type (_mutate_value)
+    "bool.wrong", "int.bound", "int.hostile", "int.nearby_or_type", "float.wrong", "str.hostile", "str.fx_name",
+    "str.swap_name", "str.suffix", "str.target", "list.edit", "dict.edit", "null.wrong", "deep",
+    # targeted edits (_targeted) and the .pt2n header's enum constants
+    "shorten", "swap", "kind_or_keyword", "drop_or_dup", "io_count", "edit", "member_swap", "hostile_int",
+    "canary", "quote_breaker", "fx_name", "int_bound", "wrong_arity", "wrong_sort", "wrong_meta", "enum_bound",
+    # debug.json, extra files, renames, bytes
+    "hostile", "hostile_text", "rename_to_fx_name", "rename_to_hostile", "bytes", "flip",
+})
+# Kinds made in fewer than one case in a thousand: a campaign of 50,000 makes each, a slice may not.
+RARE_KINDS = frozenset({"float.wrong", "null.wrong"})
 
 
 # ---------------------------------------------------------------- seeds
@@ -359,7 +385,9 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
     return v
 
 
-TARGETED_OPS = 17
+TARGETED_OPS = 19
+# an enum at or past its range, in program.json (_targeted) or a .pt2n header (_mutate_native_header)
+HEADER_ENUM_OP = ENUM_OP = 18
 
 
 def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) -> str | None:
@@ -532,6 +560,22 @@ def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) 
                 c, k = rng.choice(refs)
                 c[k] = rng.choice(names)
                 return "hop_operand:wrong_meta"
+    elif op == 17 and nodes:  # an operator's tensor operand swapped for another tensor of the program
+        calls = [n for n in nodes if isinstance(n.get("target"), str) and ".higher_order." not in n["target"]]
+        graphs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "tensor_values" in c[k]]
+        names = sorted({name for g in graphs for name in g["tensor_values"]})
+        refs = [(c, k) for n in calls for c, k in _slots(n["inputs"]) if k == "as_tensor" and isinstance(c[k], dict)
+                and isinstance(c[k].get("name"), str)]
+        if refs and names:
+            c, k = rng.choice(refs)
+            c[k] = {"name": rng.choice(names)}
+            return "operand:wrong_meta"
+    elif op == ENUM_OP:  # a dtype, layout or memory format at or past its range, Unknown (0) included
+        slots = [(c, k) for c, k in _slots(doc) if k in _ENUM_FIELDS and type(c[k]) is int]
+        if slots:
+            c, k = rng.choice(slots)
+            c[k] = rng.choice(ENUM_INTS)
+            return f"{k}:enum_bound"
 
     return None
 
@@ -641,13 +685,21 @@ def _archive(seed: Seed, members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _mutate_native_header(data: bytes, rng: random.Random, log: list[str]) -> bytes:
+def _mutate_native_header(data: bytes, rng: random.Random, log: list[str],
+                          ops: tuple[int, ...] | None = None) -> bytes:
     """Structure-aware edit of a .pt2n file's msgpack header, re-packed with the native container writer."""
     from native.format import container
     from native.format.program import FORMAT_VERSION, MAGIC
 
     _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
-    doc = mutate_json(msgspec.msgpack.decode(header), rng, targeted=False, log=log)
+    doc = msgspec.msgpack.decode(header)
+    enums = [v for v in doc.get("values", ()) if isinstance(v, list) and len(v) == 2 and v[0] in _ENUM_TAGS]
+    if enums and (HEADER_ENUM_OP in ops if ops else rng.random() < 0.2):
+        # an enum constant (dtype, layout, memory format) at or past its range: Unknown (0) included
+        rng.choice(enums)[1] = rng.choice(ENUM_INTS)
+        log.append("values[][]:enum_bound")
+    else:
+        doc = mutate_json(doc, rng, targeted=False, log=log, ops=ops)
     try:
         encoded = msgspec.msgpack.encode(doc)
     except (TypeError, OverflowError):  # an int beyond msgpack's 64 bits: a blind edit instead
@@ -743,7 +795,7 @@ def make_case(seeds: list[Seed], run_seed: int, i: int, *, strategies: tuple[tup
             data = _flip(seed.native, rng)
             log.append("pt2n:$:flip")
         else:
-            data = _mutate_native_header(seed.native, rng, log)
+            data = _mutate_native_header(seed.native, rng, log, ops)
             log[:] = [f"pt2n.header:{k}" for k in log]
         return Case(i, strategy, seed, "pt2n", data, engine, tuple(log),
                     must_refuse=strategy != "pt2n_header" and data != seed.native)
@@ -777,10 +829,15 @@ def make_case(seeds: list[Seed], run_seed: int, i: int, *, strategies: tuple[tup
         members = _rename_everywhere(members, rng, log)
         log[:] = [f"all:{k}" for k in log]
     elif strategy == "member_bytes":
+        payloads = sorted(n for n in members if n.startswith(PAYLOAD_PREFIX))
         member = rng.choice((archive.PROGRAM, archive.PROGRAM, archive.WEIGHTS)
-                            + ((archive.DEBUG,) if archive.DEBUG in members else ()))
+                            + ((archive.DEBUG,) if archive.DEBUG in members else ())
+                            + ((rng.choice(payloads),) if payloads else ()))
         members[member] = mutate_bytes(members[member], rng)
         log.append("$:bytes")
+        if member.startswith(PAYLOAD_PREFIX):  # a weight payload: its name is its digest, which stays
+            log[:] = [f"{PAYLOAD_PREFIX}*:{k}" for k in log]
+            member = None
     elif strategy == "manifest":
         manifest = encode_json(mutate_json(seed.manifest, rng, targeted=False, log=log), rng)
         files = sorted([*members.items(), (archive.MANIFEST, manifest)])
@@ -835,8 +892,9 @@ class _Worker:
                "how": case.path, "must_refuse": case.must_refuse}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
-        # The first case of a worker also pays for its start-up (importing torch).
-        self.deadline = time.monotonic() + timeout + (60 if self.fresh else 0)
+        # A fresh worker's first case waits for its start-up (importing torch, minutes on a loaded
+        # machine): the time limit starts again when it says it is ready.
+        self.deadline = time.monotonic() + timeout + (600 if self.fresh else 0)
         self.fresh = False
 
     fresh = True
@@ -966,6 +1024,9 @@ def run_cases(cases: Iterable[Case], *, jobs: int = 2, timeout: float = 20.0, me
                     continue
                 try:
                     for msg in w.lines():
+                        if msg.get("phase") == "ready":  # started: the first case's time limit starts now
+                            w.deadline = time.monotonic() + timeout
+                            continue
                         if "phase" in msg:
                             w.phase = msg["phase"]
                             continue
@@ -1024,6 +1085,27 @@ def summarize_bugs(report: Report, limit: int = 40) -> str:
     return "\n".join(lines)
 
 
+RUN_TIME = ("run_guard", "run_torch", "run_refused")
+
+
+def summarize_run_time(report: Report, limit: int = 60) -> str:
+    """The programs that loaded and then failed when run, in a way that is not a bug (a guard, a
+    kernel or the native runtime refused), grouped by message: the list to read for run-time
+    failures a load-time check could have refused."""
+    groups: dict[str, list[Result]] = {}
+    for r in report.results:
+        if r.category in RUN_TIME:
+            message = r.detail.split(": ", 1)[-1]
+            key = f"{r.category}: {re.sub(r'[0-9]+', 'N', message)[:90]}"
+            groups.setdefault(key, []).append(r)
+    lines = []
+    for key, rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:limit]:
+        r = rs[0]
+        lines.append(f"{len(rs):>5}  {key}\n       e.g. case {r.case_id} ({r.strategy}, {r.seed}, {r.path}, "
+                     f"{', '.join(r.kinds)}): {r.detail[:300]}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=1000)
@@ -1047,6 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in report.results:
             print(r)
     print(summarize_bugs(report) or "no findings")
+    print("loaded, then refused when run (not bugs):")
+    print(summarize_run_time(report) or "none")
     return 1 if report.bugs else 0
 
 
