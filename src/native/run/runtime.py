@@ -32,6 +32,27 @@ Options:
   outputs are checked against their declared dtype and sizes; values left alive at the end are
   reported; functional kernels may not return arena memory; ``executed`` collects the
   instructions that ran (to show that both branches of a ``cond`` were taken).
+
+This is the reference runtime, and its one engine is specialized by hand: the C++ runtime
+(``native_cpp/``, bound by :mod:`native.run.cpp_engine`) is the fast engine, and the closures here
+are kept fast enough to test every program in both modes. Every specialization lives here, and
+each is a closure that computes exactly what the generic one computes:
+
+- the generic closure per kind (``_INSTRUCTIONS``): a kernel call reads its arguments through one
+  getter each, calls the operator with positional and keyword arguments, and stores its results
+  (``_kernel``: functional, or the out= variant into arena views, ``_out_variant``); moves, jumps,
+  frees and allocations have one closure each;
+- ``_simple_kernel``: a call with plain (non-list) arguments and one plain result, without the
+  getters and keyword mapping; ``_static_out``: its out= form when the plan is fixed, with the
+  arena views made once; ``_planned_simple``: a planned call run functionally, whose result's dtype
+  and sizes are compared with the declaration in line (anything else goes to ``_judge``, which runs
+  it out= as the C++ runtime does and judges that);
+- ``_fuse_frees``: a run of frees folded into the instruction before it, unless a jump lands there;
+- the checking wrappers, only where they can fire: ``_guarded`` (a functional kernel that may see
+  arena memory must not return it), ``_declared`` (planned results as declared) and, with
+  ``check=True``, ``_alias_checked``.
+
+``Method._compiled`` builds the code once per set of calls that run out= and caches it.
 """
 
 from __future__ import annotations

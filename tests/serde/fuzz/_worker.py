@@ -147,14 +147,14 @@ def _revert_padding() -> None:
 
 
 def _revert_plan_bounds() -> None:
-    from native import memory
+    from native.format import memory
 
     memory._plannable_nbytes = memory.upper_nbytes  # plan whatever bound the symbol ranges give
 
 
 def _revert_emit_checks() -> None:
-    import native.emit as emit
-    from native import program as P
+    import native.emit.emitter as emit
+    from native.format import program as P
 
     class _Every(dict):
         def __contains__(self, key: object) -> bool:
@@ -169,16 +169,9 @@ def _revert_emit_checks() -> None:
 def _revert_subgraph_self() -> None:
     # Only the subgraph attribute's check: state FQNs named self stay refused (that is fx_names).
     # Every module that imported the check is patched, wherever the check lives.
-    import importlib
-
     import serde.api  # noqa: F401 -- the load path, and so every module that imports the check
+    import serde.core.checks.names  # noqa: F401
     from serde.errors import SerializeError
-
-    for where in ("serde.core.checks.names", "serde.core.names"):  # after and before the checks' split
-        try:
-            importlib.import_module(where)
-        except ImportError:
-            pass
 
     holders = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("serde")
                and callable(getattr(m, "check_attr_name", None))]
@@ -198,7 +191,7 @@ def _revert_subgraph_self() -> None:
 
 
 def _revert_native_layouts() -> None:
-    from native import verify
+    from native.format import verify
     from serde.core import schema
 
     verify._LAYOUTS = frozenset(int(x) for x in schema.Layout)
