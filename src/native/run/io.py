@@ -176,7 +176,6 @@ def write_safetensors_inputs(path: str | os.PathLike, program: Any, args: tuple 
         InputMismatchError: the inputs have another number of leaves than the program takes, or a
             leaf that is neither a tensor, a number nor an input the program was specialized to.
     """
-    import torch
     import torch.utils._pytree as pytree
 
     from native.errors import InputMismatchError
@@ -188,18 +187,26 @@ def write_safetensors_inputs(path: str | os.PathLike, program: Any, args: tuple 
     keys = list(program.input_keys) or [inp.name for inp in program.inputs]
     table = {}
     for key, inp, leaf in zip(keys, program.inputs, leaves, strict=True):
-        if isinstance(leaf, torch.Tensor):
-            table[key] = leaf.detach().contiguous().clone()
-        elif isinstance(leaf, bool):
-            table[key] = torch.tensor(leaf, dtype=torch.bool)
-        elif isinstance(leaf, int):
-            table[key] = torch.tensor(leaf, dtype=torch.int64)
-        elif isinstance(leaf, float):
-            table[key] = torch.tensor(leaf, dtype=torch.float64)
+        t = _as_tensor(leaf)
+        if t is not None:
+            table[key] = t
         elif not inp.constant:
             raise InputMismatchError(f"input {key} ({inp.name}) is a {type(leaf).__name__}; a safetensors file "
                                      "holds tensors and numbers")
     _write_atomic(path, table)
+
+
+def _as_tensor(leaf: Any) -> Any:
+    """A leaf as safetensors holds it: a tensor as a private contiguous copy (outputs may alias each
+    other or the state), a bool, int or float as a 0-dimensional BOOL, I64 or F64 tensor; else None."""
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        return leaf.detach().contiguous().clone()
+    for kind, dtype in ((bool, torch.bool), (int, torch.int64), (float, torch.float64)):
+        if isinstance(leaf, kind):
+            return torch.tensor(leaf, dtype=dtype)
+    return None
 
 
 def _write_atomic(path: str | os.PathLike, table: dict) -> None:
@@ -237,7 +244,6 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
         UnsupportedConstructError: an output that is neither a tensor, a number nor None.
         OSError: the file cannot be written.
     """
-    import torch
     import torch.utils._pytree as pytree
 
     from serde.errors import UnsupportedConstructError
@@ -250,15 +256,9 @@ def write_safetensors_outputs(path: str | os.PathLike, program: Any, outputs: An
     for key, leaf in zip(keys, leaves, strict=True):
         if leaf is None:
             continue
-        if isinstance(leaf, torch.Tensor):
-            # A private contiguous copy: outputs may alias each other or the state.
-            table[key] = leaf.detach().contiguous().clone()
-        elif isinstance(leaf, bool):
-            table[key] = torch.tensor(leaf, dtype=torch.bool)
-        elif isinstance(leaf, int):
-            table[key] = torch.tensor(leaf, dtype=torch.int64)
-        elif isinstance(leaf, float):
-            table[key] = torch.tensor(leaf, dtype=torch.float64)
+        t = _as_tensor(leaf)
+        if t is not None:
+            table[key] = t
         else:
             raise UnsupportedConstructError(f"output {key!r} is a {type(leaf).__name__}; a safetensors file holds "
                                             "tensors and numbers: write the outputs as a bundle (.json) instead")
