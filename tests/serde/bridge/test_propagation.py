@@ -152,6 +152,6 @@ def test_a_call_torchs_own_kernel_refuses_on_the_stored_values_is_refused():
     with pytest.raises(InconsistentProgramError,
                        match=r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses the operands the "
                              r"program stores \(a torch\.float32 \[50, 16\] tensor, a torch\.float32 \[16, 16\] "
-                             r"tensor\): Expected tensor for argument #1 'indices'"):
+                             r"tensor\): Expected tensor for argument .1 'indices'"):
         serde.load(io.BytesIO(data), propagate=True)
 

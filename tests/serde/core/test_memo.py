@@ -61,7 +61,7 @@ def _doc_table() -> dict[str, int]:
     import re
     from pathlib import Path
 
-    text = Path(__file__).resolve().parents[2].joinpath("docs", "guide.md").read_text()
+    text = Path(__file__).resolve().parents[3].joinpath("docs", "guide.md").read_text()
     section = text[text.index("## What is remembered per process"):]
     section = section[:section.index("\n## ", 1)]
     rows = re.findall(r"^\| `([a-z_]+)` \|.*\| ([\d,]+) \|$", section, flags=re.M)

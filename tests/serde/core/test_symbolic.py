@@ -246,7 +246,7 @@ def test_print_is_stable_across_processes():
     """Another process, with another string-hash seed, prints the same text as this one."""
     code = (
         f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))!r})\n"
-        "from tests.serde import test_symbolic\n"
+        "from tests.serde.core import test_symbolic\n"
         "print(test_symbolic._stability_texts(), end='')\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
