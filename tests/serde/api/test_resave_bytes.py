@@ -159,3 +159,25 @@ def test_breadth_programs_resave_to_the_same_bytes(name, breadth_program):
     """Control flow, vmap fences (associative_scan), mixed tuples (flex_attention), custom ops,
     unbacked symbols, custom objects and joint graphs."""
     _check(breadth_program(name), zoo_breadth.get(name))
+
+
+def test_propagation_still_compares_a_condition_stored_without_an_example_value():
+    # The stored condition has no example value (torch kept none): propagate=True compares it at
+    # the example sizes, so a condition edited from s0 >= 2 to s0 >= 5 (s0 = 4) is refused.
+    from serde.bridge.errors import InconsistentProgramError
+    from tests.serde.attacks._attack_kit import rewrite_artifact
+
+    ep = export_case(find_case(UNBACKED, "item_eq_dynamic_size_bool", "unbacked variant"))
+    names = []
+
+    def edit(p: dict) -> None:
+        graph = p["graph_module"]["graph"]
+        names.append(graph["outputs"][-1]["as_sym_bool"]["as_name"])
+        stored = graph["sym_bool_values"][names[0]]["as_expr"]
+        assert "hint" not in stored and stored["expr"] == {"ge": [{"symbol": "s0"}, {"integer": 2}]}
+        stored["expr"]["ge"][1]["integer"] = 5
+
+    data = rewrite_artifact(_saved(ep), edit)
+    serde.load(data)  # every part fits the others: the default load takes it
+    with pytest.raises(InconsistentProgramError, match=rf"nodes\['{names[0]}'\].*s0 >= 2.*s0 >= 5"):
+        serde.load(data, propagate=True)
