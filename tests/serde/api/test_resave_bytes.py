@@ -134,7 +134,8 @@ def _check(ep, case: Case) -> None:
 
 @pytest.mark.parametrize("name", [c.name for c in UNBACKED])
 def test_unbacked_checks_resave_to_the_same_bytes(name):
-    _check(export_case(find_case(UNBACKED, name, "unbacked variant")), find_case(UNBACKED, name, "unbacked variant"))
+    case = find_case(UNBACKED, name, "unbacked variant")
+    _check(export_case(case), case)
 
 
 def test_values_derived_from_a_replaced_unbacked_symbol_load_without_an_example_value():
