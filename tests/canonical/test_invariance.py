@@ -162,33 +162,6 @@ def test_debug_info_does_not_change_the_program_member(tmp_path):
     assert "debug.json" in pb and "debug.json" not in pa
 
 
-@pytest.mark.parametrize("name", [c.name for c in zoo.CASES])
-def test_resaving_a_loaded_artifact_gives_the_same_bytes(name):
-    # (f): save(load(A)) == A, including multi-output views (split) whose offsets torch's own round trip changes
-    a = io.BytesIO()
-    serde.save(zoo.export_case(zoo.get(name)), a)
-    b = io.BytesIO()
-    serde.save(serde.load(a.getvalue()), b)
-    assert a.getvalue() == b.getvalue()
-
-
-def _savable_breadth_cases() -> list[str]:
-    from tests import zoo_breadth
-
-    return [c.name for c in zoo_breadth.CASES]
-
-
-@pytest.mark.parametrize("name", _savable_breadth_cases())
-def test_resaving_a_loaded_breadth_artifact_gives_the_same_bytes(name, breadth_program):
-    """The same for control flow, vmap fences (associative_scan), mixed tuples (flex_attention),
-    custom ops, unbacked symbols, custom objects and joint graphs."""
-    a = io.BytesIO()
-    serde.save(breadth_program(name), a)
-    b = io.BytesIO()
-    serde.save(serde.load(a.getvalue()), b)
-    assert a.getvalue() == b.getvalue()
-
-
 def test_debug_info_saves_give_identical_bytes_in_two_processes(two_process_outputs):
     # The zoo's MLP in core ATen IR with debug info: each node's provenance (from_node) records the
     # graphs it passed through by id(graph), an address that differs from process to process.

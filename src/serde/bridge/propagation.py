@@ -178,6 +178,9 @@ def _number_hint(v: Any) -> Any:
             return v.node.shape_env.size_hint(v.node.expr, allow_none=True)
         except Exception:  # noqa: BLE001 -- no example value to compare
             return None
+    if isinstance(v, torch.SymBool):  # a condition torch kept no example value of: its value at the example sizes
+        decided = v.node.expr.xreplace(v.node.shape_env.backed_var_to_val)
+        return bool(decided) if decided in (sympy.true, sympy.false) else None
     return None
 
 

@@ -13,6 +13,7 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import symbolic_shapes
+from torch.fx.experimental.sym_node import _NO_HINT, SymNode
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
@@ -344,7 +345,10 @@ class SymbolicContext:
     def _hint(self, expr: sympy.Basic, hint: Any) -> Any:
         """Record the example value of backed symbols; return the hint to attach to the SymNode."""
         if hint is None:
-            return None
+            # Stored without an example value: torch had none, as for a value it derived from an
+            # unbacked symbol that a torch._check then replaced by a backed expression. Given None,
+            # SymNode would work one out from the backed symbols, and a re-save would write it.
+            return _NO_HINT
         if symbolic_shapes.free_unbacked_symbols(expr):
             return None
         if isinstance(expr, sympy.Symbol):
@@ -396,7 +400,13 @@ class SymbolicContext:
             return s.as_bool
         tree = expr_to_tree(s.as_expr.expr, where=where)
         check_sort(tree, BOOL, where=where)
-        return self.shape_env.create_symboolnode(self._expr_of_tree(tree, where))
+        expr = self._expr_of_tree(tree, where)
+        hint = _hint_of(s.as_expr, "as_bool", where)
+        if hint is None or symbolic_shapes.free_unbacked_symbols(expr):
+            # The stored example value, or none where torch had none (see _hint): the ShapeEnv's
+            # create_symboolnode always works one out, so the node is made here.
+            hint = _NO_HINT
+        return torch.SymBool(SymNode(expr, self.shape_env, bool, hint))
 
     def tensor_meta(self, m: schema.TensorMeta, where: str) -> torch.Tensor:
         """A FakeTensor with the stored dtype, (symbolic) sizes, strides and offset."""
