@@ -13,7 +13,11 @@
   ``torch.export.save`` into an ``io.BytesIO`` and back through ``torch.export.load`` before the
   test sees it;
 * ``serde``: the same through ``serde.save`` and ``serde.load`` (``--debug-info`` saves with
-  ``debug_info=True``, which keeps stack traces and the other path-bearing metadata).
+  ``debug_info=True``, which keeps stack traces and the other path-bearing metadata). The tensor
+  subclasses of ``torch.testing._internal`` that the tests use are registered first
+  (``serde.testing.register_torch_test_subclasses``), as a user registers the classes they trust:
+  torch's pair unpickles them by name, ours never imports a class a file names.
+  ``--no-register-subclasses`` leaves them unregistered, to count those refusals.
 
 The round-tripping ways rename each test with the suffix pytorch's non-strict serdes run uses
 (``_serdes_nonstrict``), so a test that asks whether it runs under serdes gets the same answer
@@ -78,9 +82,15 @@ def _patched(fn, module, export_fn):
     return run
 
 
-def build_classes(mode: str, export_dir: str, debug_info: bool = False) -> dict:
+def build_classes(
+    mode: str, export_dir: str, debug_info: bool = False, register_subclasses: bool = True
+) -> dict:
     """The mode's copies of the test classes, keyed by their names."""
     sys.path.insert(0, export_dir)
+    if mode == "serde" and register_subclasses:
+        from serde.testing import register_torch_test_subclasses
+
+        register_torch_test_subclasses()
     import test_export  # the checkout's, from export_dir
 
     original = test_export.export
@@ -136,7 +146,9 @@ import pytest
 _spec = importlib.util.spec_from_file_location("parity_harness", {harness!r})
 _h = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_h)
-globals().update(_h.build_classes({mode!r}, {export_dir!r}, debug_info={debug_info!r}))
+globals().update(_h.build_classes(
+    {mode!r}, {export_dir!r}, debug_info={debug_info!r}, register_subclasses={register!r}
+))
 
 @pytest.fixture(autouse=True)
 def _parity_time_limit():
@@ -157,6 +169,7 @@ def _run_mode(mode, args, workdir: Path) -> subprocess.Popen:
             mode=mode,
             export_dir=str(Path(args.export_dir).resolve()),
             debug_info=args.debug_info,
+            register=not args.no_register_subclasses,
             timeout=float(args.timeout),
         )
     )
@@ -206,6 +219,11 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="modes run at once")
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--debug-info", action="store_true", help="serde.save(debug_info=True)")
+    ap.add_argument(
+        "--no-register-subclasses",
+        action="store_true",
+        help="leave torch's test tensor subclasses unregistered (serde mode)",
+    )
     ap.add_argument("--json", default=None, help="write every outcome here")
     ap.add_argument("--keep", default=None, help="keep the generated files and logs here")
     args = ap.parse_args(argv)
