@@ -459,7 +459,11 @@ def _check_python_call(fn: Callable, node: schema.Node, args: Sequence[Any], kwa
         raise InconsistentProgramError(f"{where}: the arguments do not fit {node.target}{sig}: {e}; {FIX_EDITED}") from None
     if node.target in SYMBOLIC_TARGETS:
         operand_kinds = []
-        for j, a in enumerate(args[0] if node.target == "torch.sym_sum" and args else args):
+        operands = args[0] if node.target == "torch.sym_sum" and args else args
+        if node.target == "builtins.round" and len(operands) == 2 and operands[1] is None:
+            # Tracing records round(x) as round(x, None): ndigits left out, so an int like round(x).
+            operands = operands[:1]
+        for j, a in enumerate(operands):
             v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
             kind = number_kind(v)
             if kind is None:
