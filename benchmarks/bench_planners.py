@@ -23,8 +23,6 @@ from _harness import base_parser, export_chain, export_transformer, graph_nodes,
 def run(zoo_limit: int, blocks: int, chain: int, repeats: int) -> dict:
     import msgspec
 
-    from serde.testing import zoo
-
     from native.emit.emitter import emit
     from native.format import program as P
     from native.format.memory import PLANNERS, peak_live_bytes, plan_memory, verify_plan
@@ -32,6 +30,7 @@ def run(zoo_limit: int, blocks: int, chain: int, repeats: int) -> dict:
     from serde.api import to_artifact_parts
     from serde.archive import payload_name
     from serde.errors import SerializeError
+    from serde.testing import zoo
 
     eps = [(c.name, lambda c=c: zoo.export_case(c)) for c in zoo.CASES[:zoo_limit or None]]
     if blocks:
