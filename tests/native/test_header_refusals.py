@@ -91,3 +91,21 @@ def test_an_expression_within_int64_over_the_ranges_loads(engine: str) -> None:
     exprs = list(good.program.exprs)
     exprs[0] = [0, 2, 1, 0, 3, 2, 0, (1 << 63) - 129, 2, 2]  # 2*s0 + 2**63 - 129: at most 2**63 - 1
     native.load(edited(good, exprs=exprs), engine=engine)
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_a_call_whose_op_is_an_out_variant_is_refused(engine: str) -> None:
+    # The op an instruction calls functionally edited to its out= variant: the call binds no out=
+    # argument, which torch.ops refused only at the first run ("aten::add() is missing value for
+    # argument 'out'").
+    good, args, kwargs = _emitted("input_mutation_aten")
+    p = good.program
+    pc, ins = next((pc, ins) for pc, ins in enumerate(p.instructions)
+                   if isinstance(ins, P.KernelCall) and ins.out_op >= 0)
+    out = p.operators[ins.out_op]
+    instructions = list(p.instructions)
+    instructions[pc] = P.KernelCall(ins.out_op, ins.args, ins.outs, ins.out_op)
+    bad = edited(good, instructions=instructions)
+    _assert_runs_then_refused(good, bad, args, kwargs, engine,
+                              rf"instructions\[{pc}\]: operator {out.name}\.{out.overload} has 1 out= arguments, "
+                              "which a call's op \\(run functionally\\) never fills")

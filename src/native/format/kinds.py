@@ -201,6 +201,13 @@ def _check_kernel(p: P.Program, sigs: list, pc: int, ins: P.KernelCall, what: st
     values = p.values
     sig = sigs[ins.op]
     if sig is not None:
+        if sig.n_out:
+            # A call's op runs functionally, and nothing fills an out= argument there: torch.ops
+            # would refuse the call ("missing value for argument 'out'") at its first run.
+            op = p.operators[ins.op]
+            raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} has {sig.n_out} out= "
+                                                       "arguments, which a call's op (run functionally) never fills; "
+                                                       "name the functional overload as op and this one as out_op")
         _check_call(pc, ins, p.operators[ins.op], sig, values, what)
         _check_outputs(pc, ins, p.operators[ins.op], sig, values, what)
     if ins.out_op == -1:
