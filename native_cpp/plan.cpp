@@ -189,7 +189,8 @@ std::optional<std::pair<int64_t, std::string>> code_overflow(const std::vector<i
     Iv r = interval(op, args);
     if (op == 2 || op == 3 || op == 6)  // add, mul, pow: the results the runtimes refuse past int64
       for (I b : {r.lo, r.hi})
-        if (b > -kInf && b < kInf && (b < lo64 || b > hi64)) return std::pair{int64_t(i), i128_str(b)};
+        // past 2**99 decides nothing: a saturated bound plus a constant is still "unbounded"
+        if (b > -(kInf >> 1) && b < (kInf >> 1) && (b < lo64 || b > hi64)) return std::pair{int64_t(i), i128_str(b)};
     st.push_back(r);
     i += imm[op] ? 2 : 1;
   }

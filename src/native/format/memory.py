@@ -334,6 +334,9 @@ _OVERFLOWING = {E.ADD: "add", E.MUL: "mul", E.POW: "pow"}
 # Bounds saturate here, as in the C++ loader's interval arithmetic (plan.cpp): past it they count as
 # unbounded, so both loaders decide every expression alike.
 _SAT = 1 << 100
+# A bound that far from zero decides nothing: the C++ loader's saturated values are not sticky
+# (-2**100 + 1 is its -inf plus one), so both loaders leave everything past 2**99 undecided.
+_DECIDED = 1 << 99
 
 
 def _sat(v: float) -> float:
@@ -382,7 +385,7 @@ def code_overflow(code: Sequence[int], ranges: Sequence[tuple[float, float]]) ->
             r = (_sat(r[0]), _sat(r[1]))
         if op in _OVERFLOWING:
             for bound in r:
-                if bound not in (inf, -inf) and not _INT64_LO <= bound <= _INT64_HI:
+                if abs(bound) < _DECIDED and not _INT64_LO <= bound <= _INT64_HI:
                     return i, int(bound)
         stack.append(r)
         i += 2 if has_imm else 1
