@@ -109,3 +109,29 @@ def test_a_call_whose_op_is_an_out_variant_is_refused(engine: str) -> None:
     _assert_runs_then_refused(good, bad, args, kwargs, engine,
                               rf"instructions\[{pc}\]: operator {out.name}\.{out.overload} has 1 out= arguments, "
                               "which a call's op \\(run functionally\\) never fills")
+
+
+def _edits() -> dict[str, bytes]:
+    """One edited file of each class above."""
+    named, _, _ = _emitted("named_results")
+    symbols = [P.Symbol(s.name, -1, -1) for s in named.program.symbols]
+    arith, _, _ = _emitted("dynamic_arith")
+    exprs = list(arith.program.exprs)
+    exprs[0] = [0, 1 << 62, 1, 0, 3, 2]
+    mutation, _, _ = _emitted("input_mutation_aten")
+    calls = list(mutation.program.instructions)
+    pc = next(pc for pc, ins in enumerate(calls) if isinstance(ins, P.KernelCall) and ins.out_op >= 0)
+    calls[pc] = P.KernelCall(calls[pc].out_op, calls[pc].args, calls[pc].outs, calls[pc].out_op)
+    return {"unbound symbol": edited(named, symbols=symbols), "overflow": edited(arith, exprs=exprs),
+            "out= variant as op": edited(mutation, instructions=calls)}
+
+
+@pytest.mark.skipif(not cpp_engine.available(), reason=f"the C++ runtime is not built: {cpp_engine.unavailable_reason()}")
+def test_both_loaders_refuse_each_class_with_the_same_message() -> None:
+    for name, bad in _edits().items():
+        messages = []
+        for engine in ("python", "cpp"):
+            with pytest.raises(NativeFormatError) as e:
+                native.load(bad, engine=engine)
+            messages.append(str(e.value))
+        assert messages[0] == messages[1], name
