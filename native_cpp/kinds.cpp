@@ -295,6 +295,13 @@ struct Checker {
 
   void kernel(size_t pc, const KernelCall& k, const std::vector<std::optional<Signature>>& sigs) const {
     if (const auto& sig = sigs[size_t(k.op)]) {
+      if (sig->n_out) {  // a call's op runs functionally: nothing fills an out= argument there
+        const Operator& op = p.operators[size_t(k.op)];
+        bad("instructions[" + std::to_string(pc) + "]", "operator " + op.name + "." + op.overload + " has " +
+                                                           std::to_string(sig->n_out) + " out= arguments, which a call's "
+                                                           "op (run functionally) never fills; name the functional "
+                                                           "overload as op and this one as out_op");
+      }
       call(pc, k, p.operators[size_t(k.op)], *sig);
       outputs(pc, k, p.operators[size_t(k.op)], *sig);
     }

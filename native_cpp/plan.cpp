@@ -93,6 +93,14 @@ Iv code_bounds(const std::vector<int64_t>& code, const std::vector<std::optional
   return st[0];
 }
 
+std::string i128_str(I v) {
+  if (v == 0) return "0";
+  bool neg = v < 0;
+  std::string s;
+  for (; v != 0; v /= 10) s.insert(s.begin(), char('0' + int(neg ? -(v % 10) : v % 10)));
+  return neg ? "-" + s : s;
+}
+
 struct UF {
   std::vector<size_t> p;
   explicit UF(size_t n) : p(n) { for (size_t i = 0; i < n; ++i) p[i] = i; }
@@ -155,6 +163,38 @@ std::pair<std::vector<int64_t>, int64_t> pack(const std::vector<PackItem>& items
     arena = std::max(arena, off + size);
   }
   return {offsets, arena};
+}
+
+std::optional<std::pair<int64_t, std::string>> code_overflow(const std::vector<int64_t>& code,
+                                                             const std::vector<Symbol>& symbols) {
+  static const bool imm[] = {true, true, true, true, false, false, false, true, true, false, false, false,
+                             false, false, false, true, true, false, false, false};
+  static const int arity[] = {0, 0, -1, -1, 2, 2, 2, -1, -1, 2, 2, 2, 2, 2, 2, -1, -1, 1, 2, 3};
+  const I lo64 = -(I(1) << 63), hi64 = (I(1) << 63) - 1;
+  std::vector<Iv> st;
+  for (size_t i = 0; i < code.size();) {
+    int64_t op = code[i];
+    if (op == 0) { st.push_back({sat(code[i + 1]), sat(code[i + 1])}); i += 2; continue; }
+    if (op == 1) {
+      // an input's symbol is a natural number within its range; an unbacked one any int64
+      const Symbol& s = symbols[size_t(code[i + 1])];
+      st.push_back(s.input >= 0 ? Iv{sat(std::max<int64_t>(0, s.min.value_or(0))), s.max ? sat(*s.max) : kInf}
+                                : Iv{-kInf, kInf});
+      i += 2;
+      continue;
+    }
+    size_t k = size_t(imm[op] ? code[i + 1] : arity[op]);
+    std::vector<Iv> args(st.end() - std::ptrdiff_t(k), st.end());
+    st.resize(st.size() - k);
+    Iv r = interval(op, args);
+    if (op == 2 || op == 3 || op == 6)  // add, mul, pow: the results the runtimes refuse past int64
+      for (I b : {r.lo, r.hi})
+        // past 2**99 decides nothing: a saturated bound plus a constant is still "unbounded"
+        if (b > -(kInf >> 1) && b < (kInf >> 1) && (b < lo64 || b > hi64)) return std::pair{int64_t(i), i128_str(b)};
+    st.push_back(r);
+    i += imm[op] ? 2 : 1;
+  }
+  return std::nullopt;
 }
 
 void verify_plan(const Program& p, const std::string& what) {

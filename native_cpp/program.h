@@ -159,6 +159,10 @@ size_t itemsize(int64_t scalar_type);  // 0: unknown scalar type
 
 // plan.cpp: the memory plan's lifetime proof (src/native/format/memory.py verify_plan).
 void verify_plan(const Program& p, const std::string& what);
+// memory.code_overflow: (position, value) of the first add, mul or pow whose interval over the
+// symbols' ranges has a finite bound past int64 (bounds saturate at +-2**100, unbounded).
+std::optional<std::pair<int64_t, std::string>> code_overflow(const std::vector<int64_t>& code,
+                                                             const std::vector<Symbol>& symbols);
 // The instructions the runtime runs out=: every output has an arena slot (memory.out_calls).
 std::vector<char> out_calls(const Program& p);
 // memory.pack: first-fit of (nbytes, start, end) in the given order, each at the lowest 64-byte

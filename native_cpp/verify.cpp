@@ -411,6 +411,50 @@ void validate_program(const Program& p, const uint8_t* segment, uint64_t seg_len
       v.bad(field, std::to_string(keys->size()) + " keys for " + std::to_string(n) + " " + noun);
     if (std::set<std::string>(keys->begin(), keys->end()).size() != keys->size()) v.bad(field, "the keys are not distinct");
   }
+  // Symbols read while the inputs are bound (src/native/format/verify.py bound_symbols, overflow).
+  auto symbols_in = [](const std::vector<int64_t>& code) {
+    static const bool imm[] = {true, true, true, true, false, false, false, true, true, false, false, false,
+                               false, false, false, true, true, false, false, false};
+    std::vector<std::pair<int64_t, int64_t>> found;  // (position, symbol)
+    for (size_t i = 0; i < code.size(); i += imm[code[i]] ? 2 : 1)
+      if (code[i] == 1) found.emplace_back(int64_t(i), code[i + 1]);
+    return found;
+  };
+  auto unbound = [&](int64_t e, const std::string& where, const std::string& what_) {
+    for (auto [pos, s] : symbols_in(p.exprs[size_t(e)])) {
+      const Symbol& sym = p.symbols[size_t(s)];
+      if (sym.input < 0)
+        v.bad(where, what_ + " is expression " + std::to_string(e) + ", which reads symbol " + std::to_string(s) +
+                         " ('" + sym.name + "') at position " + std::to_string(pos) +
+                         "; no input binds that symbol (its input is -1, a data-dependent size), so it has no value "
+                         "when the inputs are checked. Bind it to an input dimension or re-emit the program");
+    }
+  };
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const Input& in = p.inputs[i];
+    const Value& t = p.values[size_t(in.value)];
+    if (in.constant || t.kind != VK::Tensor) continue;
+    for (size_t d = 0; d < t.sizes.size(); ++d)
+      if (t.sizes[d].sym)
+        unbound(t.sizes[d].v, "inputs[" + std::to_string(i) + "]",
+                "dimension " + std::to_string(d) + " of input '" + in.name + "'");
+  }
+  for (size_t k = 0; k < p.guards.size(); ++k) unbound(p.guards[k], "guards[" + std::to_string(k) + "]", "the guard");
+  for (size_t k = 0; k < p.exprs.size(); ++k) {
+    auto found = code_overflow(p.exprs[k], p.symbols);
+    if (!found) continue;
+    std::set<std::string> names;
+    for (auto [pos, s] : symbols_in(p.exprs[k])) names.insert(p.symbols[size_t(s)].name);
+    std::string joined;
+    for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
+    const int64_t op = p.exprs[k][size_t(found->first)];
+    v.bad("exprs[" + std::to_string(k) + "]", std::string("the ") + (op == 2 ? "add" : op == 3 ? "mul" : "pow") +
+                                                  " at position " + std::to_string(found->first) + " reaches " +
+                                                  found->second + " for some values of " +
+                                                  (joined.empty() ? std::string("its constants") : joined) +
+                                                  " within their ranges, past int64; narrow the symbols' ranges or "
+                                                  "re-emit the program");
+  }
   definite_assignment(v, loop_depth, limits.max_flow_cells);
   // debug handles: one per instruction, each -1 or an index into debug_handles
   if (p.instruction_handles.size() != p.instructions.size())

@@ -400,8 +400,8 @@ def test_numbers_for_tensors_are_judged_alike_for_every_overload_of_the_list_and
     checked = 0
     for s in torch._C._jit_get_all_schemas():
         ns, name = s.name.split("::", 1)
-        if ns != "aten" or name not in names:
-            continue
+        if ns != "aten" or name not in names or any(a.is_out for a in s.arguments):
+            continue  # (an out= variant is never a call's op: both loaders refuse it before the kinds)
         params = [a for a in s.arguments if not a.is_out]
         tensors = [j for j, a in enumerate(params) if a.real_type.str() == "Tensor"]
         op = P.Operator(s.name, s.overload_name or "default")

@@ -201,6 +201,7 @@ def _check_kernel(p: P.Program, sigs: list, pc: int, ins: P.KernelCall, what: st
     values = p.values
     sig = sigs[ins.op]
     if sig is not None:
+        _check_functional(pc, p.operators[ins.op], sig, what)
         _check_call(pc, ins, p.operators[ins.op], sig, values, what)
         _check_outputs(pc, ins, p.operators[ins.op], sig, values, what)
     if ins.out_op == -1:
@@ -215,6 +216,15 @@ def _check_kernel(p: P.Program, sigs: list, pc: int, ins: P.KernelCall, what: st
     if sig.n_out != len(ins.outs):
         raise damaged(what, f"instructions[{pc}]", f"the out= variant {out.name}.{out.overload} has "
                                                    f"{sig.n_out} out= arguments for {len(ins.outs)} outputs")
+
+
+def _check_functional(pc: int, op: P.Operator, sig: _Signature, what: str) -> None:
+    # A call's op runs functionally, and nothing fills an out= argument there: torch.ops would
+    # refuse the call ("missing value for argument 'out'") at its first run.
+    if sig.n_out:
+        raise damaged(what, f"instructions[{pc}]", f"operator {op.name}.{op.overload} has {sig.n_out} out= "
+                                                   "arguments, which a call's op (run functionally) never fills; "
+                                                   "name the functional overload as op and this one as out_op")
 
 
 def _check_move(p: P.Program, sigs: list, pc: int, ins: P.MoveCall, what: str) -> None:

@@ -47,7 +47,7 @@ from serde.core.walk import argument_names, output_leaves
 
 __all__ = ["frees_after", "plan_memory", "verify_plan", "Lifetimes", "analyze", "upper_nbytes", "pack",
            "pack_shared_objects", "pack_naive", "PLANNERS", "DEFAULT_PLANNER", "out_calls", "outermost_loops",
-           "peak_live_bytes"]
+           "peak_live_bytes", "symbol_ranges", "code_overflow"]
 
 _BUCKET = 64  # instructions per time bucket of the packing index
 
@@ -318,6 +318,78 @@ def code_bounds(code: Sequence[int], ranges: Sequence[tuple[int, int] | None]) -
         i += 2 if has_imm else 1
     lo, hi = stack[0]
     return (None if lo == -inf else int(lo), None if hi == inf else int(hi))
+
+
+def symbol_ranges(p: P.Program) -> list[tuple[float, float]]:
+    """Each symbol's values as the runtimes allow them: an input's symbol is a natural number within
+    its declared range; an unbacked one (input -1) is any int64."""
+    inf = float("inf")
+    return [(max(0, s.min if s.min is not None else 0), s.max if s.max is not None else inf) if s.input >= 0
+            else (-inf, inf) for s in p.symbols]
+
+
+_INT64_LO, _INT64_HI = -(1 << 63), (1 << 63) - 1
+# The operations whose result the runtimes refuse when it leaves int64 (the others cannot leave it).
+_OVERFLOWING = {E.ADD: "add", E.MUL: "mul", E.POW: "pow"}
+# Bounds saturate here, as in the C++ loader's interval arithmetic (plan.cpp): past it they count as
+# unbounded, so both loaders decide every expression alike.
+_SAT = 1 << 100
+# A bound that far from zero decides nothing: the C++ loader's saturated values are not sticky
+# (-2**100 + 1 is its -inf plus one), so both loaders leave everything past 2**99 undecided.
+_DECIDED = 1 << 99
+
+
+def _sat(v: float) -> float:
+    inf = float("inf")
+    return inf if v >= _SAT else -inf if v <= -_SAT else v
+
+
+def _pow_bound(b: float, e: float) -> float:
+    if e == 0:
+        return 1
+    if b in (0, 1):
+        return b
+    if float("inf") in (b, e) or e >= 100:  # b >= 2: past the saturation either way
+        return float("inf")
+    return _sat(int(b) ** int(e))
+
+
+def code_overflow(code: Sequence[int], ranges: Sequence[tuple[float, float]]) -> tuple[int, int] | None:
+    """(position, value) of the first add, mul or pow in ``code`` (checked by ``check_code``) whose result
+    surely leaves int64 for some symbol values in ``ranges``, or None.
+
+    Surely: a bound of that interval that is finite and past int64. The interval of each operation is
+    attained by some symbol values unless operands share a symbol, so a program whose sizes are
+    products of bounded symbols is refused exactly when the runtimes would refuse its extreme inputs.
+    An unbounded side (an unbacked or open-ended symbol) decides nothing.
+    """
+    inf = float("inf")
+    stack: list[tuple[float, float]] = []
+    i = 0
+    while i < len(code):
+        op = code[i]
+        if op in (E.PUSH, E.SYM):
+            lo, hi = (code[i + 1], code[i + 1]) if op == E.PUSH else ranges[code[i + 1]]
+            stack.append((_sat(lo), _sat(hi)))
+            i += 2
+            continue
+        _, has_imm, arity = E.OPS[op]
+        k = code[i + 1] if has_imm else arity
+        args = stack[len(stack) - k:]
+        del stack[len(stack) - k:]
+        if op == E.POW:
+            (alo, ahi), (elo, ehi) = args
+            r = (_pow_bound(alo, elo), _pow_bound(ahi, ehi)) if alo >= 0 and elo >= 0 else (-inf, inf)
+        else:
+            r = _interval(op, args)
+            r = (_sat(r[0]), _sat(r[1]))
+        if op in _OVERFLOWING:
+            for bound in r:
+                if abs(bound) < _DECIDED and not _INT64_LO <= bound <= _INT64_HI:
+                    return i, int(bound)
+        stack.append(r)
+        i += 2 if has_imm else 1
+    return None
 
 
 def _interval(op: int, args: list[tuple[float, float]]) -> tuple[float, float]:

@@ -18,8 +18,8 @@ from native.errors import ArenaTooLargeError, FlowTooLargeError, MemoryPlanError
 from native.format import container
 from native.format import program as P
 from native.format.container import ALIGN, check_blob
-from native.format.exprs import check_code
-from native.format.memory import verify_plan
+from native.format.exprs import OPS, SYM, check_code
+from native.format.memory import code_overflow, symbol_ranges, verify_plan
 from serde.core import schema
 from serde.core.dtypes import ITEMSIZE
 from serde.core.limits import DEFAULT_LIMITS, Limits, too_large
@@ -90,6 +90,8 @@ def validate_program(p: P.Program, segment: memoryview, *, what: str, verify_has
     v.instructions()
     v.control_flow()
     v.signature()
+    v.bound_symbols()
+    v.overflow()
     v.definite_assignment()
     v.handles()
     v.memory_plan()
@@ -384,6 +386,43 @@ class _Validator:
             if len(set(keys)) != len(keys):
                 self.fail(field, "the keys are not distinct")
 
+    def bound_symbols(self) -> None:
+        """An input's sizes and the guards are evaluated when the inputs are bound, before any kernel
+        runs: an unbacked symbol (input -1) has no value yet, so neither may depend on one."""
+        p = self.p
+        for i, inp in enumerate(p.inputs):
+            t = p.values[inp.value]
+            if inp.constant or not isinstance(t, P.Tensor):
+                continue
+            for d, size in enumerate(t.sizes):
+                if isinstance(size, P.Sym):
+                    self.unbound(size.expr, f"inputs[{i}]", f"dimension {d} of input {inp.name!r}")
+        for k, e in enumerate(p.guards):
+            self.unbound(e, f"guards[{k}]", "the guard")
+
+    def unbound(self, e: int, where: str, what: str) -> None:
+        code = self.p.exprs[e]
+        for pos, s in _symbols_in(code):
+            sym = self.p.symbols[s]
+            if sym.input < 0:
+                self.fail(where, f"{what} is expression {e}, which reads symbol {s} ({sym.name!r}) at position {pos}; "
+                                 "no input binds that symbol (its input is -1, a data-dependent size), so it has "
+                                 "no value when the inputs are checked. Bind it to an input dimension or re-emit "
+                                 "the program")
+
+    def overflow(self) -> None:
+        """The runtimes refuse a size expression whose add, mul or pow leaves int64; one that does so
+        for inputs within the symbols' ranges is refused here, before it can be run."""
+        ranges = symbol_ranges(self.p)
+        for k, code in enumerate(self.p.exprs):
+            found = code_overflow(code, ranges)
+            if found is not None:
+                pos, bound = found
+                names = sorted({self.p.symbols[s].name for _, s in _symbols_in(code)})
+                self.fail(f"exprs[{k}]", f"the {OPS[code[pos]][0]} at position {pos} reaches {bound} for "
+                                         f"some values of {', '.join(names) or 'its constants'} within their "
+                                         "ranges, past int64; narrow the symbols' ranges or re-emit the program")
+
     def handles(self) -> None:
         p = self.p
         if len(p.instruction_handles) != len(p.instructions):
@@ -506,6 +545,18 @@ class _Assignment:
 
     def alloc(self, ins: P.AllocCall, pc: int) -> None:
         self.defined[ins.value] = 1
+
+
+def _symbols_in(code: list[int]) -> list[tuple[int, int]]:
+    """(position, symbol) of each symbol ``code`` (checked by ``check_code``) reads."""
+    found = []
+    i = 0
+    while i < len(code):
+        op = code[i]
+        if op == SYM:
+            found.append((i, code[i + 1]))
+        i += 2 if OPS[op][1] else 1
+    return found
 
 
 def _meet(a: bytes, b: bytes) -> bytes:

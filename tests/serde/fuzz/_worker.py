@@ -220,11 +220,31 @@ def _revert_fake_verdict() -> None:
     propagation._refuses = lambda *args: False
 
 
+def _revert_unbound_symbols() -> None:
+    from native.format import verify
+
+    verify._Validator.bound_symbols = lambda self: None
+
+
+def _revert_size_overflow() -> None:
+    from native.format import verify
+
+    verify._Validator.overflow = lambda self: None
+
+
+def _revert_out_variant_call() -> None:
+    from native.format import kinds
+
+    kinds._check_functional = lambda *args: None
+
+
 REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder, "int64": _revert_int64,
            "arity": _revert_arity, "sort": _revert_sort, "hop_operands": _revert_hop_operands,
            "padding": _revert_padding, "plan_bounds": _revert_plan_bounds, "emit_checks": _revert_emit_checks,
            "subgraph_self": _revert_subgraph_self, "native_layouts": _revert_native_layouts,
-           "generator": _revert_generator, "fake_verdict": _revert_fake_verdict}
+           "generator": _revert_generator, "fake_verdict": _revert_fake_verdict,
+           "unbound_symbols": _revert_unbound_symbols, "size_overflow": _revert_size_overflow,
+           "out_variant_call": _revert_out_variant_call}
 
 
 def main() -> None:

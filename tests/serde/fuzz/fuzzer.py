@@ -208,6 +208,9 @@ KINDS = frozenset({
     # targeted edits (_targeted) and the .pt2n header's enum constants
     "shorten", "swap", "kind_or_keyword", "drop_or_dup", "io_count", "edit", "member_swap", "hostile_int",
     "canary", "quote_breaker", "fx_name", "int_bound", "wrong_arity", "wrong_sort", "wrong_meta", "enum_bound",
+    # the .pt2n header's structure (_header_structure): a symbol unbound, a size constant near int64,
+    # a call's op swapped for another of the program's operators
+    "unbind_symbol", "size_overflow", "op_swap",
     # debug.json, extra files, renames, bytes
     "hostile", "hostile_text", "rename_to_fx_name", "rename_to_hostile", "bytes", "flip",
 })
@@ -388,6 +391,9 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
 TARGETED_OPS = 19
 # an enum at or past its range, in program.json (_targeted) or a .pt2n header (_mutate_native_header)
 HEADER_ENUM_OP = ENUM_OP = 18
+# the structural edits of a .pt2n header (_header_structure), each its own op outside _targeted's range
+HEADER_UNBIND_OP, HEADER_OVERFLOW_OP, HEADER_OP_SWAP_OP = 30, 31, 32
+HEADER_STRUCTURE_OPS = (HEADER_UNBIND_OP, HEADER_OVERFLOW_OP, HEADER_OP_SWAP_OP)
 
 
 def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) -> str | None:
@@ -694,10 +700,13 @@ def _mutate_native_header(data: bytes, rng: random.Random, log: list[str],
     _, header, segment = container.unpack(data, MAGIC, range(FORMAT_VERSION, FORMAT_VERSION + 1), "seed")
     doc = msgspec.msgpack.decode(header)
     enums = [v for v in doc.get("values", ()) if isinstance(v, list) and len(v) == 2 and v[0] in _ENUM_TAGS]
+    structural = [op for op in ops or () if op in HEADER_STRUCTURE_OPS]
     if enums and (HEADER_ENUM_OP in ops if ops else rng.random() < 0.2):
         # an enum constant (dtype, layout, memory format) at or past its range: Unknown (0) included
         rng.choice(enums)[1] = rng.choice(ENUM_INTS)
         log.append("values[][]:enum_bound")
+    elif structural or (not ops and rng.random() < 0.3):
+        doc = _header_structure(doc, rng, rng.choice(structural or HEADER_STRUCTURE_OPS), log)
     else:
         doc = mutate_json(doc, rng, targeted=False, log=log, ops=ops)
     try:
@@ -709,6 +718,50 @@ def _mutate_native_header(data: bytes, rng: random.Random, log: list[str],
     if marker in encoded:  # same length as msgpack's length prefix says: keep the prefix intact
         encoded = encoded.replace(marker, b"\xff" * len(marker))
     return container.pack(MAGIC, FORMAT_VERSION, encoded, bytes(segment))
+
+
+def _header_structure(doc: dict, rng: random.Random, op: int, log: list[str]) -> Any:
+    """Edits of what a header's tables mean together, which blind int edits rarely hit: a symbol an
+    input binds made unbacked (input -1), a constant of a size expression or a symbol's maximum
+    near int64, a kernel call's op swapped for another operator of the program (its out= variant
+    half the time)."""
+    symbols, exprs = doc.get("symbols") or [], doc.get("exprs") or []
+    calls = [ins for ins in doc.get("instructions") or () if isinstance(ins, list) and ins[:1] == ["kernel"]]
+    if op == HEADER_UNBIND_OP and symbols:
+        sym = rng.choice(symbols)
+        sym[1:3] = [-1, -1]
+        log.append("symbols[][]:unbind_symbol")
+    elif op == HEADER_OVERFLOW_OP and (symbols or exprs):
+        pushes = [(code, i) for code in exprs for i in _pushes(code)]
+        if pushes and rng.random() < 0.7:
+            code, i = rng.choice(pushes)
+            code[i + 1] = rng.choice((2**62, 2**63 - 1, -(2**63), 2**40))
+            log.append("exprs[][]:size_overflow")
+        elif symbols:
+            rng.choice(symbols)[6] = rng.choice((2**62, 2**63 - 1, 2**40))
+            log.append("symbols[][]:size_overflow")
+        else:
+            log.append("exprs[][]:size_overflow")
+    elif op == HEADER_OP_SWAP_OP and calls:
+        call = rng.choice(calls)
+        n_ops = len(doc.get("operators") or ())
+        call[1] = call[4] if call[4] >= 0 and rng.random() < 0.5 else rng.randrange(max(n_ops, 1))
+        log.append("instructions[][]:op_swap")
+    else:
+        return mutate_json(doc, rng, targeted=False, log=log)
+    return doc
+
+
+def _pushes(code: list[int]) -> list[int]:
+    """The positions of the push opcodes of a (seed's, so valid) size expression."""
+    from native.format.exprs import OPS, PUSH
+
+    found, i = [], 0
+    while i < len(code):
+        if code[i] == PUSH:
+            found.append(i)
+        i += 2 if OPS[code[i]][1] else 1
+    return found
 
 
 def _mutate_debug(doc: Any, rng: random.Random, log: list[str]) -> Any:

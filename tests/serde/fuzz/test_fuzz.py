@@ -19,6 +19,9 @@ from tests.serde.fuzz.fuzzer import (
     BUGS,
     ENUM_OP,
     HEADER_ENUM_OP,
+    HEADER_OP_SWAP_OP,
+    HEADER_OVERFLOW_OP,
+    HEADER_UNBIND_OP,
     KINDS,
     PAYLOAD_PREFIX,
     RARE_KINDS,
@@ -143,6 +146,17 @@ FOCUS = {
     # a call torch's own fake kernel refuses on the stored values (embedding's indices as floats)
     "fake_verdict": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(17,)), ("tied_weights",), 60,
                      "run_inconsistent|run_torch", r"scalar type|Expected tensor for argument|dtype"),
+    # Found by the 50,000-case campaign: .pt2n header edits both native loaders let through and the
+    # runtimes refused only when run (the Python loader; the C++ one has the same checks)
+    # an input dimension over a symbol no input binds
+    "unbound_symbols": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_UNBIND_OP,), cpp=False),
+                        ("named_results",), 30, "run_refused", r"depends on a symbol no input binds"),
+    # a size expression past int64 over the symbols' ranges
+    "size_overflow": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OVERFLOW_OP,), cpp=False),
+                      ("dynamic_arith",), 40, "run_refused", r"overflows int64"),
+    # a call's op swapped for its out= variant: run functionally, it binds no out= argument
+    "out_variant_call": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
+                         ("input_mutation_aten",), 40, "run_refused|run_torch", r"missing value for argument 'out'"),
 }
 assert set(FOCUS) == set(REVERTS)
 
