@@ -95,7 +95,7 @@ def test_the_report_maps_back_to_the_original_names(tmp_path):
         <testsuites><testsuite>
           <testcase classname="test_parity_serde.SerdePairTestExport" name="test_a_serdes_nonstrict"/>
           <testcase classname="test_parity_serde.SerdePairTestExport" name="test_b_serdes_nonstrict">
-            <failure message="AssertionError: 'add' != 'add_klxrf'&#10;more">trace</failure></testcase>
+            <failure message="AssertionError: 'add' != 'add_klxrf'&#xA;more">trace</failure></testcase>
           <testcase classname="test_parity_serde.SerdePairTestDynamismExpression"
                     name="test_c_serdes_nonstrict"><skipped message="gpu"/></testcase>
         </testsuite></testsuites>"""))
