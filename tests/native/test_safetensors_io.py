@@ -4,7 +4,9 @@ refusals of bad input files in both."""
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
 import re
 import subprocess
 
@@ -69,6 +71,68 @@ def test_keys_are_the_leaf_paths(program):
     # dict keys with dots could give two leaves one key: no keys then, inputs go by name
     spec = torch.utils._pytree.tree_structure(({"a.b": 1, "a": {"b": 2}},))
     assert leaf_keys(spec, inputs=False) == []
+
+
+def _keys_by_rebuilding(spec, inputs):
+    # The plain way: rebuild the tree from placeholder leaves and read torch's own paths.
+    tree = torch.utils._pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    keys = []
+    for path, _ in torch.utils._pytree.tree_flatten_with_path(tree)[0]:
+        parts = [str(getattr(k, "idx", getattr(k, "key", getattr(k, "name", k)))) for k in path]
+        parts = (["args" if parts[0] == "0" else "kwargs"] + parts[1:]) if inputs else ["output", *parts]
+        keys.append(".".join(parts))
+    return keys
+
+
+@dataclasses.dataclass
+class _Pair:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class _NeedsTensors:
+    # A registered class whose unflatten needs real tensors: its keys cannot be known from the spec.
+    def __init__(self, t):
+        self.t = t
+
+
+torch.utils._pytree.register_dataclass(_Pair)
+torch.utils._pytree.register_pytree_node(
+    _NeedsTensors, lambda o: ([o.t], None), lambda leaves, _: _NeedsTensors(leaves[0].clone()),
+    flatten_with_keys_fn=lambda o: ([(torch.utils._pytree.GetAttrKey("t"), o.t)], None))
+_Point = collections.namedtuple("_Point", "x y")
+
+
+@pytest.mark.parametrize("tree", [
+    ((1, [2, 3]), {"k": 4}),
+    ((collections.OrderedDict(b=1, a=2), _Point(3, [4, 5])), {}),
+    ((collections.defaultdict(list, {"z": 1, 7: 2}),), {"p": _Pair(3, 4)}),
+    ((), {"nested": {"x": (1, 2), "y": [_Pair(3, (4, 5))]}}),
+])
+def test_keys_walked_from_the_spec_equal_torchs_paths(tree):
+    spec = torch.utils._pytree.tree_structure(tree)
+    assert leaf_keys(spec, inputs=True) == _keys_by_rebuilding(spec, True)
+    assert leaf_keys(spec, inputs=False) == _keys_by_rebuilding(spec, False)
+
+
+class _Broken:
+    def __init__(self, t):
+        self.t = t
+
+
+def _broken_unflatten(leaves, _):
+    raise RuntimeError("a bug in a registered class's unflatten")
+
+
+torch.utils._pytree.register_pytree_node(_Broken, lambda o: ([o.t], None), _broken_unflatten)
+
+
+def test_a_class_that_needs_real_leaves_gives_no_keys_and_its_bugs_surface():
+    spec = torch.utils._pytree.tree_structure(((1, _NeedsTensors(torch.ones(1))), {}))
+    assert leaf_keys(spec, inputs=True) == []  # int leaves have no clone(): names only
+    spec = torch.utils._pytree.tree_structure(((_Broken(torch.ones(1)),), {}))
+    with pytest.raises(RuntimeError, match="a bug in a registered class"):
+        leaf_keys(spec, inputs=True)
 
 
 def test_pt2serde_run_reads_and_writes_safetensors(program, tmp_path, capsys):

@@ -28,17 +28,14 @@ def _segment(k: Any) -> str:
 def leaf_keys(spec: Any, *, inputs: bool) -> list[str]:
     """The safetensors key of every leaf of ``spec`` (a torch TreeSpec): of ``(args, kwargs)`` when
     ``inputs``, else of an output tree. ``[]`` when the keys would not be distinct (dict keys with
-    dots) or the tree cannot be rebuilt from its spec: such programs' inputs go by name only."""
-    import torch.utils._pytree as pytree
-
-    try:
-        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
-        paths = [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
-    except Exception:  # a registered class whose unflatten needs real leaves: no keys, names still work
+    dots) or a registered class's subtree cannot be rebuilt from its spec: such programs' inputs go
+    by name only."""
+    paths = _paths(spec)
+    if paths is None:
         return []
     keys = []
-    for path in paths:
-        parts = [_segment(k) for k in path]
+    for parts in paths:
+        parts = list(parts)
         if inputs:
             if not parts or parts[0] not in ("0", "1"):
                 return []
@@ -47,3 +44,47 @@ def leaf_keys(spec: Any, *, inputs: bool) -> list[str]:
             parts.insert(0, "output")
         keys.append(".".join(parts))
     return keys if len(set(keys)) == len(keys) else []
+
+
+def _paths(spec: Any) -> list[tuple[str, ...]] | None:
+    """The path of each leaf of ``spec``, in leaf order; ``None`` when a registered class's subtree
+    cannot be rebuilt from placeholder leaves."""
+    import collections
+
+    import torch.utils._pytree as pytree
+
+    if spec.is_leaf():
+        return [()]
+    t, ctx = spec.type, spec.context
+    if t in (tuple, list):
+        names = [str(i) for i in range(spec.num_children)]
+    elif t in (dict, collections.OrderedDict):
+        names = [str(k) for k in ctx]
+    elif t is collections.defaultdict:
+        names = [str(k) for k in ctx[1]]
+    elif t is pytree.namedtuple or isinstance(ctx, type) and issubclass(ctx, tuple) and hasattr(ctx, "_fields"):
+        names = list(ctx._fields)
+    else:
+        return _registered_paths(spec)
+    out: list[tuple[str, ...]] = []
+    for name, child in zip(names, spec.children_specs, strict=True):
+        sub = _paths(child)
+        if sub is None:
+            return None
+        out += [(name, *rest) for rest in sub]
+    return out
+
+
+def _registered_paths(spec: Any) -> list[tuple[str, ...]] | None:
+    """Paths under a class registered with torch's pytree, whose keys only its own flatten-with-keys
+    function knows: rebuild it from placeholder leaves and ask."""
+    import torch.utils._pytree as pytree
+
+    try:
+        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        found = pytree.tree_flatten_with_path(tree)[0]
+    # What a class's own unflatten or flatten-with-keys raises when its leaves are ints rather than
+    # the tensors it expects; anything else is a bug and surfaces.
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, AssertionError):
+        return None
+    return [tuple(_segment(k) for k in path) for path, _ in found]
