@@ -90,6 +90,9 @@ class DiffReport(msgspec.Struct, kw_only=True):
 
     changes: list[Change]
     notes: list[str] = []
+    alignment: dict[str, list[tuple[int | None, int | None]]] = {}
+    """How the diff paired each graph's nodes (see :func:`node_alignment`), for drawing A and B side
+    by side; not part of the JSON report."""
 
     @property
     def identical(self) -> bool:
@@ -97,7 +100,9 @@ class DiffReport(msgspec.Struct, kw_only=True):
 
     def to_json(self) -> dict:
         """The machine-readable report documented in the module docstring."""
-        return {"identical": self.identical, **msgspec.to_builtins(self)}
+        out = msgspec.to_builtins(self)
+        del out["alignment"]
+        return {"identical": self.identical, **out}
 
     def format_text(self, a_label: str = "a", b_label: str = "b") -> str:
         """Terminal text: one header line per change, then its ``-`` / ``+`` lines.
@@ -196,7 +201,7 @@ def diff(
         d.extra_files(a_extra, b_extra)
     order = {s: i for i, s in enumerate(_SECTIONS)}
     changes = sorted(d.changes, key=lambda c: order[c.section])  # stable: keeps program order
-    return DiffReport(changes=changes, notes=d.notes)
+    return DiffReport(changes=changes, notes=d.notes, alignment=d.alignment)
 
 
 def diff_programs(a: dict[str, tuple], b: dict[str, tuple], *, a_extra: dict[str, bytes] | None = None,

@@ -38,7 +38,7 @@ from itertools import count, zip_longest
 from serde.core import schema
 from serde.core.walk import EMPTY_STACK_KEY, argument_names, output_leaves
 
-from .diff import node_alignment
+from .diff import DiffReport
 from .render import GraphView, member, subgraphs
 
 __all__ = ["KINDS", "op_kind", "page_data", "program_page", "diff_page"]
@@ -363,20 +363,21 @@ def _side_mark(x: _Cell | None, y: _Cell | None, changed: bool = False) -> str:
     return "changed" if changed else ""
 
 
-def diff_page(pairs: list[tuple[str | None, schema.ExportedProgram, schema.ExportedProgram, list]],
+def diff_page(pairs: list[tuple[str | None, schema.ExportedProgram, schema.ExportedProgram, DiffReport]],
               text_report: str, title: str) -> str:
-    """For each (program name or None, A, B, changes): A's and B's graphs side by side, nodes paired
-    as the diff paired them and coloured by change; then the text report."""
+    """For each (program name or None, A, B, the diff of A and B): A's and B's graphs side by side,
+    nodes paired as the diff paired them and coloured by change; then the text report."""
     b = _Builder(["A", "B"])
     ids = count(1)  # graph ids: value names of different graphs never meet
     total = 0
-    for label, pa, pb, changes in pairs:
+    for label, pa, pb, report in pairs:
+        changes = report.changes
         total += len(changes)
         marks: dict[str, tuple[str, str]] = {}
         for c in changes:
             if c.section == "graph" and c.kind == "changed":
                 marks[c.where] = ("renamed" if c.fields == ["name"] else "changed", ", ".join(c.fields))
-        rows = _pair_rows(pa.graph_module.graph, pb.graph_module.graph, "graph", ids, node_alignment(pa, pb),
+        rows = _pair_rows(pa.graph_module.graph, pb.graph_module.graph, "graph", ids, report.alignment,
                           marks, (_weight_inputs(pa), _weight_inputs(pb)))
         b.graph_box("graph" if label is None else f"{label}: graph", rows)
     data = b.data(title, {"report": text_report})

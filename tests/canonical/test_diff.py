@@ -15,7 +15,7 @@ from torch.export import Dim
 
 import serde
 from canonical import render as R
-from canonical.diff import diff, max_abs_diff
+from canonical.diff import diff, max_abs_diff, node_alignment
 from serde.archive.artifact import read_artifact
 from serde.cli import diff as cmd_diff
 from serde.core import schema as s
@@ -287,6 +287,12 @@ def test_insertion_aligns_even_when_later_names_shift():
     assert changed[0].fields == ["name", "args"]
     assert changed[0].a == "sin_1: f32[4] = aten.sin.default(neg_0)"
     assert changed[0].b == "sin_t: f32[4] = aten.sin.default(cos_0)"
+    # the report carries the pairing it reported (the side-by-side page draws it), A's node 2
+    # (sin_1) against B's node 3 (sin_t), B's cos_0 alone
+    rep = diff(a, b)
+    assert rep.alignment == node_alignment(a, b)
+    assert (None, 2) in rep.alignment["graph"] and (2, 3) in rep.alignment["graph"]
+    assert "alignment" not in rep.to_json()
 
     # ... while with stable names, a copy of its neighbours inserted into a run of identical ops
     # is one added node, not a shift of every later node onto its predecessor.

@@ -43,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
         a, b = a_all[None], b_all[None]
         report = diff(a.program, b.program, a_weights=a.weights, b_weights=b.weights, a_payload=readers[id(a)],
                       b_payload=readers[id(b)], **extras)
-        pairs = [(None, a.program, b.program, report.changes)]
+        pairs = [(None, a.program, b.program, report)]
     else:  # artifacts with several programs (a single one counts as a program named "")
         def parts(arts):
             return {name or "": (x.program, x.weights, readers[id(x)]) for name, x in arts.items()}
 
         report, per = diff_programs(parts(a_all), parts(b_all), **extras)
-        pairs = [(name, a_all[name or None].program, b_all[name or None].program, r.changes)
+        pairs = [(name, a_all[name or None].program, b_all[name or None].program, r)
                  for name, r in per.items() if r.changes]
     text = report.format_text(args.a, args.b)
     if args.json:
