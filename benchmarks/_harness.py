@@ -311,7 +311,7 @@ def timed_call(side: str, subject: Any) -> dict[str, float]:
     import torch
 
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     if side == "serde_save":
         import serde
 
@@ -324,10 +324,10 @@ def timed_call(side: str, subject: Any) -> dict[str, float]:
         serde.load(subject)
     else:
         torch.export.load(subject)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     # page faults inside the call: a forked child pays one for each page it writes that it
     # still shares with its parent, where a fresh process's pages are its own
-    return {"seconds": seconds, "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults}
+    return {"seconds": seconds, "cpu": cpu, "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults}
 
 
 def run_child(script: str, argv: list[str], *, case: str = "child", env: dict[str, str] | None = None) -> dict:
