@@ -306,10 +306,12 @@ def timed_call(side: str, subject: Any) -> dict[str, float]:
     ``torch_load``). The cold children call it once, so it times a fresh process's first call, with
     whatever the library imports on first use inside the clock."""
     import io
+    import resource
 
     import torch
 
-    t0 = time.perf_counter()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    c0, t0 = time.process_time(), time.perf_counter()
     if side == "serde_save":
         import serde
 
@@ -322,7 +324,10 @@ def timed_call(side: str, subject: Any) -> dict[str, float]:
         serde.load(subject)
     else:
         torch.export.load(subject)
-    return {"seconds": time.perf_counter() - t0}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    # page faults inside the call: a forked child pays one for each page it writes that it
+    # still shares with its parent, where a fresh process's pages are its own
+    return {"seconds": seconds, "cpu": cpu, "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults}
 
 
 def run_child(script: str, argv: list[str], *, case: str = "child", env: dict[str, str] | None = None) -> dict:
@@ -345,3 +350,318 @@ def proc_status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+# ---------------------------------------------------------------- cold calls forked from a clean process
+
+# A forked child whose answer takes longer than this is killed and reported: a hang is an error,
+# never a wait.
+FORK_TIMEOUT = 600.0
+_THREADS: dict[str, int] = {}
+
+
+class ForkServer:
+    """A fresh process of ``script --case fork-server --fork-server *argv`` that did its setup once
+    (imports) and forks one child per timed call, so that each cold sample is a process in exactly
+    the state a fresh one has after that setup, without paying the setup again.
+
+    ``calls(calls)`` forks one child of the server per call, in order, each calling
+    ``call(side, subject)`` once and exiting. ``calls(calls, prepare=spec)`` first forks a process
+    of its own that runs ``prepare(spec)`` (e.g. builds and exports a model) and then forks one
+    child per call from *that* process, with its result as the subject: each child is then "the
+    first save of a process that just exported", as a fresh process that exported would be. The
+    server itself never runs a call, so every child starts from the same clean state.
+
+    Fork safety: GNU OpenMP cannot be used in a child forked after its parent ran a parallel region
+    (the child waits forever for workers it does not have). The server and the preparing process
+    therefore run torch single-threaded, and each timed child sets torch's default thread count back
+    before its call, as a fresh process's first parallel region would start with. Each child dies
+    with its parent and is killed after ``timeout`` seconds, which raises ``RuntimeError``.
+    """
+
+    def __init__(self, script: str, argv: list[str] | tuple[str, ...] = (), *, env: dict[str, str] | None = None,
+                 timeout: float = FORK_TIMEOUT) -> None:
+        self.timeout = timeout
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, str(Path(script).resolve()), "--case", "fork-server", "--fork-server", *argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd=_ROOT,
+            env=installed_env() if env is None else env)
+        self._buf = b""
+        ready = self._read(timeout)  # the setup (imports) done before anything is timed
+        if not ready.get("ready"):
+            raise RuntimeError(f"fork server did not start: {ready}")
+
+    def calls(self, calls: list[dict[str, Any]], prepare: Any = None) -> list[dict[str, Any]]:
+        """One forked child per call (``{"side": ..., "subject": ...}``; with ``prepare`` the subject
+        is what ``prepare`` returned): the answers, in order."""
+        return self.request(calls, prepare)["answers"]
+
+    def request(self, calls: list[dict[str, Any]], prepare: Any = None, finish: Any = None) -> dict[str, Any]:
+        """As :meth:`calls`, and with ``finish`` (needs ``prepare``) the preparing process then runs
+        the server's ``finish(subject, finish)`` once its children are done (untimed work that
+        needs the subject, e.g. warm measurements): ``{"answers": [...], "finish": result}``."""
+        req = {"calls": calls, "timeout": self.timeout, **({"prepare": prepare} if prepare is not None else {}),
+               **({"finish": finish} if finish is not None else {})}
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write((json.dumps(req) + "\n").encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # reported below with the server's stderr
+        answer = self._read(self.timeout * (len(calls) + 2))
+        if "error" in answer:
+            raise RuntimeError(f"fork server ({prepare or 'no prepare'}): {answer['error']}")
+        return answer
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        import select
+
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.close()
+                raise RuntimeError(f"fork server gave no answer in {timeout:.0f}s; killed")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self._proc.wait()
+                raise RuntimeError(f"fork server exited {self._proc.returncode}: {self._stderr_tail()}")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve_forks(setup: Callable[[], Any], prepare: Callable[[Any], Any], call: Callable[[str, Any], dict],
+                finish: Callable[[Any, Any], Any] | None = None) -> int:
+    """The server side of :class:`ForkServer`: ``setup()`` once, then one request per line of stdin,
+    one answer per line of stdout. Nothing else may reach the answers' pipe: whatever the setup,
+    a preparation or a call prints goes to stderr."""
+    import torch
+
+    _THREADS["default"] = torch.get_num_threads()
+    torch.set_num_threads(1)  # no OpenMP workers in a process that forks (see ForkServer)
+    answers = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    setup()
+    os.write(answers, b'{"ready": true}\n')
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if "prepare" in req:
+                answer: dict[str, Any] = _in_child(lambda req=req: _prepared(req, prepare, call, finish),
+                                                   req["timeout"] * (2 * len(req["calls"]) + 2))
+            else:
+                answer = {"answers": _forked_calls(None, req, call)}
+        except Exception as e:
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        os.write(answers, (json.dumps(answer) + "\n").encode())
+    return 0
+
+
+def _prepared(req: dict[str, Any], prepare: Callable[[Any], Any], call: Callable[[str, Any], dict],
+              finish: Callable[[Any, Any], Any] | None) -> dict[str, Any]:
+    """In the preparing process: prepare the subject, fork the timed children, then ``finish``."""
+    subject = prepare(req["prepare"])
+    out: dict[str, Any] = {"answers": _forked_calls(subject, req, call)}
+    if "finish" in req and finish is not None:
+        import torch
+
+        torch.set_num_threads(_THREADS["default"])  # this process forks no more
+        out["finish"] = finish(subject, req["finish"])
+    return out
+
+
+# side -> the pages a call of the fork server's own children writes (the server's state does not
+# change between requests, so one probe per side serves them all)
+_PROBED: dict[str, list[list[int]]] = {}
+
+
+def _forked_calls(subject: Any, req: dict[str, Any], call: Callable[[str, Any], dict]) -> list[dict]:
+    """One forked child per call of ``req``. Unless ``req["unshare"]`` is false, a first untimed child
+    per side finds the pages its call writes that it shared with this process; every timed child
+    makes those pages its own before its clock starts (see :func:`shared_pages_written`)."""
+    runs: list[list[int]] = []
+    if req.get("unshare", True):
+        probed: dict[str, list[list[int]]] = _PROBED if subject is None else {}
+        for c in req["calls"]:
+            if c["side"] not in probed:
+                probed[c["side"]] = _in_child(lambda c=c: shared_pages_written(lambda: _call(subject, c, call)),
+                                              req["timeout"])
+        runs = [r for side in dict.fromkeys(c["side"] for c in req["calls"]) for r in probed[side]]
+
+    def timed(c: dict[str, Any]) -> dict:
+        make_own(runs)
+        return _call(subject, c, call)
+
+    return [_in_child(lambda c=c: timed(c), req["timeout"]) for c in req["calls"]]
+
+
+def _call(subject: Any, c: dict[str, Any], call: Callable[[str, Any], dict]) -> dict:
+    import torch
+
+    torch.set_num_threads(_THREADS["default"])  # as a fresh process would run (see ForkServer)
+    return call(c["side"], c.get("subject") if subject is None else subject)
+
+
+def _in_child(fn: Callable[[], Any], timeout: float) -> Any:
+    """``fn()`` in a forked child: its JSON-able result, or ``RuntimeError`` when it raised, died or
+    took longer than ``timeout`` seconds (then it is killed)."""
+    import select
+    import signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(r)
+            _die_with_parent()
+            out: dict[str, Any] = {"ok": fn()}
+        except BaseException as e:  # reported to the parent, which raises
+            traceback.print_exc()
+            out = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            data = (json.dumps(out) + "\n").encode()
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(0)  # no atexit handlers, no flush of buffers inherited from the parent
+    os.close(w)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise RuntimeError(f"a forked child gave no answer in {timeout:.0f}s (hung?); killed")
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not buf:
+        raise RuntimeError("a forked child died without an answer (see stderr)")
+    out = json.loads(buf)
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return out["ok"]
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies (no orphan outlives a killed server)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+_MADV_POPULATE_WRITE = 23  # Linux 5.14
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return libc
+
+
+def _resident_runs() -> list[list[int]]:
+    """[first page address, pages] of every run of resident pages of this process's private
+    writable mappings (Linux)."""
+    import ctypes
+    import mmap
+
+    libc = _libc()
+    page = mmap.PAGESIZE
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    runs = []
+    for line in maps:
+        fields = line.split()
+        if not fields[1].startswith("rw") or fields[1][3] != "p":
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        vec = ctypes.create_string_buffer((end - start) // page)
+        if libc.mincore(start, end - start, vec) == 0:
+            runs += [[start + m.start() * page, m.end() - m.start()] for m in re.finditer(rb"[\x01-\xff]+", vec.raw)]
+    return runs
+
+
+def shared_pages_written(fn: Callable[[], Any]) -> list[list[int]]:
+    """Call ``fn`` in this forked child and return the runs ([address, pages]) of the pages it
+    shared with its parent before the call and owns after it: the pages the call wrote, each a
+    copy-on-write fault (Linux: ``/proc/self/pagemap``'s exclusively-mapped bit).
+
+    A forked child pays a page fault and a copy for the first write to each page it still shares
+    with its parent (a reference count, the collector's header of an object), where a fresh
+    process's pages are its own: on this kind of machine about 35 microseconds a page, tens of
+    milliseconds in a first save. Timed children make these pages their own first
+    (:func:`make_own`), so their clock sees what a fresh process's would.
+    """
+    import mmap
+    import struct
+
+    resident = _resident_runs()
+    with open("/proc/self/pagemap", "rb") as f:
+        def exclusive(run: list[int]) -> list[bool]:
+            f.seek(run[0] // mmap.PAGESIZE * 8)
+            return [bool(v >> 56 & 1) for v in struct.unpack(f"{run[1]}Q", f.read(8 * run[1]))]
+
+        before = [exclusive(r) for r in resident]
+        fn()
+        out: list[list[int]] = []
+        for run, was in zip(resident, before, strict=True):
+            for i, (now, then) in enumerate(zip(exclusive(run), was, strict=True)):
+                if now and not then:
+                    addr = run[0] + i * mmap.PAGESIZE
+                    if out and out[-1][0] + out[-1][1] * mmap.PAGESIZE == addr:
+                        out[-1][1] += 1
+                    else:
+                        out.append([addr, 1])
+    return out
+
+
+def make_own(runs: list[list[int]]) -> None:
+    """Copy the pages of ``runs`` ([address, pages]) that this forked child shares with its parent
+    into its own memory now, as a write would (``MADV_POPULATE_WRITE``, Linux 5.14)."""
+    import mmap
+
+    if not runs:
+        return
+    libc = _libc()
+    for addr, pages in runs:
+        libc.madvise(addr, pages * mmap.PAGESIZE, _MADV_POPULATE_WRITE)

@@ -39,8 +39,14 @@ measures of the load itself:
   first load (from the path, the file in the page cache) of a *fresh process*, one process per side
   and repeat (``--cold-repeats``, default 3), torch's time over ours by the minimum and the median.
   The save child exports the program itself first (untimed), as a user saves after exporting; the
-  load child imports torch and pt2serde (untimed) and loads. Nothing else is warmed up: lazy
-  imports, operator registries and first-call caches are in the timed call, on both sides.
+  load child imports torch (and for a zoo program the module that defines it, whose custom ops and
+  classes the exporting process had registered) and loads. Nothing else is warmed up: lazy
+  imports, operator registries and first-call caches are in the timed call, on both sides. The
+  children are forks (``_harness.ForkServer``): a server process imports once and forks each load
+  child, and a process that exported the program once forks each save child, each in the state a
+  fresh process would be in after the same untimed work (``--cold-mode spawn``: a new interpreter
+  per sample, as before; ``both`` adds the spawned figures as ``cold_save_spawn`` and
+  ``cold_load_spawn``).
 - ``save_durable_bound``: ``torch.export.save`` to a file over serde.save's durable write alone
   (temporary file, fsync, rename, fsync of the directory) of the same artifact's bytes, already in
   memory: the highest ``save_speedup`` any save that writes durably can reach on this disk.
@@ -72,6 +78,7 @@ from pathlib import Path
 
 from _harness import (
     ZOO_PROGRAMS,
+    ForkServer,
     base_parser,
     calibrate,
     callgrind_counts,
@@ -83,6 +90,7 @@ from _harness import (
     main_guard,
     ratio,
     run_child,
+    serve_forks,
     time_interleaved,
     timed_call,
 )
@@ -95,7 +103,7 @@ _MODELS = {
 }
 
 
-def run(model: str, size: int, repeats: int, sample: float, cold_repeats: int = 3) -> dict:
+def run(model: str, size: int, repeats: int, sample: float, cold_repeats: int = 3, cold_mode: str = "fork") -> dict:
     import torch
 
     import serde
@@ -154,7 +162,7 @@ def run(model: str, size: int, repeats: int, sample: float, cold_repeats: int = 
                                  "floor": lambda: build_floor(ep).module()(*args)},
                                 repeats, inner)
         sizes = {"serde_bytes": os.path.getsize(ours), "torch_bytes": os.path.getsize(theirs)}
-        cold = cold_ratios(model, size, ours, theirs, cold_repeats) if cold_repeats else {}
+        cold = cold_ratios(model, size, ours, theirs, cold_repeats, cold_mode) if cold_repeats else {}
 
     # When serde.load's graph module got its Python code: at load, or at first use (it has none yet).
     codegen = "load" if "_code" in vars(loaded["serde"].graph_module) else "first use"
@@ -364,18 +372,57 @@ for path in sys.argv[2:]:
 COLD_SIDES = ("serde_save", "torch_save", "serde_load", "torch_load")
 
 
-def cold_ratios(model: str, size: int, ours: str, theirs: str, repeats: int) -> dict:
+def cold_ratios(model: str, size: int, ours: str, theirs: str, repeats: int, mode: str = "fork") -> dict:
     """The first save and the first load of a fresh process, one process per side and repeat,
     sides alternating: torch's seconds over ours (min and median over the repeats)."""
-    secs: dict[str, list[float]] = {side: [] for side in COLD_SIDES}
-    for _ in range(repeats):
-        for side in COLD_SIDES:
-            path = theirs if side.startswith("torch") else ours
-            secs[side].append(run_child(__file__, ["--cold-child", side, "--model", model, "--size", str(size),
-                                           "--path", path], case="cold")["seconds"])
-    return {"cold_save_speedup": wall_ratio(secs["torch_save"], secs["serde_save"]),
-            "cold_load_speedup": wall_ratio(secs["torch_load"], secs["serde_load"]),
-            "cold_repeats": repeats}
+    out: dict = {"cold_repeats": repeats, "cold_mode": mode}
+    ways = {"fork": ("",), "spawn": ("",), "both": ("", "_spawn")}[mode]
+    for suffix in ways:
+        if suffix == "" and mode != "spawn":
+            secs = _cold_forked(model, size, ours, theirs, repeats)
+        else:
+            answers: dict[str, list[dict]] = {side: [] for side in COLD_SIDES}
+            for _ in range(repeats):
+                for side in COLD_SIDES:
+                    path = theirs if side.startswith("torch") else ours
+                    answers[side].append(run_child(__file__, ["--cold-child", side, "--model", model, "--size", str(size),
+                                                      "--path", path], case="cold"))
+            secs = {**{s: [a["seconds"] for a in v] for s, v in answers.items()},
+                    **{"detail:" + s: v for s, v in answers.items()}}
+        out["cold_save_speedup" + suffix] = wall_ratio(secs["torch_save"], secs["serde_save"])
+        out["cold_load_speedup" + suffix] = wall_ratio(secs["torch_load"], secs["serde_load"])
+        if mode == "both":  # medians per side and way: wall seconds, CPU seconds and page faults inside the call
+            out.setdefault("cold_seconds", {}).update(
+                {side + suffix: {k: round(statistics.median(a[k] for a in secs["detail:" + side]), 4)
+                                 for k in ("seconds", "cpu", "minor_faults")} for side in COLD_SIDES})
+    return out
+
+
+def _cold_forked(model: str, size: int, ours: str, theirs: str, repeats: int) -> dict[str, list]:
+    with ForkServer(__file__, ["--model", model, "--size", str(size)]) as server:
+        saves = server.calls([{"side": s} for _ in range(repeats) for s in ("serde_save", "torch_save")],
+                             prepare=[model, size])
+        loads = server.calls([{"side": s, "subject": ours if s == "serde_load" else theirs}
+                              for _ in range(repeats) for s in ("serde_load", "torch_load")])
+    out: dict[str, list] = {}
+    for side, got in (("serde_save", saves[0::2]), ("torch_save", saves[1::2]),
+                      ("serde_load", loads[0::2]), ("torch_load", loads[1::2])):
+        out[side] = [a["seconds"] for a in got]
+        out["detail:" + side] = got
+    return out
+
+
+def _export(spec: list) -> object:
+    """The program a save child saves, exported in this process (untimed)."""
+    model, size = spec
+    return export_zoo(model)[0] if model in ZOO_PROGRAMS else _MODELS[model][0](size)[0]
+
+
+def _load_setup(model: str) -> None:
+    """What a load child imports before its clock: for a zoo program, the module that defines it
+    (its custom ops and classes registered, as the exporting process had them)."""
+    if model in ZOO_PROGRAMS:
+        importlib.import_module(ZOO_PROGRAMS[model][0])
 
 
 def wall_ratio(num: list[float], den: list[float]) -> dict[str, float]:
@@ -390,15 +437,9 @@ def cold_child(side: str, model: str, size: int, path: str) -> dict:
     ``import torch`` is paid before the clock (both sides need it); pt2serde's own import (its API
     module is imported on first use of ``serde.save``/``serde.load``) is inside the timed call, as is
     whatever ``torch.export.save``/``load`` import on their first call."""
-
     if side.endswith("_save"):
-        if model in ZOO_PROGRAMS:
-            ep, _ = export_zoo(model)
-        else:
-            ep, _ = _MODELS[model][0](size)
-        return timed_call(side, ep)
-    if model in ZOO_PROGRAMS:  # its custom ops and classes registered, as the exporting process had them
-        importlib.import_module(ZOO_PROGRAMS[model][0])
+        return timed_call(side, _export([model, size]))
+    _load_setup(model)
     return timed_call(side, path)
 
 
@@ -418,9 +459,15 @@ def main() -> int:
                    help="back-to-back calls per sample: as many as torch's side takes this long for")
     p.add_argument("--cold-repeats", type=int, default=3,
                    help="fresh processes per side for the first save and load (0: skip them)")
+    p.add_argument("--cold-mode", choices=("fork", "spawn", "both"), default="fork",
+                   help="cold samples as forks of a process that did the untimed work once (default), as new "
+                        "interpreters, or both (the spawned figures beside the forked ones)")
     p.add_argument("--cold-child", choices=COLD_SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--fork-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.fork_server:
+        return serve_forks(lambda: _load_setup(a.model), _export, timed_call)
     if a.cold_child:
         print(json.dumps(cold_child(a.cold_child, a.model, a.size, a.path)))
         return 0
@@ -434,7 +481,8 @@ def main() -> int:
         return main_guard(a.case, lambda: run_instructions(models))
     if a.model is None:
         p.error("--model is required (or --instructions --models ...)")
-    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats, a.sample_seconds, a.cold_repeats))
+    return main_guard(a.case, lambda: run(a.model, a.size, a.repeats, a.sample_seconds, a.cold_repeats,
+                                          a.cold_mode))
 
 
 if __name__ == "__main__":

@@ -6,63 +6,23 @@ imported) and each export takes seconds. The cases are :class:`ModelCase`\\ s, t
 :class:`serde.testing.zoo.Case` shape plus what these models need: a train-mode flag (batch norm updating
 its statistics) and decode steps for the programs that carry a KV cache.
 
-Importing this module needs ``transformers`` and ``timm`` (the ``models`` extra). timm imports
-torchvision, whose C extension on this package index is a CUDA build that does not load into the
-CPU torch; torchvision then registers fake kernels for two of its C ops unconditionally and fails
-with ``operator torchvision::nms does not exist``. :func:`_define_torchvision_ops` defines just
-those two schemas first when the extension cannot load, so the import goes through; no model here
-calls them.
+Importing this module needs ``transformers`` and ``timm`` (the ``models`` extra), imported by
+``tests/zoo_model_libs.py`` (which also gets timm's import past the torchvision wheel of this index).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 from torch.export import Dim, ExportedProgram
 
 from serde.testing.zoo import Case, decompose, find_case
+from tests.zoo_model_libs import TorchExportableModuleWithStaticCache, timm, transformers
 
 __all__ = ["CASES", "ModelCase", "export_model", "get"]
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-
-def _define_torchvision_ops() -> None:
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or spec.origin is None or "torchvision" in dir(torch.ops) and hasattr(
-            torch.ops.torchvision, "nms"):
-        return
-    for lib in Path(spec.origin).parent.glob("_C*.so"):
-        try:
-            torch.ops.load_library(str(lib))
-            return  # a matching build: its own registrations stand
-        except OSError:
-            break
-    lib = torch.library.Library("torchvision", "DEF")  # noqa: TOR901 (kept alive below)
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _TORCHVISION_LIB.append(lib)
-
-
-_TORCHVISION_LIB: list = []  # a Library deregisters its definitions when collected
-_define_torchvision_ops()
-
-import timm  # noqa: E402
-import transformers  # noqa: E402
-from transformers.integrations.executorch import (  # noqa: E402
-    TorchExportableModuleWithStaticCache,
-    register_dynamic_cache_export_support,
-)
-
-transformers.logging.set_verbosity_error()
-register_dynamic_cache_export_support()
 
 Step = tuple[tuple, dict]
 
