@@ -25,6 +25,8 @@ from both pairs. ``expectedFailure`` marks in the test file are ignored: the raw
 Each way runs in its own pytest process (``nice``, no xdist, a per-test time limit by
 ``SIGALRM``). Prints the passes per way and every test that passes with torch's pair and fails
 with ours, by class, with the first line of its error; ``--json`` writes all outcomes.
+``--deadline MINUTES`` interrupts the ways still running after that time (pytest then writes what
+it ran) and compares the tests both pairs ran: on a shared machine a whole run can take hours.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from unittest import mock
@@ -210,6 +213,42 @@ def _outcomes(xml_path: Path, mode: str) -> dict:
     return out
 
 
+def compare(t: dict, s: dict) -> tuple[dict, list]:
+    """Tests passing with torch's pair and not with ours (by class, with our first error line), and
+    the ids passing with ours only. A test one pair did not run (a run cut short by ``--deadline``)
+    is no difference."""
+    only_torch: dict = {}
+    only_serde: list = []
+    for tid in sorted(t.keys() & s.keys()):
+        if t[tid][0] == "passed" and s[tid][0] != "passed":
+            cls, name = tid.split("::")
+            only_torch.setdefault(cls, []).append({"test": name, "error": s[tid][1]})
+        if s[tid][0] == "passed" and t[tid][0] != "passed":
+            only_serde.append(tid)
+    return only_torch, only_serde
+
+
+def _past(stop_at: float | None) -> bool:
+    return stop_at is not None and time.monotonic() >= stop_at
+
+
+def _wait_any(running: list, stop_at: float | None) -> None:
+    """Wait until one of ``running``'s (mode, process) pairs ends and remove it. Past ``stop_at``,
+    interrupt every running process: pytest answers SIGINT by ending the session and writing the
+    junit XML of the tests it ran, which a harder signal would lose."""
+    interrupted = False
+    while True:
+        for i, (_, proc) in enumerate(running):
+            if proc.poll() is not None:
+                running.pop(i)
+                return
+        if not interrupted and _past(stop_at):
+            for _, proc in running:
+                proc.send_signal(signal.SIGINT)
+            interrupted = True
+        time.sleep(0.2)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("export_dir", help="a pytorch checkout's test/export directory")
@@ -223,6 +262,13 @@ def main(argv=None) -> int:
         "--no-register-subclasses",
         action="store_true",
         help="leave torch's test tensor subclasses unregistered (serde mode)",
+    )
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="minutes: then interrupt the running modes (pytest still writes what ran) and start no"
+        " more; the report compares the tests both pairs ran",
     )
     ap.add_argument("--json", default=None, help="write every outcome here")
     ap.add_argument("--keep", default=None, help="keep the generated files and logs here")
@@ -242,13 +288,15 @@ def main(argv=None) -> int:
     with ctx as wd:
         workdir = Path(wd)
         workdir.mkdir(parents=True, exist_ok=True)
+        stop_at = time.monotonic() + args.deadline * 60 if args.deadline else None
         pending, running = list(modes), []
         while pending or running:
-            while pending and len(running) < max(1, args.jobs):
+            while pending and len(running) < max(1, args.jobs) and not _past(stop_at):
                 mode = pending.pop(0)
                 running.append((mode, _run_mode(mode, args, workdir)))
-            mode, proc = running.pop(0)
-            proc.wait()
+            if not running:
+                break  # past the deadline: the modes still pending are not run
+            _wait_any(running, stop_at)
         results = {m: _outcomes(workdir / f"{m}.xml", m) for m in modes}
 
     report = {"counts": {}, "torch_pass_serde_fail": {}, "serde_pass_torch_fail": []}
@@ -258,15 +306,9 @@ def main(argv=None) -> int:
             k: vals.count(k) for k in ("passed", "failed", "skipped")
         } | {"total": len(vals)}
     if "torch" in results and "serde" in results:
-        t, s = results["torch"], results["serde"]
-        for tid in sorted(t):
-            if t[tid][0] == "passed" and s.get(tid, ("missing", ""))[0] != "passed":
-                cls, name = tid.split("::")
-                report["torch_pass_serde_fail"].setdefault(cls, []).append(
-                    {"test": name, "error": s.get(tid, ("missing", "not run"))[1]}
-                )
-            if s.get(tid, ("", ""))[0] == "passed" and t[tid][0] != "passed":
-                report["serde_pass_torch_fail"].append(tid)
+        report["torch_pass_serde_fail"], report["serde_pass_torch_fail"] = compare(
+            results["torch"], results["serde"]
+        )
     print(json.dumps(report["counts"]))
     for cls, rows in report["torch_pass_serde_fail"].items():
         print(f"\n{cls}: {len(rows)} pass with torch's pair and fail with ours")

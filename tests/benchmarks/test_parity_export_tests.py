@@ -104,3 +104,31 @@ def test_the_report_maps_back_to_the_original_names(tmp_path):
         "TestExport::test_b": ("failed", "AssertionError: 'add' != 'add_klxrf'"),
         "TestDynamismExpression::test_c": ("skipped", "gpu"),
     }
+
+
+def test_a_test_only_one_pair_ran_is_no_difference():
+    torch_way = {"TestExport::test_a": ("passed", ""), "TestExport::test_b": ("passed", ""),
+                 "TestExport::test_c": ("failed", "x")}
+    serde_way = {"TestExport::test_a": ("failed", "AssertionError: y"), "TestExport::test_c": ("passed", "")}
+    only_torch, only_serde = harness.compare(torch_way, serde_way)
+    assert only_torch == {"TestExport": [{"test": "test_a", "error": "AssertionError: y"}]}
+    assert only_serde == ["TestExport::test_c"]
+
+
+def test_the_deadline_interrupts_so_that_pytest_can_still_report(tmp_path):
+    import subprocess
+    import time
+
+    out = tmp_path / "report"
+    # Stands in for a pytest session: on SIGINT it ends and writes its report, as pytest writes
+    # its junit XML on KeyboardInterrupt.
+    child = ("import pathlib, sys, time\n"
+             "try:\n    time.sleep(600)\n"
+             "except KeyboardInterrupt:\n    pathlib.Path(sys.argv[1]).write_text('interrupted')\n")
+    proc = subprocess.Popen([sys.executable, "-c", child, str(out)])
+    running = [("torch", proc)]
+    start = time.monotonic()
+    harness._wait_any(running, start + 3.0)
+    assert running == [] and proc.returncode == 0
+    assert out.read_text() == "interrupted"
+    assert time.monotonic() - start < 60
