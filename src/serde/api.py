@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 from torch.export import ExportedProgram
@@ -14,18 +14,23 @@ from serde.bridge.custom_objects import encode_constants
 from serde.bridge.effects import op_facts
 from serde.bridge.isolation import outside_ambient_modes
 from serde.bridge.program import deserialize_program, serialize_program
-from serde.bridge.propagation import check_propagation
 from serde.bridge.weights import deserialize_weights, saved_devices, serialize_weights
 from serde.core.checks import check_program, check_weight_names
 from serde.core.gcpause import paused_gc
 from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.version import SUPPORTED_TORCH, torch_release
-from serde.opsets import convert_for_target, upgrade_operators
 
 from . import archive
 from .archive import payload_name
-from .archive import safetensors as st
 from .errors import MalformedArtifactError, SerializeError, UnsafeArtifactError, UnsupportedConstructError
+
+if TYPE_CHECKING:
+    from .archive import safetensors as st
+
+# Imported where they are used, not here: the operator upgraders (serde.opsets: release snapshots,
+# rewrite tables) serve only artifacts of another torch release and save(target_torch=...), and
+# the safetensors files (serde.archive.safetensors) only artifacts that keep weights outside;
+# a first save or load in a process pays for neither unless it uses them.
 
 __all__ = ["save", "load", "attach_weights", "to_artifact_parts", "from_artifact", "TESTED_TORCH",
            "StructureOnlyError"]
@@ -115,8 +120,12 @@ def save(ep: ExportedProgram | Mapping[str, ExportedProgram], f: PathOrFile, *, 
         for name, one in programs.items():
             program, stored, own_payloads, debug = to_artifact_parts(one, debug_info=debug_info)
             if target_torch is not None:
+                from serde.opsets import convert_for_target
+
                 program = convert_for_target(program, str(torch.__version__), target_torch)
             if weights is not None:
+                from .archive import safetensors as st
+
                 # The safetensors files first, each atomically; the artifact that records their
                 # digests last, so a crash in between leaves files an older artifact refuses by
                 # digest, never a new artifact without its files.
@@ -356,6 +365,8 @@ def from_artifact(a: Artifact, map_location: MapLocation = None, *, limits: Limi
 def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads: frozenset[str],
            propagate: bool, bound: st.BoundWeights | None = None) -> ExportedProgram:
     if a.weights.files and bound is None:
+        from .archive import safetensors as st
+
         raise st.MissingWeightsFileError(
             "the artifact keeps weights in safetensors files; load it with serde.load(path), which reads them")
     weights = a.weights if bound is None else bound.weights
@@ -368,7 +379,12 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
         return view.toreadonly() if name in copy_payloads else view  # read-only views are copied
 
     # Operators that changed between the writer's torch and this one, before anything resolves them.
-    program = upgrade_operators(a.program, str(torch.__version__))
+    program = a.program
+    release = torch_release(str(torch.__version__))
+    if release is None or torch_release(program.torch_version) != release:  # else upgrade_operators has nothing to do
+        from serde.opsets import upgrade_operators
+
+        program = upgrade_operators(program, str(torch.__version__))
     state_dict, constants, example_inputs = deserialize_weights(weights, member, place=place)
     if a.debug is not None:
         from canonical.canonicalize import attach_debug
@@ -376,6 +392,8 @@ def _build(a: Artifact, map_location: MapLocation, limits: Limits, copy_payloads
         program = attach_debug(program, a.debug)
     ep = deserialize_program(program, state_dict, constants, example_inputs, limits)
     if propagate:
+        from serde.bridge.propagation import check_propagation  # imported on request: most loads never run it
+
         check_propagation(ep)
     if missing:
         ep = _move(ep, dict.fromkeys(missing, "cpu"))
@@ -470,9 +488,11 @@ def _directory_of(f: object) -> str | None:
 def _bound_weights(a: Artifact, f: object, weights: Any, *, mmap: bool, verify: bool) -> st.BoundWeights | None:
     """The weights a load builds: the artifact's own (None when it keeps every storage inside),
     or the safetensors files ``weights`` names bound in their place."""
+    if weights is FROM_ARTIFACT and not a.weights.files:
+        return None
+    from .archive import safetensors as st
+
     if weights is FROM_ARTIFACT:
-        if not a.weights.files:
-            return None
         return st.external_payloads(a.weights, _directory_of(f), mmap=mmap, verify=verify)
     plan = st.bind_plan(a.weights, st.custom_object_constants(a.program))
     return st.bind_payloads(a.weights, st.resolve_sources(weights), plan, mmap=mmap)
@@ -480,11 +500,15 @@ def _bound_weights(a: Artifact, f: object, weights: Any, *, mmap: bool, verify: 
 
 def _kept_storages(a: Artifact) -> set[int]:
     """Storages a structure-only load still reads: the custom objects' (their codecs need bytes)."""
+    from .archive import safetensors as st
+
     names = st.custom_object_constants(a.program)
     return {a.weights.constants[n].storage for n in names if n in a.weights.constants}
 
 
 def _structure_only(a: Artifact, map_location: MapLocation, limits: Limits) -> ExportedProgram:
+    from .archive import safetensors as st
+
     w = st.structure_only(a.weights, _kept_storages(a))
     ep = from_artifact(a, map_location, limits=limits, bound=st.BoundWeights(w, {}))
     setattr(ep, _STRUCTURE_ATTR, a)
@@ -511,6 +535,8 @@ def attach_weights(ep: ExportedProgram, source: Any, *, mmap: bool = False,
     if origin is None:
         raise StructureOnlyError("attach_weights(): the program was not loaded with serde.load(path, weights=None), "
                                  "or already has its weights")
+    from .archive import safetensors as st
+
     with paused_gc():
         if _is_weights_files(source):
             a = origin

@@ -5,8 +5,6 @@ all members optional, exactly one set, written as a single-key JSON object.
 Doubles are :data:`F64`: a float, or one of the strings "nan", "inf", "-inf".
 """
 
-from __future__ import annotations
-
 import enum
 import math
 from itertools import compress
@@ -190,7 +188,7 @@ class Rational(Struct, kw_only=True):
 
 class OpaqueUnary(Struct, kw_only=True):
     fn: Annotated[str, Id(10)]
-    arg: Annotated[Expr, Id(20)]
+    arg: Annotated["Expr", Id(20)]
 
 
 class Expr(Union, kw_only=True):
@@ -200,50 +198,50 @@ class Expr(Union, kw_only=True):
     rational: Annotated[Optional[Rational], Id(40)] = None
     constant: Annotated[Optional[ExprConstant], Id(50)] = None
     opaque_unary: Annotated[Optional[OpaqueUnary], Id(60)] = None
-    add: Annotated[Optional[list[Expr]], Id(100)] = None
-    mul: Annotated[Optional[list[Expr]], Id(101)] = None
-    pow: Annotated[Optional[list[Expr]], Id(102)] = None
-    eq: Annotated[Optional[list[Expr]], Id(110)] = None
-    ne: Annotated[Optional[list[Expr]], Id(111)] = None
-    lt: Annotated[Optional[list[Expr]], Id(112)] = None
-    le: Annotated[Optional[list[Expr]], Id(113)] = None
-    gt: Annotated[Optional[list[Expr]], Id(114)] = None
-    ge: Annotated[Optional[list[Expr]], Id(115)] = None
-    logical_and: Annotated[Optional[list[Expr]], Id(120)] = None
-    logical_or: Annotated[Optional[list[Expr]], Id(121)] = None
-    logical_not: Annotated[Optional[list[Expr]], Id(122)] = None
-    ite: Annotated[Optional[list[Expr]], Id(123)] = None
-    piecewise: Annotated[Optional[list[Expr]], Id(124)] = None
-    abs: Annotated[Optional[list[Expr]], Id(130)] = None
-    floor: Annotated[Optional[list[Expr]], Id(131)] = None
-    ceiling: Annotated[Optional[list[Expr]], Id(132)] = None
-    floor_div: Annotated[Optional[list[Expr]], Id(200)] = None
-    mod: Annotated[Optional[list[Expr]], Id(201)] = None
-    python_mod: Annotated[Optional[list[Expr]], Id(202)] = None
-    clean_div: Annotated[Optional[list[Expr]], Id(203)] = None
-    ceil_div: Annotated[Optional[list[Expr]], Id(204)] = None
-    modular_indexing: Annotated[Optional[list[Expr]], Id(205)] = None
-    where: Annotated[Optional[list[Expr]], Id(206)] = None
-    ceil_to_int: Annotated[Optional[list[Expr]], Id(207)] = None
-    floor_to_int: Annotated[Optional[list[Expr]], Id(208)] = None
-    trunc_to_int: Annotated[Optional[list[Expr]], Id(209)] = None
-    trunc_to_float: Annotated[Optional[list[Expr]], Id(210)] = None
-    round_to_int: Annotated[Optional[list[Expr]], Id(211)] = None
-    round_decimal: Annotated[Optional[list[Expr]], Id(212)] = None
-    to_float: Annotated[Optional[list[Expr]], Id(213)] = None
-    int_true_div: Annotated[Optional[list[Expr]], Id(214)] = None
-    float_true_div: Annotated[Optional[list[Expr]], Id(215)] = None
-    pow_by_natural: Annotated[Optional[list[Expr]], Id(216)] = None
-    float_pow: Annotated[Optional[list[Expr]], Id(217)] = None
-    lshift: Annotated[Optional[list[Expr]], Id(218)] = None
-    rshift: Annotated[Optional[list[Expr]], Id(219)] = None
-    identity: Annotated[Optional[list[Expr]], Id(220)] = None
-    max: Annotated[Optional[list[Expr]], Id(221)] = None
-    min: Annotated[Optional[list[Expr]], Id(222)] = None
-    is_non_overlapping_and_dense: Annotated[Optional[list[Expr]], Id(223)] = None
-    bitwise_and: Annotated[Optional[list[Expr]], Id(224)] = None
-    bitwise_or: Annotated[Optional[list[Expr]], Id(225)] = None
-    bitwise_xor: Annotated[Optional[list[Expr]], Id(226)] = None
+    add: Annotated[Optional[list["Expr"]], Id(100)] = None
+    mul: Annotated[Optional[list["Expr"]], Id(101)] = None
+    pow: Annotated[Optional[list["Expr"]], Id(102)] = None
+    eq: Annotated[Optional[list["Expr"]], Id(110)] = None
+    ne: Annotated[Optional[list["Expr"]], Id(111)] = None
+    lt: Annotated[Optional[list["Expr"]], Id(112)] = None
+    le: Annotated[Optional[list["Expr"]], Id(113)] = None
+    gt: Annotated[Optional[list["Expr"]], Id(114)] = None
+    ge: Annotated[Optional[list["Expr"]], Id(115)] = None
+    logical_and: Annotated[Optional[list["Expr"]], Id(120)] = None
+    logical_or: Annotated[Optional[list["Expr"]], Id(121)] = None
+    logical_not: Annotated[Optional[list["Expr"]], Id(122)] = None
+    ite: Annotated[Optional[list["Expr"]], Id(123)] = None
+    piecewise: Annotated[Optional[list["Expr"]], Id(124)] = None
+    abs: Annotated[Optional[list["Expr"]], Id(130)] = None
+    floor: Annotated[Optional[list["Expr"]], Id(131)] = None
+    ceiling: Annotated[Optional[list["Expr"]], Id(132)] = None
+    floor_div: Annotated[Optional[list["Expr"]], Id(200)] = None
+    mod: Annotated[Optional[list["Expr"]], Id(201)] = None
+    python_mod: Annotated[Optional[list["Expr"]], Id(202)] = None
+    clean_div: Annotated[Optional[list["Expr"]], Id(203)] = None
+    ceil_div: Annotated[Optional[list["Expr"]], Id(204)] = None
+    modular_indexing: Annotated[Optional[list["Expr"]], Id(205)] = None
+    where: Annotated[Optional[list["Expr"]], Id(206)] = None
+    ceil_to_int: Annotated[Optional[list["Expr"]], Id(207)] = None
+    floor_to_int: Annotated[Optional[list["Expr"]], Id(208)] = None
+    trunc_to_int: Annotated[Optional[list["Expr"]], Id(209)] = None
+    trunc_to_float: Annotated[Optional[list["Expr"]], Id(210)] = None
+    round_to_int: Annotated[Optional[list["Expr"]], Id(211)] = None
+    round_decimal: Annotated[Optional[list["Expr"]], Id(212)] = None
+    to_float: Annotated[Optional[list["Expr"]], Id(213)] = None
+    int_true_div: Annotated[Optional[list["Expr"]], Id(214)] = None
+    float_true_div: Annotated[Optional[list["Expr"]], Id(215)] = None
+    pow_by_natural: Annotated[Optional[list["Expr"]], Id(216)] = None
+    float_pow: Annotated[Optional[list["Expr"]], Id(217)] = None
+    lshift: Annotated[Optional[list["Expr"]], Id(218)] = None
+    rshift: Annotated[Optional[list["Expr"]], Id(219)] = None
+    identity: Annotated[Optional[list["Expr"]], Id(220)] = None
+    max: Annotated[Optional[list["Expr"]], Id(221)] = None
+    min: Annotated[Optional[list["Expr"]], Id(222)] = None
+    is_non_overlapping_and_dense: Annotated[Optional[list["Expr"]], Id(223)] = None
+    bitwise_and: Annotated[Optional[list["Expr"]], Id(224)] = None
+    bitwise_or: Annotated[Optional[list["Expr"]], Id(225)] = None
+    bitwise_xor: Annotated[Optional[list["Expr"]], Id(226)] = None
 
 
 class SymExpr(Struct, kw_only=True):
@@ -306,7 +304,7 @@ class OptionalTensorArgument(Union, kw_only=True):
 
 class GraphArgument(Struct, kw_only=True):
     name: Annotated[str, Id(10)]
-    graph: Annotated[Graph, Id(20)]
+    graph: Annotated["Graph", Id(20)]
 
 
 class CustomObjArgument(Struct, kw_only=True):
@@ -349,9 +347,9 @@ class Argument(Union, kw_only=True):
     as_complex: Annotated[Optional[ComplexValue], Id(260)] = None
     as_nested_tensors: Annotated[Optional[list[list[TensorArgument]]], Id(270)] = None
     as_int_lists: Annotated[Optional[list[list[I64]]], Id(280)] = None
-    as_string_to_argument: Annotated[Optional[dict[str, Argument]], Id(290)] = None
+    as_string_to_argument: Annotated[Optional[dict[str, "Argument"]], Id(290)] = None
     as_float_lists: Annotated[Optional[list[list[F64]]], Id(300)] = None
-    as_tuple: Annotated[Optional[list[Argument]], Id(310)] = None
+    as_tuple: Annotated[Optional[list["Argument"]], Id(310)] = None
 
 
 # A checked reference to copy: copying it and setting its one member skips the union's
@@ -528,7 +526,7 @@ class GraphSignature(Struct, kw_only=True):
 class TreeSpec(Struct, kw_only=True):
     type: Annotated[str, Id(10)]
     context: Annotated[Optional[str], Id(20)] = None
-    children: Annotated[list[TreeSpec], Id(30)] = []
+    children: Annotated[list["TreeSpec"], Id(30)] = []
 
 
 class ModuleCallSignature(Struct, kw_only=True):
@@ -604,7 +602,7 @@ class Storage(Struct, kw_only=True):
     sha256: Annotated[str, Id(10)]
     nbytes: Annotated[I64, Id(20)]
     device: Annotated[Optional[Device], Id(30)] = None  # added 2.3
-    external: Annotated[Optional[ExternalTensor], Id(40)] = None  # added 2.6
+    external: Annotated[Optional["ExternalTensor"], Id(40)] = None  # added 2.6
 
 
 class ExternalTensor(Struct, kw_only=True):
@@ -626,13 +624,13 @@ class StoredTensor(Struct, kw_only=True):
     storage_offset: Annotated[I64, Id(40)]
     storage: Annotated[I64, Id(50)]
     requires_grad: Annotated[bool, Id(60)]
-    subclass: Annotated[Optional[TensorSubclass], Id(70)] = None  # added 2.3
+    subclass: Annotated[Optional["TensorSubclass"], Id(70)] = None  # added 2.3
 
 
 class TensorSubclass(Struct, kw_only=True):
     class_name: Annotated[str, Id(10)]
     inner: Annotated[dict[str, StoredTensor], Id(20)]
-    context: Annotated[ContextValue, Id(30)]
+    context: Annotated["ContextValue", Id(30)]
 
 
 class ContextValue(Union, kw_only=True):
@@ -641,9 +639,9 @@ class ContextValue(Union, kw_only=True):
     as_float: Annotated[Optional[F64], Id(30)] = None
     as_string: Annotated[Optional[str], Id(40)] = None
     as_bool: Annotated[Optional[bool], Id(50)] = None
-    as_list: Annotated[Optional[list[ContextValue]], Id(60)] = None
-    as_tuple: Annotated[Optional[list[ContextValue]], Id(70)] = None
-    as_dict: Annotated[Optional[list[ContextItem]], Id(80)] = None
+    as_list: Annotated[Optional[list["ContextValue"]], Id(60)] = None
+    as_tuple: Annotated[Optional[list["ContextValue"]], Id(70)] = None
+    as_dict: Annotated[Optional[list["ContextItem"]], Id(80)] = None
     as_dtype: Annotated[Optional[ScalarType], Id(90)] = None
     as_size: Annotated[Optional[list[I64]], Id(100)] = None
     as_device: Annotated[Optional[Device], Id(110)] = None

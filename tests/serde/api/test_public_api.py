@@ -66,3 +66,27 @@ def test_tree_files_round_trip_through_the_public_names(tmp_path):
     back = serde.load_tree(tmp_path / "in.json")
     (x, k), kw = back
     assert torch.equal(x, tree[0][0]) and k == 2 and kw["scale"] == 0.5 and torch.equal(kw["mask"], tree[1]["mask"])
+
+
+_FIRST_SAVE_AND_LOAD = """
+import io, sys
+import torch
+import serde
+
+ep = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
+buf = io.BytesIO()
+serde.save(ep, buf)
+serde.load(buf)
+print(" ".join(m for m in sys.argv[1:] if m in sys.modules))
+"""
+
+
+def test_a_plain_save_and_load_import_none_of_the_optional_paths():
+    """The operator upgraders, the safetensors weights and the propagation check serve loads and
+    saves that ask for them; a first save and load in a process that does not pays for none."""
+    optional = ["serde.opsets", "serde.archive.safetensors", "serde.bridge.propagation"]
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    r = subprocess.run([sys.executable, "-c", _FIRST_SAVE_AND_LOAD, *optional], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == ""

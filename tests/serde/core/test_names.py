@@ -298,3 +298,29 @@ def test_subgraph_attributes_fx_would_name_self_are_refused_at_load(fixture: str
     with pytest.raises(UnsafeNameError, match=r"subgraph\[0\]\.name: attribute name .* shadows the generated "
                                               r"forward's 'self'"):
         serde.load(out.getvalue())
+
+
+def test_every_kind_of_code_point_is_judged_as_the_grammar_says() -> None:
+    # The character classes are spelled as ranges for a cheap compile; they accept what the
+    # grammar says (a segment fx quotes is printable ASCII without quotes, backslash, "." and "@";
+    # text pasted between quotes has no quote, backslash, control character, lone surrogate or
+    # line separator): every code point up to U+3000, each range's edges, and a stride of the rest.
+    edges = {0xd7ff, 0xd800, 0xdbff, 0xdc00, 0xdfff, 0xe000, 0xfffd, 0xffff, 0x10000, 0x10ffff}
+    codes = sorted({*range(0x3000), *edges, *range(0x3000, 0x110000, 997)})
+    quoted_ok, pasted_ok = [], []
+    for code in codes:
+        c = chr(code)
+        if c != ".":
+            try:
+                check_fqn(f"m.a{c}b", "f")
+                quoted_ok.append(code)
+            except UnsafeNameError:
+                pass
+        try:
+            check_quoted_text(f"a{c}b", "t", "constant")
+            pasted_ok.append(code)
+        except UnsafeNameError:
+            pass
+    assert quoted_ok == [k for k in range(0x20, 0x7f) if chr(k) not in "\"'\\.@"]
+    refused = {*range(0x20), *range(0x7f, 0xa0), *range(0xd800, 0xe000), 0x2028, 0x2029, *map(ord, "'\"\\")}
+    assert pasted_ok == [k for k in codes if k not in refused]

@@ -64,7 +64,9 @@ _SEGMENT = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]*)\Z")
 # identifier raw, where Python's NFKC normalization could make it another attribute.
 # How dynamo spells the module root in its sources (getattr(L['self'], 'sub:mod')).
 _DYNAMO_SOURCE = "L['self']"
-_QUOTED_SEGMENT = re.compile(r"""[^"'\\@.\x00-\x1f\x7f-\U0010ffff]+\Z""")
+# (Spelled as the ranges it accepts: the negated class over all of Unicode, the same set, costs the
+# regex compiler about 100 times as much, in every process that imports this module.)
+_QUOTED_SEGMENT = re.compile(r"""[\x20\x21\x23-\x26\x28-\x2d\x2f-\x3f\x41-\x5b\x5d-\x7e]+\Z""")
 _CALL_INDEX = re.compile(r"@(?:0|[1-9][0-9]*)\Z")   # unflatten's "sub@1": the second call of sub
 # Everything str.splitlines() breaks on except "\n", and the other C0/C1 controls except "\t".
 _BAD_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -216,7 +218,8 @@ def check_text(text: object, where: str, limits: Limits = DEFAULT_LIMITS) -> str
 # closing quote) or a line break (control characters, line separators and lone surrogates are
 # refused with them). In a dict key, which reaches the guard code through repr() and its message
 # through ast.unparse(): a quote of either kind.
-_RAW = re.compile(r"""['"\\]|[^\x20-\x7e\xa0-\ud7ff\ue000-\U0010ffff]|[\u2028\u2029]""")
+# (One class of what it refuses, not its complement over all of Unicode: ten times cheaper to compile.)
+_RAW = re.compile(r"""['"\\\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]""")
 UNQUOTABLE = {"constant": _RAW, "kwarg": _RAW, "key": re.compile(r"""['"]""")}
 _QUOTED_WHAT = {"constant": "string constant input", "kwarg": "keyword argument name of an input",
                 "key": "dict key of an input"}
