@@ -50,7 +50,7 @@ def check_kernel(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[st
         InconsistentProgramError: naming the node, the operator, the argument and the fix.
     """
     rules = _RULES.get(op)
-    if rules is None:
+    if rules is None or (op in _KEYWORD_ONLY and _KEYWORD_ONLY[op] not in kwargs):
         return
     bound = _bind(op, args, kwargs)
     for rule in rules:
@@ -65,13 +65,8 @@ def check_kernel(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[st
 def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> _Args:
     """Every argument of ``op`` by name: the given ones, defaults for the rest."""
     bound: _Args = {}
-    for i, p in enumerate(op._schema.arguments):
-        if i < len(args):
-            bound[p.name] = args[i]
-        elif p.name in kwargs:
-            bound[p.name] = kwargs[p.name]
-        else:
-            bound[p.name] = p.default_value if p.has_default_value() else None
+    for i, (name, default) in enumerate(_PARAMS[op]):
+        bound[name] = args[i] if i < len(args) else kwargs.get(name, default)
     return bound
 
 
@@ -170,7 +165,7 @@ def _fits_dtype(name: str, dtype_of: Callable[[_Args], torch.dtype | None]) -> _
 
     def rule(a: _Args) -> tuple[str, str] | None:
         v = a.get(name)
-        if type(v) not in (int, float):
+        if type(v) not in (int, float) or -_FITS_ALL <= v <= _FITS_ALL:
             return None
         dtype = dtype_of(a)
         if dtype is None:
@@ -185,6 +180,10 @@ def _fits_dtype(name: str, dtype_of: Callable[[_Args], torch.dtype | None]) -> _
         return None
 
     return rule
+
+
+# What every dtype holds (int8's range; -1 wraps into the unsigned ones): alpha=1, fill 0, ...
+_FITS_ALL = 127
 
 
 def _given(a: _Args) -> torch.dtype | None:
@@ -261,5 +260,11 @@ def _table() -> dict[torch._ops.OpOverload, tuple[_Rule, ...]]:
 
 
 _RULES = _table()
+# Ops whose only rule judges a keyword-only argument: a call without it (add and sub, almost
+# always) is not bound at all.
+_KEYWORD_ONLY = {op: "alpha" for op in _ops("add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor")}
+# Each rule op's parameters and defaults, read once (torch builds ``_schema.arguments`` anew on each read).
+_PARAMS = {op: tuple((p.name, p.default_value if p.has_default_value() else None) for p in op._schema.arguments)
+           for op in _RULES}
 # The operators with a rule: a caller tests membership before it gathers a call's values.
 KERNEL_OPS = frozenset(_RULES)
