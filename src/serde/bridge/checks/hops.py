@@ -355,10 +355,15 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
             if level is not None and level < 1:
                 raise InconsistentProgramError(
                     f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}; levels count from 1; {FIX_EDITED}")
-            if level is not None and top_level and level > depth:
-                # The program's own graph runs outside any vmap: only the levels it opened exist.
-                raise InconsistentProgramError(
-                    f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}, but only {depth} "
-                    f"level(s) are open here; {FIX_EDITED}")
+            if level is not None and top_level:
+                _check_level_open(level, depth, f"{where}.nodes[{sn.name!r}].inputs[{at}]")
     if depth:
         raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {FIX_EDITED}")
+
+
+def _check_level_open(level: int, depth: int, where: str) -> None:
+    # The program's own graph runs outside any vmap: only the levels it opened exist, and functorch
+    # meets another with an internal assert.
+    if level > depth:
+        raise InconsistentProgramError(
+            f"{where}: vmap level {level}, but only {depth} level(s) are open here; {FIX_EDITED}")
