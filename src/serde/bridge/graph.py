@@ -24,7 +24,7 @@ from serde.core.walk import argument_names, is_bare_return  # the one walk over 
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
 from .arguments import ArgumentReader, ArgumentWriter, value_kind
-from .checks import check_call, check_op_outputs, check_vmap_nesting
+from .checks import BATCH_DIM_AT, check_batch_dim_result, check_call, check_op_outputs, check_vmap_nesting
 from .metadata import deserialize_node_metadata, serialize_node_metadata
 from .operators import deserialize_target, serialize_target
 from .values import (
@@ -675,6 +675,8 @@ class GraphReader:
             name = self._output_name(outs[0], f"{where}.outputs[0]", k)
             self._define(name, fx_node, where)
             fx_node.meta["val"] = self._meta(name, k, f"{where}.outputs[0]")
+            if sn.target in BATCH_DIM_AT:
+                check_batch_dim_result(sn.target, fx_node, at)
         elif list_return:
             self._define(sn.name, fx_node, where)
             fx_node.meta["val"] = self._unpack(fx_node, outs[0], meta, refs, f"{where}.outputs[0]")

@@ -238,13 +238,49 @@ def _revert_out_variant_call() -> None:
     kinds._check_functional = lambda *args: None
 
 
+def _revert_kernel_rules(*names: str) -> None:
+    # One group of serde.bridge.checks.kernels' rules: the operators named (aten.full, ...).
+    from serde.bridge.checks import kernels
+
+    for op in [op for op in kernels._RULES if op.name().split("::")[1].split(".")[0] in names]:
+        del kernels._RULES[op]
+
+
+def _revert_kernel_masks() -> None:
+    _revert_kernel_rules("masked_select")
+
+
+def _revert_kernel_asserts() -> None:
+    _revert_kernel_rules("_assert_tensor_metadata")
+
+
+def _revert_kernel_scalars() -> None:
+    _revert_kernel_rules("full", "scalar_tensor", "full_like", "new_full", "fill", "fill_", "masked_fill",
+                         "masked_fill_", "index_fill", "index_fill_", "add", "add_", "sub", "sub_", "clamp",
+                         "clamp_", "where")
+
+
+def _revert_vmap_levels() -> None:
+    from serde.bridge.checks import hops
+
+    hops._check_level_open = lambda *args: None
+
+
+def _revert_batch_dims() -> None:
+    from serde.bridge import graph
+
+    graph.check_batch_dim_result = lambda *args: None
+
+
 REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder, "int64": _revert_int64,
            "arity": _revert_arity, "sort": _revert_sort, "hop_operands": _revert_hop_operands,
            "padding": _revert_padding, "plan_bounds": _revert_plan_bounds, "emit_checks": _revert_emit_checks,
            "subgraph_self": _revert_subgraph_self, "native_layouts": _revert_native_layouts,
            "generator": _revert_generator, "fake_verdict": _revert_fake_verdict,
            "unbound_symbols": _revert_unbound_symbols, "size_overflow": _revert_size_overflow,
-           "out_variant_call": _revert_out_variant_call}
+           "out_variant_call": _revert_out_variant_call, "kernel_masks": _revert_kernel_masks,
+           "kernel_asserts": _revert_kernel_asserts, "kernel_scalars": _revert_kernel_scalars,
+           "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims}
 
 
 def main() -> None:

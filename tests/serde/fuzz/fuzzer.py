@@ -13,7 +13,8 @@ strategy, chosen by a deterministic ``random.Random(f"{seed}:{case}")``:
   nesting; wrong types; names swapped; targets swapped; expressions of the wrong arity (an ``ite``
   with two operands) and of the wrong sort (a boolean at a size); operands of operators and
   higher-order ops swapped for tensors of another meta; dtypes, layouts and memory formats at and
-  past their range, Unknown (0) included). The archive is then re-written with
+  past their range, Unknown (0) included; arguments of the calls whose kernels check what their
+  fake kernels do not, and of torch's vmap wrappers, set to other values of their kind). The archive is then re-written with
   ``serde.archive.write_archive`` (the manifest by the attack kit's raw zip writer), so checksums
   and sizes match and the checks behind them are reached.
 * ``debug``: debug.json's provenance, stack traces and module types swapped for hostile values, or
@@ -208,6 +209,7 @@ KINDS = frozenset({
     # targeted edits (_targeted) and the .pt2n header's enum constants
     "shorten", "swap", "kind_or_keyword", "drop_or_dup", "io_count", "edit", "member_swap", "hostile_int",
     "canary", "quote_breaker", "fx_name", "int_bound", "wrong_arity", "wrong_sort", "wrong_meta", "enum_bound",
+    "kernel_arg",
     # the .pt2n header's structure (_header_structure): a symbol unbound, a size constant near int64,
     # a call's op swapped for another of the program's operators
     "unbind_symbol", "size_overflow", "op_swap",
@@ -388,7 +390,9 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
     return v
 
 
-TARGETED_OPS = 19
+TARGETED_OPS = 20
+# an argument a kernel checks and its fake kernel does not (_kernel_arg)
+KERNEL_ARG_OP = 19
 # an enum at or past its range, in program.json (_targeted) or a .pt2n header (_mutate_native_header)
 HEADER_ENUM_OP = ENUM_OP = 18
 # the structural edits of a .pt2n header (_header_structure), each its own op outside _targeted's range
@@ -576,6 +580,8 @@ def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) 
             c, k = rng.choice(refs)
             c[k] = {"name": rng.choice(names)}
             return "operand:wrong_meta"
+    elif op == KERNEL_ARG_OP:
+        return _kernel_arg(doc, nodes, rng)
     elif op == ENUM_OP:  # a dtype, layout or memory format at or past its range, Unknown (0) included
         slots = [(c, k) for c, k in _slots(doc) if k in _ENUM_FIELDS and type(c[k]) is int]
         if slots:
@@ -584,6 +590,55 @@ def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) 
             return f"{k}:enum_bound"
 
     return None
+
+
+# Calls whose kernels check arguments their fake kernels do not (serde.bridge.checks.kernels), and
+# torch's vmap wrappers (a batch dim and a vmap level).
+_BATCH_DIM_TARGETS = frozenset({"torch._functorch.predispatch._add_batch_dim",
+                                "torch._functorch.predispatch._remove_batch_dim"})
+_KERNEL_CONSTANTS = frozenset({"as_int", "as_float", "as_scalar_type"})
+_KERNEL_INTS = (2**63 - 1, -(2**63), 2**40, 2**32, 2**31, -(2**31) - 1, 65536, 256, -129)
+_DTYPES = tuple(int(t) for t in schema.ScalarType if t != schema.ScalarType.UNKNOWN)
+
+
+def _kernel_targets() -> frozenset[str]:
+    from serde.bridge.checks.kernels import KERNEL_OPS
+
+    return frozenset(f"torch.ops.{op}" for op in KERNEL_OPS) | _BATCH_DIM_TARGETS
+
+
+def _kernel_arg(doc: Any, nodes: list[dict], rng: random.Random) -> str | None:
+    """One argument of such a call edited to a value of its kind that the kernel may refuse: a
+    tensor operand swapped for another tensor of the program, an int past a narrower dtype's range,
+    a float outside an interval, a valid dtype for another."""
+    targets = _kernel_targets()
+    calls = [n for n in nodes if n.get("target") in targets and n["inputs"]]
+    if not calls:
+        return None
+    # a target first, then one of its calls: add, on every path, would leave the rare ones unpicked
+    target = rng.choice(sorted({n["target"] for n in calls}))
+    inputs = rng.choice([n for n in calls if n["target"] == target])["inputs"]
+    constants = [na for na in inputs if isinstance(na.get("arg"), dict) and not _KERNEL_CONSTANTS.isdisjoint(na["arg"])]
+    # mostly a number or dtype: tensor operands are what operand:wrong_meta already swaps
+    arg = rng.choice(constants if constants and rng.random() < 0.7 else inputs).get("arg")
+    if not isinstance(arg, dict) or len(arg) != 1:
+        return None
+    (member, v), = arg.items()
+    if member == "as_tensor":
+        graphs = [c[k] for c, k in _slots(doc) if isinstance(c[k], dict) and "tensor_values" in c[k]]
+        names = sorted({name for g in graphs for name in g["tensor_values"]})
+        if not names:
+            return None
+        arg[member] = {"name": rng.choice(names)}
+    elif member == "as_int":  # within int64 (past it, the decoder refuses): past each narrower dtype
+        arg[member] = rng.choice(_KERNEL_INTS + (v + 1, -v, -1))
+    elif member == "as_float":
+        arg[member] = rng.choice((-1.0, 0.0, 2.0, -v, v + 10.0, 1e300))
+    elif member == "as_scalar_type":
+        arg[member] = rng.choice(_DTYPES)
+    else:
+        return None
+    return f"{member}:kernel_arg"
 
 
 _STATE_FIELDS = frozenset({"parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name"})

@@ -22,6 +22,7 @@ from tests.serde.fuzz.fuzzer import (
     HEADER_OP_SWAP_OP,
     HEADER_OVERFLOW_OP,
     HEADER_UNBIND_OP,
+    KERNEL_ARG_OP,
     KINDS,
     PAYLOAD_PREFIX,
     RARE_KINDS,
@@ -157,6 +158,22 @@ FOCUS = {
     # a call's op swapped for its out= variant: run functionally, it binds no out= argument
     "out_variant_call": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
                          ("input_mutation_aten",), 40, "run_refused|run_torch", r"missing value for argument 'out'"),
+    # Found by the 50,000-case campaigns: calls torch's fake kernels accept and its CPU kernels refuse
+    # (serde.bridge.checks.kernels): a masked_select mask of another dtype
+    "kernel_masks": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)), ("unbacked",),
+                     40, "run_torch", r"expected BoolTensor for mask"),
+    # an _assert_tensor_metadata whose dtype is not its operand's
+    "kernel_asserts": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)),
+                       ("all_dtypes",), 40, "run_torch", r"Tensor dtype mismatch"),
+    # a Scalar past the dtype it is converted to (flex_attention's full)
+    "kernel_scalars": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)),
+                       ("flex_attention_aten",), 60, "run_torch", r"without overflow"),
+    # associative_scan's vmap: a level above the open ones (functorch's internal assert), and a batch
+    # dim moved under a stored result
+    "vmap_levels": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)),
+                    ("associative_scan",), 40, "run_torch|run_inconsistent", r"INTERNAL ASSERT"),
+    "batch_dims": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)),
+                   ("associative_scan",), 40, "run_torch|run_inconsistent", r"must match the size"),
 }
 assert set(FOCUS) == set(REVERTS)
 

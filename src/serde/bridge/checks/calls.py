@@ -11,7 +11,9 @@
 * torch's vmap wrappers get tensors, ints, a known randomness and levels from 1 (functorch meets
   others with an internal assert).
 
-Higher-order ops are checked by :mod:`serde.bridge.checks.hops`, which :func:`check_call` dispatches to.
+Higher-order ops are checked by :mod:`serde.bridge.checks.hops`, and what a few kernels check of
+their arguments that their fake kernels do not by :mod:`serde.bridge.checks.kernels`, both of which
+:func:`check_call` dispatches to.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..custom_objects import GENERATOR_CLASS
 from ..errors import FIX_EDITED, InconsistentProgramError
 from ..operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 from .hops import BATCH_DIM_AT, HOPS
+from .kernels import KERNEL_OPS, check_kernel
 
 __all__ = ["check_call", "check_op_outputs", "number_kind", "symbolic_result_kinds"]
 
@@ -54,6 +57,8 @@ def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict
     """
     if isinstance(target, torch._ops.OpOverload):
         _check_op(target, node, args, kwargs, where)
+        if target in KERNEL_OPS:  # a few operators: the rest pay one set lookup
+            check_kernel(target, _values(args), _values(kwargs), where)
     elif isinstance(target, torch._ops.HigherOrderOperator):
         name = target.name()
         if name in ("auto_functionalized", "auto_functionalized_v2"):

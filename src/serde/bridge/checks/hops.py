@@ -19,7 +19,7 @@ from serde.core import schema
 
 from ..errors import FIX_EDITED, InconsistentProgramError
 
-__all__ = ["HOPS", "BATCH_DIM_AT", "check_vmap_nesting"]
+__all__ = ["HOPS", "BATCH_DIM_AT", "check_batch_dim_result", "check_vmap_nesting"]
 
 
 def _subgraph(a: Any, what: str, where: str, subs: dict[str, Any]) -> torch.fx.Graph:
@@ -299,6 +299,35 @@ HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None
 
 BATCH_DIM_AT = {"torch._functorch.predispatch._add_batch_dim": (1, 0),
                 "torch._functorch.predispatch._remove_batch_dim": (3, 1)}
+
+
+def check_batch_dim_result(target: str, fx_node: torch.fx.Node, where: str) -> None:
+    """A batch-dim call's stored result is its operand with the batch dim taken out (``_add_batch_dim``)
+    or put back (``_remove_batch_dim``): the graph after it was traced on that shape, and another
+    (a batch dim moved by an edit) fails inside functorch or a kernel when the program runs."""
+    args = fx_node.args
+    src, out = _tensor_val(args[0]) if args else None, _tensor_val(fx_node)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return
+    shape = list(src.shape)
+    if target.endswith("_add_batch_dim"):
+        dim = args[1]
+        if type(dim) is not int or not -len(shape) <= dim < len(shape):
+            return
+        del shape[dim]
+    else:
+        size, dim = args[2], args[3]
+        if type(dim) is not int or not -len(shape) - 1 <= dim <= len(shape):
+            return
+        shape.insert(dim if dim >= 0 else len(shape) + 1 + dim, size)
+    got = list(out.shape)
+    if out.dtype != src.dtype or len(got) != len(shape) or any(
+            type(x) is int and type(y) is int and x != y for x, y in zip(shape, got, strict=True)):
+        raise InconsistentProgramError(
+            f"{where}.outputs: {target.rsplit('.', 1)[1]} of a {src.dtype} {list(src.shape)} tensor at dim "
+            f"{dim} gives {src.dtype} {shape}, the node stores {out.dtype} {got}; {FIX_EDITED}")
+
+
 _VMAP_IN = "torch._functorch.predispatch._vmap_increment_nesting"
 _VMAP_OUT = "torch._functorch.predispatch._vmap_decrement_nesting"
 # Which input of a batch-dim call is its vmap level.
@@ -326,5 +355,15 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
             if level is not None and level < 1:
                 raise InconsistentProgramError(
                     f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}; levels count from 1; {FIX_EDITED}")
+            if level is not None and top_level:
+                _check_level_open(level, depth, f"{where}.nodes[{sn.name!r}].inputs[{at}]")
     if depth:
         raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {FIX_EDITED}")
+
+
+def _check_level_open(level: int, depth: int, where: str) -> None:
+    # The program's own graph runs outside any vmap: only the levels it opened exist, and functorch
+    # meets another with an internal assert.
+    if level > depth:
+        raise InconsistentProgramError(
+            f"{where}: vmap level {level}, but only {depth} level(s) are open here; {FIX_EDITED}")

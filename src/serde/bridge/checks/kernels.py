@@ -1,0 +1,270 @@
+"""What an operator's CPU kernel checks of its arguments that its fake and meta kernels do not.
+
+A load checks that every call binds to its operator (:mod:`~serde.bridge.checks.calls`) and, with
+``propagate=True``, runs each operator again on fake tensors. Some kernels check more than their
+fake or meta kernel does, so an edited call passes both and fails only when the program runs:
+
+* ``masked_select`` takes a boolean mask broadcastable with its input (its fake kernel only names
+  the data-dependent size of the result);
+* ``_assert_tensor_metadata`` asserts its operand's dtype, sizes, strides, device and layout (its
+  fake kernel raises AssertionError, which propagation takes for torch's own invariant, not a
+  verdict);
+* a random op's range: ``random_``'s and ``randint``'s ``from < to``, ``uniform_``'s ``from <= to``,
+  a non-negative ``std``, probabilities in their interval, a positive ``lambd``;
+* a Scalar converted to a tensor's dtype (``full``'s ``fill_value``, ``add``'s ``alpha``,
+  ``clamp``'s bounds, ...) must fit it: ``full((2,), -2**63, dtype=torch.int32)`` raises "value
+  cannot be converted to type int without overflow".
+
+:func:`check_kernel` takes the values as they reach the kernel (fake or meta tensors, Python numbers,
+dtypes, devices), so that both the graph reader and the native loader's propagation can call it. A
+value only known symbolically (a SymInt) is left alone: the rules judge constants and metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from ..errors import FIX_EDITED, InconsistentProgramError
+
+__all__ = ["check_kernel", "KERNEL_OPS"]
+
+_Args = dict[str, Any]
+_Rule = Callable[[_Args], "tuple[str, str] | None"]  # (argument, what is wrong), or None
+
+
+def check_kernel(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any], where: str) -> None:
+    """Refuse a call that ``op``'s kernel would refuse at run time, where its fake kernel does not.
+
+    Args:
+        op: the operator called.
+        args, kwargs: its arguments as they reach the kernel (fake or meta tensors, Python numbers, ...),
+            already bound to ``op``'s schema.
+        where: the node's field path, for the message (``graph.nodes['masked_select']``).
+
+    Raises:
+        InconsistentProgramError: naming the node, the operator, the argument and the fix.
+    """
+    rules = _RULES.get(op)
+    if rules is None or (op in _KEYWORD_ONLY and _KEYWORD_ONLY[op] not in kwargs):
+        return
+    bound = _bind(op, args, kwargs)
+    for rule in rules:
+        bad = rule(bound)
+        if bad is not None:
+            name, why = bad
+            raise InconsistentProgramError(
+                f"{where}: argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
+                f"(its fake kernel does not check it); {FIX_EDITED}")
+
+
+def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> _Args:
+    """Every argument of ``op`` by name: the given ones, defaults for the rest."""
+    bound: _Args = {}
+    for i, (name, default) in enumerate(_PARAMS[op]):
+        bound[name] = args[i] if i < len(args) else kwargs.get(name, default)
+    return bound
+
+
+def _num(v: Any) -> bool:
+    """A plain number (a symbolic one is judged when the program runs)."""
+    return type(v) in (int, float)
+
+
+def _tensor(v: Any) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+# ---------------------------------------------------------------- masks
+
+
+def _bool_mask(name: str, other: str) -> _Rule:
+    def rule(a: _Args) -> tuple[str, str] | None:
+        mask, t = a.get(name), a.get(other)
+        if not _tensor(mask):
+            return None
+        if mask.dtype != torch.bool:
+            return name, f"the mask is a {mask.dtype} tensor, not torch.bool"
+        if _tensor(t) and not _broadcastable(t.shape, mask.shape):
+            return name, f"the mask's shape {list(mask.shape)} does not broadcast with {other!r}'s {list(t.shape)}"
+        return None
+
+    return rule
+
+
+def _broadcastable(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    for x, y in zip(reversed(a), reversed(b), strict=False):
+        if type(x) is int and type(y) is int and x != y and x != 1 and y != 1:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- _assert_tensor_metadata
+
+
+def _assert_metadata(a: _Args) -> tuple[str, str] | None:
+    t = a.get("a")
+    if not _tensor(t):
+        return None
+    dtype = a.get("dtype")
+    if isinstance(dtype, torch.dtype) and dtype != t.dtype:
+        return "dtype", f"asserts {dtype}, the operand is {t.dtype}"
+    for name, have in (("size", t.shape), ("stride", t.stride())):
+        want = a.get(name)
+        if isinstance(want, (list, tuple)) and all(type(n) is int for n in want) \
+                and all(type(n) is int for n in have) and list(want) != list(have):
+            return name, f"asserts {list(want)}, the operand's is {list(have)}"
+    layout = a.get("layout")
+    if isinstance(layout, torch.layout) and layout != t.layout:
+        return "layout", f"asserts {layout}, the operand is {t.layout}"
+    device = a.get("device")
+    if isinstance(device, torch.device) and (device.type != t.device.type or (
+            device.index is not None and t.device.index is not None and device.index != t.device.index)):
+        return "device", f"asserts {device}, the operand is on {t.device}"
+    return None
+
+
+# ---------------------------------------------------------------- random ops' ranges
+
+
+def _less(lo: str, hi: str, strict: bool, lo_default: Any = None) -> _Rule:
+    def rule(a: _Args) -> tuple[str, str] | None:
+        x = a.get(lo, lo_default) if lo else lo_default
+        y = a.get(hi)
+        if _num(x) and _num(y) and (x >= y if strict else x > y):
+            return hi, f"{lo or 'the lower bound'}={x} is not {'below' if strict else 'at most'} {hi}={y}"
+        return None
+
+    return rule
+
+
+def _within(name: str, lo: float, hi: float, open_lo: bool = False, open_hi: bool = False) -> _Rule:
+    def rule(a: _Args) -> tuple[str, str] | None:
+        v = a.get(name)
+        if not _num(v):
+            return None
+        below = v <= lo if open_lo else v < lo
+        above = v >= hi if open_hi else v > hi
+        if below or above or v != v:
+            interval = f"{'(' if open_lo else '['}{lo}, {hi}{')' if open_hi else ']'}"
+            return name, f"{v} is outside {interval}"
+        return None
+
+    return rule
+
+
+# ---------------------------------------------------------------- Scalars converted to a dtype
+
+
+def _fits_dtype(name: str, dtype_of: Callable[[_Args], torch.dtype | None]) -> _Rule:
+    """``name`` is a Scalar the kernel converts to the dtype ``dtype_of`` gives (None: unknown)."""
+
+    def rule(a: _Args) -> tuple[str, str] | None:
+        v = a.get(name)
+        if type(v) not in (int, float) or -_FITS_ALL <= v <= _FITS_ALL:
+            return None
+        dtype = dtype_of(a)
+        if dtype is None:
+            return None
+        try:
+            # The conversion the kernel makes (c10::checked_convert), on one CPU element.
+            with unset_fake_temporarily():
+                torch.scalar_tensor(v, dtype=dtype)
+        except RuntimeError as e:
+            if "without overflow" in str(e):
+                return name, f"{v!r} does not fit the {dtype} it is converted to"
+        return None
+
+    return rule
+
+
+# What every dtype holds (int8's range; -1 wraps into the unsigned ones): alpha=1, fill 0, ...
+_FITS_ALL = 127
+
+
+def _given(a: _Args) -> torch.dtype | None:
+    d = a.get("dtype")
+    return d if isinstance(d, torch.dtype) else None
+
+
+def _own(a: _Args) -> torch.dtype | None:
+    t = a.get("self")
+    return t.dtype if _tensor(t) else None
+
+
+def _given_or_own(a: _Args) -> torch.dtype | None:
+    return _given(a) or _own(a)
+
+
+def _promoted(*names: str) -> Callable[[_Args], torch.dtype | None]:
+    """The result dtype of an elementwise op over ``names`` (tensors and numbers)."""
+
+    def dtype_of(a: _Args) -> torch.dtype | None:
+        vals = [a.get(n) for n in names]
+        vals = [v for v in vals if _tensor(v) or _num(v) or type(v) is bool]
+        if not any(_tensor(v) for v in vals):
+            return None
+        t = next(v for v in vals if _tensor(v))
+        try:
+            return torch.result_type(t, vals[1]) if len(vals) > 1 and vals[1] is not t else t.dtype
+        except (RuntimeError, TypeError):
+            return None
+
+    return dtype_of
+
+
+def _ops(*names: str) -> list[torch._ops.OpOverload]:
+    """The overloads (``"random_.from"``) this torch has, of aten."""
+    out = []
+    for n in names:
+        packet, _, overload = n.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+        if isinstance(op, torch._ops.OpOverload):
+            out.append(op)
+    return out
+
+
+def _table() -> dict[torch._ops.OpOverload, tuple[_Rule, ...]]:
+    table: dict[torch._ops.OpOverload, list[_Rule]] = {}
+
+    def add(names: Sequence[str], *rules: _Rule) -> None:
+        for op in _ops(*names):
+            table.setdefault(op, []).extend(rules)
+
+    add(["masked_select"], _bool_mask("mask", "self"))
+    add(["_assert_tensor_metadata"], _assert_metadata)
+    # random_(from, to) draws from [from, to); random_(to) from [0, to); randint the same.
+    add(["random_.from", "random.from"], _less("from", "to", strict=True))
+    add(["random_.to", "random.to"], _less("", "to", strict=True, lo_default=0))
+    add(["randint.low", "randint.low_generator"], _less("low", "high", strict=True))
+    add(["randint.default", "randint.generator"], _less("", "high", strict=True, lo_default=0))
+    add(["uniform_", "uniform"], _less("from", "to", strict=False))
+    add(["normal_", "normal.Tensor_float", "normal.float_float", "normal.functional"], _within("std", 0, math.inf))
+    add(["bernoulli_.float", "bernoulli.p"], _within("p", 0, 1))
+    add(["exponential_", "exponential"], _within("lambd", 0, math.inf, open_lo=True))
+    add(["geometric_", "geometric"], _within("p", 0, 1, open_lo=True, open_hi=True))
+    # Scalars converted (checked) to the dtype of the tensor they fill or combine with.
+    add(["full", "scalar_tensor"], _fits_dtype("fill_value", _given), _fits_dtype("s", _given))
+    add(["full_like", "new_full"], _fits_dtype("fill_value", _given_or_own))
+    add(["fill.Scalar", "fill_.Scalar", "masked_fill.Scalar", "masked_fill_.Scalar", "index_fill.int_Scalar",
+         "index_fill_.int_Scalar"], _fits_dtype("value", _own))
+    add(["add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor"], _fits_dtype("alpha", _promoted("self", "other")))
+    add(["clamp", "clamp_"], _fits_dtype("min", _promoted("self", "min")), _fits_dtype("max", _promoted("self", "max")))
+    add(["where.ScalarOther"], _fits_dtype("other", _promoted("self", "other")))
+    add(["where.ScalarSelf"], _fits_dtype("self", _promoted("other", "self")))
+    return {op: tuple(rules) for op, rules in table.items()}
+
+
+_RULES = _table()
+# Ops whose only rule judges a keyword-only argument: a call without it (add and sub, almost
+# always) is not bound at all.
+_KEYWORD_ONLY = {op: "alpha" for op in _ops("add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor")}
+# Each rule op's parameters and defaults, read once (torch builds ``_schema.arguments`` anew on each read).
+_PARAMS = {op: tuple((p.name, p.default_value if p.has_default_value() else None) for p in op._schema.arguments)
+           for op in _RULES}
+# The operators with a rule: a caller tests membership before it gathers a call's values.
+KERNEL_OPS = frozenset(_RULES)

@@ -1,0 +1,149 @@
+"""What a kernel checks of its arguments that its fake kernel does not is refused at load.
+
+Each case edits a real saved program the way the fuzzer's mutations did (an operand swapped for
+another tensor of the program, an enum or an integer at a bound), shows that with the rule switched
+off the program loads (mostly even with ``propagate=True``) and torch refuses it when it runs, and
+that the load refuses it, naming the node and the argument.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import serde
+from serde.bridge import graph as graph_reader
+from serde.bridge.checks import check_kernel, kernels
+from serde.bridge.errors import InconsistentProgramError
+from tests.serde.attacks._attack_kit import rewrite_artifact, rewrite_program
+
+
+class Kernels(torch.nn.Module):
+    def forward(self, x, n, z, b):
+        sel = x.masked_select(x > 0)
+        wide = x.to(torch.float64)  # export asserts x's metadata first
+        k = torch.add(n, n, alpha=3) + torch.full((2,), 7, dtype=torch.int32)
+        r = (torch.empty_like(z).random_(10) * 0 + torch.empty_like(z).uniform_(-1, 1) * 0
+             + torch.randint(3, 10, (3,)) * 0 + torch.empty_like(z).normal_(0, 2) * 0)
+        return sel, wide, k, r + z, b.logical_not()
+
+
+def _inputs() -> tuple:
+    torch.manual_seed(0)
+    return torch.randn(2, 4), torch.ones(2, dtype=torch.int32), torch.randn(3), torch.tensor([True, False, True])
+
+
+@pytest.fixture(scope="module")
+def saved() -> bytes:
+    buf = io.BytesIO()
+    serde.save(torch.export.export(Kernels(), _inputs()), buf)
+    return buf.getvalue()
+
+
+def _call(program: dict, target: str) -> dict:
+    return next(n for n in program["graph_module"]["graph"]["nodes"] if n["target"] == f"torch.ops.aten.{target}")
+
+
+def _arg(program: dict, target: str, name: str) -> dict:
+    return next(na for na in _call(program, target)["inputs"] if na["name"] == name)["arg"]
+
+
+# (edit, the node and argument the load names, what torch says when the edited program runs)
+EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
+    "mask_dtype": (lambda p: _arg(p, "masked_select.default", "mask")["as_tensor"].update(name="x"),
+                   r"nodes\['masked_select'\]: argument 'mask' .*torch.float32", "expected BoolTensor for mask"),
+    "mask_shape": (lambda p: _arg(p, "masked_select.default", "mask")["as_tensor"].update(name="b"),
+                   r"nodes\['masked_select'\]: argument 'mask' .*does not broadcast", "must match the size"),
+    "asserted_dtype": (lambda p: _arg(p, "_assert_tensor_metadata.default", "dtype").update(as_scalar_type=8),
+                       r"argument 'dtype' of aten._assert_tensor_metadata.default: asserts torch.float64",
+                       "Tensor dtype mismatch"),
+    "fill_overflow": (lambda p: _arg(p, "full.default", "fill_value").update(as_int=-(2**63)),
+                      r"argument 'fill_value' of aten.full.default: -9223372036854775808 does not fit the "
+                      r"torch.int32", "without overflow"),
+    "alpha_overflow": (lambda p: _arg(p, "add.Tensor", "alpha").update(as_int=2**40),
+                       r"argument 'alpha' of aten.add.Tensor: 1099511627776 does not fit", "without overflow"),
+    "random_to": (lambda p: _arg(p, "random_.to", "to").update(as_int=0),
+                  r"argument 'to' of aten.random_.to", "expects 'from' to be less than 'to'"),
+    "uniform_from": (lambda p: _arg(p, "uniform_.default", "from").update(as_float=2.0),
+                     r"argument 'to' of aten.uniform_.default: from=2.0 is not at most to=1.0", "uniform_ expects"),
+    "randint_low": (lambda p: _arg(p, "randint.low", "low").update(as_int=10),
+                    r"argument 'high' of aten.randint.low: low=10 is not below high=10", "expects 'from'"),
+    "normal_std": (lambda p: _arg(p, "normal_.default", "std").update(as_float=-1.0),
+                   r"argument 'std' of aten.normal_.default: -1.0 is outside", "std >= 0.0"),
+}
+
+FAKE_CHECKS = frozenset({"normal_std", "randint_low"})
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_torch_fails_at_run_time_and_the_load_refuses(edit, saved, monkeypatch):
+    change, refusal, run_error = EDITS[edit]
+    data = rewrite_artifact(saved, change)
+    with pytest.raises(InconsistentProgramError, match=refusal):
+        serde.load(io.BytesIO(data))
+    # Without the rule the program loads, and fails inside torch when it runs. Propagation lets
+    # it through too, but where torch's fake kernel makes the same check (its Python reference
+    # for normal and randint does): the rule makes the default load refuse it.
+    monkeypatch.setattr(kernels, "_RULES", {})
+    if edit in FAKE_CHECKS:
+        with pytest.raises(InconsistentProgramError, match="refuses the operands the program stores"):
+            serde.load(io.BytesIO(data), propagate=True)
+    loaded = serde.load(io.BytesIO(data), propagate=edit not in FAKE_CHECKS)
+    with pytest.raises(RuntimeError, match=run_error):
+        loaded.module()(*_inputs())
+
+
+def test_the_unedited_program_loads_and_runs(saved):
+    loaded = serde.load(io.BytesIO(saved), propagate=True)
+    loaded.module()(*_inputs())
+
+
+def test_check_kernel_takes_meta_tensors_and_numbers():
+    # As the native loader's propagation calls it: values as they reach the kernel.
+    x = torch.empty(2, 4, device="meta")
+    check_kernel(torch.ops.aten.masked_select.default, (x, torch.empty(4, dtype=torch.bool, device="meta")), {}, "w")
+    with pytest.raises(InconsistentProgramError, match=r"^w: argument 'mask' .*torch.uint8"):
+        check_kernel(torch.ops.aten.masked_select.default, (x, torch.empty(4, dtype=torch.uint8, device="meta")), {},
+                     "w")
+    with pytest.raises(InconsistentProgramError, match=r"argument 'fill_value' .*torch.uint8"):
+        check_kernel(torch.ops.aten.full.default, ([2], 256), {"dtype": torch.uint8}, "w")
+    check_kernel(torch.ops.aten.full.default, ([2], 255), {"dtype": torch.uint8}, "w")
+    check_kernel(torch.ops.aten.relu.default, (x,), {}, "w")  # no rule
+
+
+def _batch_dims(p: dict) -> list[dict]:
+    return [n for n in p["graph_module"]["graph"]["nodes"]
+            if n["target"] == "torch._functorch.predispatch._add_batch_dim"]
+
+
+def _level(p: dict) -> None:
+    _batch_dims(p)[0]["inputs"][2]["arg"]["as_int"] = 2**31
+
+
+def _in_dim(p: dict) -> None:
+    _batch_dims(p)[-1]["inputs"][1]["arg"]["as_int"] = -1
+
+
+@pytest.mark.parametrize(("change", "refusal", "run_error", "switch_off"), [
+    (_level, r"inputs\[2\]: vmap level 2147483648, but only 1 level\(s\) are open", "INTERNAL ASSERT",
+     "check_vmap_nesting"),
+    (_in_dim, r"outputs: _add_batch_dim of a torch.float32 \[2, 3\] tensor at dim -1", "must match the size",
+     "check_batch_dim_result"),
+], ids=["vmap_level", "batch_dim"])
+def test_associative_scan_batch_dims(change, refusal, run_error, switch_off, monkeypatch):
+    data = rewrite_program("associative_scan", change)
+    with pytest.raises(InconsistentProgramError, match=refusal):
+        serde.load(io.BytesIO(data))
+    monkeypatch.setattr(graph_reader, switch_off, lambda *a, **k: None)
+    loaded = serde.load(io.BytesIO(data), propagate=True)
+    args, kwargs = loaded.example_inputs
+    try:
+        with pytest.raises(RuntimeError, match=run_error):
+            loaded.module()(*args, **kwargs)
+    finally:
+        # a failure inside a vmap level skips the graph's own decrement
+        while torch._C._functorch.maybe_current_level() is not None:
+            torch._C._functorch._vmap_decrement_nesting()
