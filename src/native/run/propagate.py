@@ -21,16 +21,18 @@ them). At each point a call is refused when
   make);
 * a result's kind, dtype or rank differs from its declared output, or a size differs where the
   declared size is known at that point (sizes over data-dependent symbols are not compared);
-* a declared size of an operand or result is negative, or a size expression divides by zero, at
-  that point: no input the program accepts could run it.
+* a ``symbolic::`` op (size arithmetic) computes another number than the expression its output
+  declares;
+* a declared size of an operand is negative, or a size expression divides by zero, at that point:
+  no input the program accepts could run it.
 
 No verdict (the call is skipped at that point) when an operand cannot be built: a size over a
 data-dependent symbol, a boolean or float scalar computed at run time. A run-time integer with no
-expression (a loop counter, a data-dependent value) is passed as 0 and then only the kinds,
-dtypes and ranks of the results are compared, and the kernel's refusal is no verdict. Failures
-that say a kernel cannot run on meta tensors (data-dependent outputs, no meta kernel, reading
-data) are no verdict either. Symbols with no point that satisfies the guards are treated as
-data-dependent.
+expression (a loop counter, a data-dependent value) is passed as 0: the results are still
+compared (a size that does not depend on data cannot depend on it), but the kernel's refusal is
+no verdict (an index of 0 may be out of range where the real one is not). Failures that say a
+kernel cannot run on meta tensors (data-dependent outputs, no meta kernel, reading data) are no
+verdict either. When no point satisfies the guards, every symbol counts as data-dependent.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from native.errors import PropagationError
 from native.format import program as P
 from native.format.exprs import UnboundSymbolError, evaluate
 from native.format.kernels import resolve_overload
-from native.format.prim import NAMESPACE
+from native.format.prim import NAMESPACE, PRIM_OPS
 from serde.bridge.checks.kernels import check_kernel
 from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
 from serde.bridge.propagation import contract_failure
@@ -53,6 +55,9 @@ __all__ = ["check_propagation", "points"]
 
 _FIX = "the file was edited after it was written, or written by another tool: re-emit it from its .pt2s artifact"
 _META = torch.device("meta")
+# Each symbol's values up to this far above its lower bound (the others at theirs) are tried for
+# divisions by zero in size expressions, which the runtimes refuse only when given such inputs.
+_SWEEP = 16
 # Steps above the lower bounds tried for the second point, each symbol k getting step + k (distinct
 # values, so that an expression that reads the wrong symbol differs there).
 _STEPS = (3, 5, 8, 13, 1, 2)
@@ -84,19 +89,25 @@ def check_propagation(native: P.NativeProgram | P.Program, *, what: str = "nativ
     ops = [_resolve(op) for op in p.operators]
     compared = 0
     cache: dict[tuple, tuple[str, Any]] = {}
+    read = _read(p)
     with torch.no_grad():
-        for syms in points(p):
-            run = _Point(p, syms, what, cache)
+        for syms in points(p, what):
+            run = _Point(p, syms, what, cache, read)
             for pc, ins in enumerate(p.instructions):
                 if isinstance(ins, P.KernelCall) and ops[ins.op] is not None:
                     compared += run.call(pc, ins, ops[ins.op])
     return compared
 
 
-def points(p: P.Program) -> list[list[int | None]]:
+def points(p: P.Program, what: str = "native program") -> list[list[int | None]]:
     """One or two assignments of the symbols (None for data-dependent ones, and for every symbol
-    when no assignment is found): within the symbols' ranges, satisfying every guard, the lower
-    bounds first when they do, then a point above them."""
+    when no assignment is found) that inputs can realize, within the symbols' ranges and
+    satisfying every guard: the lower bounds first when they do, then a point above them.
+
+    Raises:
+        PropagationError: at a point inputs can realize (each symbol at most ``_SWEEP`` above its
+            lower bound, the others at theirs), a size expression divides by zero.
+    """
     bound = [k for k, s in enumerate(p.symbols) if s.input >= 0]
     unbound: list[int | None] = [None] * len(p.symbols)
     if not bound:
@@ -105,37 +116,86 @@ def points(p: P.Program) -> list[list[int | None]]:
     candidates = [{k: lows[k] for k in bound}]
     candidates += [{k: lows[k] + step + i for i, k in enumerate(bound)} for step in _STEPS]
     candidates += [{k: lows[k] + step for k in bound} for step in _STEPS]
+    candidates += [{**lows, k: lows[k] + step} for k in bound for step in range(1, _SWEEP + 1)]
     found: list[list[int | None]] = []
     for c in candidates:
         syms = list(unbound)
         for k, v in c.items():
             hi = p.symbols[k].max
             syms[k] = min(v, hi) if hi is not None else v
-        if syms not in found and _admissible(p, syms):
+        if _realizable(p, syms, what) and syms not in found:
+            _divisions(p, syms, what)
             found.append(syms)
-            if len(found) == 2:
-                break
-    return found or [unbound]
+    return found[:2] or [unbound]
 
 
-def _admissible(p: P.Program, syms: list[int | None]) -> bool:
-    """Whether inputs with these symbol values pass the runtimes' input checks: every input's size
-    is a natural number and every guard holds."""
+def _realizable(p: P.Program, syms: list[int | None], what: str) -> bool:
+    """Whether some inputs bind the symbols to ``syms`` and pass the runtimes' input checks, which
+    evaluate the inputs' sizes and then the guards, in order (``Method._bind``)."""
+    dims: dict[tuple[int, int], int] = {}
+    for k, s in enumerate(p.symbols):
+        if s.input >= 0:
+            real = s.scale * syms[k] + s.offset
+            if real < 0 or dims.setdefault((s.input, s.dim), real) != real:
+                return False
     try:
-        for inp in p.inputs:
+        for i, inp in enumerate(p.inputs):
             t = p.values[inp.value]
-            if isinstance(t, P.Tensor):
-                for d in t.sizes:
-                    if isinstance(d, P.Sym) and evaluate(p.exprs[d.expr], syms) < 0:
-                        return False
-        return all(evaluate(p.exprs[g], syms) for g in p.guards)
-    except (ZeroDivisionError, ValueError):  # (UnboundSymbolError too: a guard on a data-dependent size)
+            if inp.constant or not isinstance(t, P.Tensor):
+                continue
+            for d, size in enumerate(t.sizes):
+                where = f"inputs[{i}] ({inp.name!r}) dimension {d}"
+                n = _evaluate(p, size.expr, syms, where, what) if isinstance(size, P.Sym) else size
+                if n < 0 or dims.get((i, d), n) != n:
+                    return False
+        return all(_evaluate(p, g, syms, f"guards[{j}]", what) for j, g in enumerate(p.guards))
+    except (ValueError, OverflowError):  # past int64 (the loaders refuse what they can), or a data-dependent size
         return False
+
+
+def _divisions(p: P.Program, syms: list[int | None], what: str) -> None:
+    """Every size expression over the bound symbols is defined at a point inputs realize."""
+    for k in range(len(p.exprs)):
+        try:
+            _evaluate(p, k, syms, f"exprs[{k}]", what)
+        except (ValueError, OverflowError):
+            continue
+
+
+def _evaluate(p: P.Program, k: int, syms: list[int | None], where: str, what: str) -> int:
+    try:
+        return evaluate(p.exprs[k], syms)
+    except ZeroDivisionError:
+        named = ", ".join(f"{s.name}={v}" for s, v in zip(p.symbols, syms, strict=True) if v is not None)
+        raise PropagationError(
+            f"{what}: {where}: expression {k} divides by zero at {named}, which inputs within the symbols' "
+            f"ranges and guards realize: the runtimes would refuse every such input; {_FIX}") from None
+
+
+def _read(p: P.Program) -> set[int]:
+    """Values the program reads (operands, moved, jumped on, outputs, state) and their list items."""
+    read = set(p.outputs) | {st.value for st in p.state}
+    for ins in p.instructions:
+        if isinstance(ins, P.KernelCall):
+            read.update(ins.args)
+        elif isinstance(ins, P.MoveCall):
+            read.add(ins.src)
+        elif isinstance(ins, P.JumpFalseCall):
+            read.add(ins.cond)
+    todo = list(read)
+    while todo:
+        v = p.values[todo.pop()]
+        if isinstance(v, P.List):
+            new = set(v.items) - read
+            read |= new
+            todo.extend(new)
+    return read
 
 
 def _resolve(op: P.Operator) -> Any:
     if op.name.startswith(NAMESPACE + "::"):
-        return None  # scalar arithmetic on sizes: the expressions say what it computes
+        fn = PRIM_OPS.get(op.name.split("::", 1)[1])
+        return (fn, -1, ()) if fn is not None and op.overload == "default" else None
     overload = resolve_overload(op.name, op.overload)
     if overload is None:
         return None  # the runtimes name the missing operator
@@ -147,8 +207,8 @@ def _resolve(op: P.Operator) -> Any:
 class _Point:
     """The checks at one assignment of the symbols."""
 
-    def __init__(self, p: P.Program, syms: list[int | None], what: str, cache: dict) -> None:
-        self.p, self.syms, self.what, self.cache = p, syms, what, cache
+    def __init__(self, p: P.Program, syms: list[int | None], what: str, cache: dict, read: set[int]) -> None:
+        self.p, self.syms, self.what, self.cache, self.read = p, syms, what, cache, read
         self.exprs: dict[int, int] = {}
         self.approximate = False  # a run-time integer was passed as 0 in the current call
 
@@ -163,6 +223,8 @@ class _Point:
             self.fail(pc, f"a size of an operand divides by zero ({self._zero_text(z.expr)})")
         except _Negative as n:
             self.fail(pc, f"operand value {n.value} has size {n.size} at dimension {n.dim}{self._at()}")
+        if npos < 0:
+            return self.scalar(pc, ins, op, args)
         # Calls of one operator on operands of the same metas compute the same metas (a chain of
         # pointwise ops on one shape runs each kernel once): meta kernels are mostly Python code.
         key = (ins.op, tuple(_key(x) for x in args))
@@ -184,6 +246,34 @@ class _Point:
                 self.fail(pc, f"the kernel returns {_show(got)}, the program declares {len(outs)} results")
             for j, (o, r) in enumerate(zip(outs, got, strict=True)):
                 self.compare(pc, o, r, f" (result {j})")
+        return 1
+
+    def scalar(self, pc: int, ins: P.KernelCall, fn: Any, args: tuple) -> int:
+        """A ``symbolic::`` op on known integers and booleans: its result must be the value of the
+        expression its output declares (a reshape's size computed by another op loads, and the
+        reshape fails when run)."""
+        outs = [o for o in ins.outs if o >= 0]
+        if self.approximate or len(outs) != 1 or any(isinstance(a, (_T, float)) for a in args):
+            return 0
+        meta = self.p.values[outs[0]]
+        if not isinstance(meta, (P.SymInt, P.SymBool)) or meta.expr < 0:
+            return 0
+        plain = [list(a) if isinstance(a, _L) else a for a in args]
+        if any(isinstance(a, list) and any(isinstance(x, (_T, float)) for x in a) for a in plain):
+            return 0
+        name = self.p.operators[ins.op].name
+        if name.endswith(("::pow", "::lshift")) and len(plain) == 2 and isinstance(plain[1], int) and abs(plain[1]) > 64:
+            return 0  # (past int64 either way: the runtimes refuse it when run)
+        try:
+            got = fn(*plain)
+            want = self.eval(meta.expr)
+        except (_Skip, _Zero, ArithmeticError, ValueError, TypeError):
+            return 0
+        if not isinstance(got, (int, bool)):
+            return 0
+        if int(got) != want:
+            self.fail(pc, f"it computes {int(got)} from {', '.join(map(repr, plain))}, the program declares value "
+                          f"{outs[0]} = expression {meta.expr}, which is {want}{self._at()}")
         return 1
 
     def run(self, pc: int, op: Any, npos: int, kw: tuple[str, ...], args: tuple) -> tuple[str, Any]:
@@ -246,7 +336,10 @@ class _Point:
     # ------------------------------------------------------------ results
 
     def compare(self, pc: int, o: int, got: Any, which: str) -> None:
-        if o < 0:
+        if o < 0 or o not in self.read:
+            # A result nothing reads: where meta and real kernels differ, it is in results no one
+            # uses (batch norm's saved statistics in eval mode: [C] on meta, [0] from the CPU
+            # kernel, which export recorded).
             return
         meta = self.p.values[o]
         if isinstance(meta, P.List):
@@ -265,8 +358,7 @@ class _Point:
             if got.dtype != declared or len(got.shape) != len(meta.sizes):
                 self.fail(pc, f"the kernel returns {_show(got)}{which}, the program declares value {o} "
                               f"{_declared(meta, declared)}")
-            if self.approximate:
-                return
+            # (A run-time integer passed as 0 decides no size declared without a data-dependent symbol.)
             for k, d in enumerate(meta.sizes):
                 try:
                     want = self.dim(d)
@@ -281,7 +373,7 @@ class _Point:
         if isinstance(meta, (P.SymInt, P.SymBool)):
             if isinstance(got, (_R, list)) or (isinstance(meta, P.SymInt) and isinstance(got, float)):
                 self.fail(pc, f"the kernel returns {_show(got)}{which}, the program declares value {o} a number")
-            if meta.expr < 0 or self.approximate or not isinstance(got, (int, bool)):
+            if meta.expr < 0 or self.approximate or not isinstance(got, (int, bool)):  # (e.g. an index's)
                 return
             try:
                 want = self.eval(meta.expr)
