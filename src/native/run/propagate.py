@@ -58,6 +58,9 @@ _META = torch.device("meta")
 # Each symbol's values up to this far above its lower bound (the others at theirs) are tried for
 # divisions by zero in size expressions, which the runtimes refuse only when given such inputs.
 _SWEEP = 16
+# A kernel returning a list is not run on an operand with a dimension larger than this: the list's
+# length may be that dimension (unbind), and a hostile size would make the load hang.
+_MAX_LIST_DIM = 1 << 16
 # Steps above the lower bounds tried for the second point, each symbol k getting step + k (distinct
 # values, so that an expression that reads the wrong symbol differs there).
 _STEPS = (3, 5, 8, 13, 1, 2)
@@ -225,6 +228,9 @@ class _Point:
             self.fail(pc, f"operand value {n.value} has size {n.size} at dimension {n.dim}{self._at()}")
         if npos < 0:
             return self.scalar(pc, ins, op, args)
+        if any(str(r.type).startswith("List[") for r in op._schema.returns) and any(
+                n > _MAX_LIST_DIM for x in args if isinstance(x, _T) for n in x.sizes):
+            return 0  # (unbind or split of a dimension that large returns that many tensors, even on meta)
         # Calls of one operator on operands of the same metas compute the same metas (a chain of
         # pointwise ops on one shape runs each kernel once): meta kernels are mostly Python code.
         key = (ins.op, tuple(_key(x) for x in args))
