@@ -224,3 +224,28 @@ def test_every_fixture_program_passes(name: str, engine: str) -> None:
     method = native.load(good.encode(), engine=engine, propagate=True)
     with torch.no_grad():
         method.run(*args, **kwargs)
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_a_split_into_another_number_of_tensors_than_declared_is_refused(engine: str) -> None:
+    # qkv.split(32, -1) of a [.., 96] tensor into 3, its split size edited to the table's 1: 96 tensors
+    good, args, kwargs = _emitted("transformer_block")
+    p = good.program
+    pc, ins = _call(p, "aten::split")
+    calls = list(p.instructions)
+    calls[pc] = msgspec.structs.replace(ins, args=[ins.args[0], p.values.index(P.Int(1)), *ins.args[2:]])
+    bad = edited(good, instructions=calls)
+    _refused(bad, engine, rf"instructions\[{pc}\] \(aten::split\.Tensor, node 'split'\): the kernel returns 96 "
+                          rf"values, the program declares value {ins.outs[0]} a list of 3",
+             fails_when_run=(args, kwargs))
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_strides_no_storage_can_have_are_no_verdict(engine: str) -> None:
+    # A stride near int64 (a hostile int) with an offset: no meta tensor has it, so the call is skipped,
+    # never a foreign exception from torch.empty.
+    good, _, _ = _emitted("cond", plan=False)
+    _, ins = _call(good.program, "aten::relu")
+    bad = _with_value(good, ins.args[0], strides=[(1 << 62) + 1, 1], storage_offset=1)
+    native.load(bad, engine=engine)
+    native.load(bad, engine=engine, propagate=True)

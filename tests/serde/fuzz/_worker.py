@@ -198,6 +198,24 @@ def _revert_native_layouts() -> None:
     verify._FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
 
 
+def _revert_native_propagation() -> None:
+    from native.run import propagate
+
+    propagate.check_propagation = lambda *args, **kwargs: 0
+
+
+def _native_propagate(native, data: bytes, engine: str) -> tuple[str, str]:
+    """What a plain .pt2n load lets through, propagate=True may still refuse (its own outcome, as
+    for the .pt2s paths), so that the run's failures count what neither refuses."""
+    from native.errors import PropagationError
+
+    try:
+        native.load(data, engine=engine, propagate=True)
+    except PropagationError as e:
+        return "rejected_propagate", _describe(e)
+    return "ok", ""
+
+
 def _revert_generator() -> None:
     from torch.export.graph_signature import CustomObjArgument
 
@@ -244,7 +262,7 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "subgraph_self": _revert_subgraph_self, "native_layouts": _revert_native_layouts,
            "generator": _revert_generator, "fake_verdict": _revert_fake_verdict,
            "unbound_symbols": _revert_unbound_symbols, "size_overflow": _revert_size_overflow,
-           "out_variant_call": _revert_out_variant_call}
+           "out_variant_call": _revert_out_variant_call, "native_propagation": _revert_native_propagation}
 
 
 def main() -> None:
@@ -306,9 +324,12 @@ def main() -> None:
                     outcome, detail = "rejected_propagate", _describe(e)
             else:
                 with open(req["path"], "rb") as f:
-                    loaded = native.load(f.read(), engine=how)
+                    data = f.read()
+                loaded = native.load(data, engine=how)
                 if req.get("must_refuse"):
                     outcome, detail = "undetected", "a changed .pt2n file loaded (every byte is checksummed or zero)"
+                else:
+                    outcome, detail = _native_propagate(native, data, how)
         except BaseException as e:  # noqa: BLE001 -- the point is to see every exception
             if isinstance(e, KeyboardInterrupt):
                 raise
