@@ -8,7 +8,8 @@ Three subpackages, with imports going one way (``emit`` and ``run`` use ``format
   code, the key convention of inputs and outputs, and listings;
 - :mod:`native.emit`: canonical Structs + weights -> a program (``emitter``, ``lower``, ``tables``,
   the memory planners' report);
-- :mod:`native.run`: the Python runtime (``runtime``, ``profile``), the binding of the
+- :mod:`native.run`: the Python runtime (``runtime``, ``profile``), the kernel checks of
+  ``load(..., propagate=True)`` (``propagate``), the binding of the
   C++ runtime (``cpp_engine``; ``native_cpp/`` is its mirror in C++), input and output files
   (``io``) and the numeric gap against eager (``compare``).
 

@@ -6,7 +6,7 @@ from serde.core.errors import LimitError
 from serde.errors import MalformedArtifactError, SchemaVersionError, SerializeError
 
 __all__ = ["NativeFormatError", "NativeVersionError", "InputMismatchError", "NativeRuntimeError",
-           "MemoryPlanError", "ArenaTooLargeError", "FlowTooLargeError", "ArenaAliasError"]
+           "MemoryPlanError", "ArenaTooLargeError", "FlowTooLargeError", "ArenaAliasError", "PropagationError"]
 
 
 class NativeFormatError(MalformedArtifactError):
@@ -44,3 +44,9 @@ class ArenaAliasError(NativeRuntimeError):
     The memory plan would hand that memory to another tensor while the result is alive, so the
     run stops instead of computing wrong numbers. Run in heap mode (``arena=False``) meanwhile.
     """
+
+
+class PropagationError(NativeFormatError):
+    """A kernel call's operator refuses the operands the program declares, or computes results other
+    than its declared outputs (``native.load(..., propagate=True)``): the file was edited or written
+    by another tool, and the program would fail when run."""

@@ -99,21 +99,59 @@ _UNDECLARED = ("; in arena mode every planned result must be what the program de
 
 
 def load(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes, *, engine: str = "python",
-         **options: Any) -> Method:
+         propagate: bool = False, **options: Any) -> Method:
     """A :class:`Method` for a program object or file.
 
     ``engine="cpp"``: the C++ runtime (:mod:`native.run.cpp_engine`) loads, verifies and runs it
     instead; the returned object has the same call interface.
+
+    ``propagate=True`` also runs every kernel call on meta tensors of its declared operands and
+    compares the results with its declared outputs (:mod:`native.run.propagate`), so that a call
+    its kernel would refuse is refused at load rather than when the program runs. With the C++
+    engine the program is also decoded and checked in Python first, then handed to the C++ loader.
+
+    Raises:
+        PropagationError: (``propagate=True``) a kernel call refuses its declared operands or
+            computes other results than declared.
     """
     if engine == "cpp":
         from native.run.cpp_engine import load as load_cpp
 
+        if propagate:
+            data = _bytes_of(src)
+            native = read_program(data, verify=options.get("verify", True))
+            check_kinds(native.program, _name_of(src))  # (Method's check, which the pass relies on)
+            _propagated(native, _name_of(src))
+            src = data
         return load_cpp(src, **options)
     if engine != "python":
         raise ValueError(f"unknown engine {engine!r}: 'python' or 'cpp'")
     if not isinstance(src, P.NativeProgram):
         src = read_program(src)
-    return Method(src, **options)
+    method = Method(src, **options)
+    if propagate:  # after Method's own checks (kinds, operators), which the pass relies on
+        _propagated(src, _name_of(src))
+    return method
+
+
+def _propagated(native: P.NativeProgram, what: str) -> None:
+    from native.run.propagate import check_propagation
+
+    check_propagation(native, what=what)
+
+
+def _bytes_of(src: P.NativeProgram | str | os.PathLike | BinaryIO | bytes) -> bytes:
+    from native.format import container
+
+    if isinstance(src, P.NativeProgram):
+        return src.encode()
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src)
+    return bytes(container.read_bytes(src, _name_of(src)))
+
+
+def _name_of(src: Any) -> str:
+    return os.fspath(src) if isinstance(src, (str, os.PathLike)) else "native program"
 
 
 def run(src: P.NativeProgram | str | os.PathLike | bytes, *args: Any, **kwargs: Any) -> Any:

@@ -42,7 +42,7 @@ from .custom_objects import GENERATOR_CLASS
 from .errors import InconsistentProgramError
 from .operators import SYMBOLIC_TARGETS
 
-__all__ = ["check_propagation"]
+__all__ = ["check_propagation", "contract_failure"]
 
 _FIX = "the artifact is damaged or was edited after saving: re-save the program with pt2serde"
 
@@ -260,7 +260,7 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     example sizes. Everything else is no verdict: a valid program must never be refused for what fake
     tensors cannot do.
     """
-    if not _contract_failure(e, op):
+    if not contract_failure(e, op):
         return False
     concrete = _on_meta((args, kwargs))
     if concrete is None:
@@ -270,11 +270,13 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
             op(*concrete[0], **concrete[1])
     except Exception as again:  # noqa: BLE001 -- judged as the first failure was
         # not necessarily the same exception: the two kernels check in their own order and words
-        return _contract_failure(again, op)
+        return contract_failure(again, op)
     return False
 
 
-def _contract_failure(e: Exception, op: Any) -> bool:
+def contract_failure(e: Exception, op: Any) -> bool:
+    """Whether ``e``, raised by ``op`` on fake or meta tensors, is its operand check refusing the
+    operands (torch's own operators only), not a kernel that cannot run on such tensors."""
     return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
             and not _CANNOT_RUN_HERE.search(str(e)))
 

@@ -198,6 +198,24 @@ def _revert_native_layouts() -> None:
     verify._FORMATS = frozenset(int(x) for x in schema.MemoryFormat)
 
 
+def _revert_native_propagation() -> None:
+    from native.run import propagate
+
+    propagate.check_propagation = lambda *args, **kwargs: 0
+
+
+def _native_propagate(native, data: bytes, engine: str) -> tuple[str, str]:
+    """What a plain .pt2n load lets through, propagate=True may still refuse (its own outcome, as
+    for the .pt2s paths), so that the run's failures count what neither refuses."""
+    from native.errors import PropagationError
+
+    try:
+        native.load(data, engine=engine, propagate=True)
+    except PropagationError as e:
+        return "rejected_propagate", _describe(e)
+    return "ok", ""
+
+
 def _revert_generator() -> None:
     from torch.export.graph_signature import CustomObjArgument
 
@@ -280,7 +298,8 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "unbound_symbols": _revert_unbound_symbols, "size_overflow": _revert_size_overflow,
            "out_variant_call": _revert_out_variant_call, "kernel_masks": _revert_kernel_masks,
            "kernel_asserts": _revert_kernel_asserts, "kernel_scalars": _revert_kernel_scalars,
-           "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims}
+           "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims,
+           "native_propagation": _revert_native_propagation}
 
 
 def main() -> None:
@@ -342,9 +361,12 @@ def main() -> None:
                     outcome, detail = "rejected_propagate", _describe(e)
             else:
                 with open(req["path"], "rb") as f:
-                    loaded = native.load(f.read(), engine=how)
+                    data = f.read()
+                loaded = native.load(data, engine=how)
                 if req.get("must_refuse"):
                     outcome, detail = "undetected", "a changed .pt2n file loaded (every byte is checksummed or zero)"
+                else:
+                    outcome, detail = _native_propagate(native, data, how)
         except BaseException as e:  # noqa: BLE001 -- the point is to see every exception
             if isinstance(e, KeyboardInterrupt):
                 raise

@@ -799,12 +799,23 @@ def _header_structure(doc: dict, rng: random.Random, op: int, log: list[str]) ->
             log.append("exprs[][]:size_overflow")
     elif op == HEADER_OP_SWAP_OP and calls:
         call = rng.choice(calls)
-        n_ops = len(doc.get("operators") or ())
-        call[1] = call[4] if call[4] >= 0 and rng.random() < 0.5 else rng.randrange(max(n_ops, 1))
+        call[1] = _swapped_op(doc, calls, call, rng)
         log.append("instructions[][]:op_swap")
     else:
         return mutate_json(doc, rng, targeted=False, log=log)
     return doc
+
+
+def _swapped_op(doc: dict, calls: list[list], call: list, rng: random.Random) -> int:
+    """Another op for ``call``: its out= variant, an op another call passes as many arguments (so
+    that it may bind them, and only its kernel can refuse them), or any op of the program."""
+    n_ops = len(doc.get("operators") or ())
+    if call[4] >= 0 and rng.random() < 0.5:
+        return call[4]
+    same = sorted({c[1] for c in calls if len(c[2]) == len(call[2]) and c[1] != call[1] and isinstance(c[1], int)})
+    if same and rng.random() < 0.6:
+        return rng.choice(same)
+    return rng.randrange(max(n_ops, 1))
 
 
 def _pushes(code: list[int]) -> list[int]:

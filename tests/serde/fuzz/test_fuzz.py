@@ -155,9 +155,11 @@ FOCUS = {
     # a size expression past int64 over the symbols' ranges
     "size_overflow": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OVERFLOW_OP,), cpp=False),
                       ("dynamic_arith",), 40, "run_refused", r"overflows int64"),
-    # a call's op swapped for its out= variant: run functionally, it binds no out= argument
+    # a call's op swapped for its out= variant: run functionally, it binds no out= argument (the
+    # propagation pass of the worker's .pt2n loads refuses it too, as its kernel refuses the call)
     "out_variant_call": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
-                         ("input_mutation_aten",), 40, "run_refused|run_torch", r"missing value for argument 'out'"),
+                         ("input_mutation_aten",), 40, "run_refused|run_torch|rejected_propagate",
+                         r"missing value for argument 'out'"),
     # Found by the 50,000-case campaigns: calls torch's fake kernels accept and its CPU kernels refuse
     # (serde.bridge.checks.kernels): a masked_select mask of another dtype
     "kernel_masks": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)), ("unbacked",),
@@ -174,6 +176,11 @@ FOCUS = {
                     ("associative_scan",), 40, "run_torch|run_inconsistent", r"INTERNAL ASSERT"),
     "batch_dims": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(KERNEL_ARG_OP,)),
                    ("associative_scan",), 40, "run_torch|run_inconsistent", r"must match the size"),
+    # Found by the campaigns: a call's op swapped for another operator of the program that binds
+    # the same arguments, which its kernel refuses (the native loaders check kinds, not kernels)
+    "native_propagation": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
+                           ("transformer_block", "convnet_bn"), 60, "run_refused",
+                           r"instruction \d+ \(aten::\w+\.\w+, node '\w+'.*\) failed: RuntimeError"),
 }
 assert set(FOCUS) == set(REVERTS)
 
