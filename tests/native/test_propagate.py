@@ -249,3 +249,17 @@ def test_strides_no_storage_can_have_are_no_verdict(engine: str) -> None:
     bad = _with_value(good, ins.args[0], strides=[(1 << 62) + 1, 1], storage_offset=1)
     native.load(bad, engine=engine)
     native.load(bad, engine=engine, propagate=True)
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_a_kernel_check_the_meta_kernel_does_not_make_is_refused(engine: str) -> None:
+    # _assert_tensor_metadata's meta kernel accepts any asserted dtype; its CPU kernel compares it with
+    # the operand's (serde.bridge.checks.kernels names what such kernels check)
+    good, args, kwargs = _emitted("all_dtypes")
+    p = good.program
+    pc, ins = _call(p, "aten::_assert_tensor_metadata")
+    asserted = ins.args[3]
+    assert p.values[asserted] == P.ScalarType(v=7)  # float32, the operand's dtype
+    bad = _with_value(good, asserted, v=5)  # int64
+    _refused(bad, engine, r"aten::_assert_tensor_metadata.*argument 'dtype'.*asserts torch.int64",
+             fails_when_run=(args, kwargs))

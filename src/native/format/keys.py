@@ -67,7 +67,7 @@ def _paths(spec: Any) -> list[tuple[str, ...]] | None:
     else:
         return _registered_paths(spec)
     out: list[tuple[str, ...]] = []
-    for name, child in zip(names, spec.children_specs, strict=True):
+    for name, child in zip(names, spec.children(), strict=True):
         sub = _paths(child)
         if sub is None:
             return None

@@ -17,7 +17,7 @@ them). At each point a call is refused when
 
 * its operator's meta kernel refuses the operands with its operand check (the exception types of
   ``torch._check`` / ``TORCH_CHECK``, see :func:`serde.bridge.propagation.contract_failure`), or
-  :func:`serde.bridge.checks.kernels.check_kernel` refuses them (checks the meta kernels do not
+  :func:`serde.bridge.checks.kernels.kernel_refusal` names them (checks the meta kernels do not
   make);
 * a result's kind, dtype or rank differs from its declared output, or a size differs where the
   declared size is known at that point (sizes over data-dependent symbols are not compared);
@@ -46,7 +46,7 @@ from native.format import program as P
 from native.format.exprs import UnboundSymbolError, evaluate
 from native.format.kernels import resolve_overload
 from native.format.prim import NAMESPACE, PRIM_OPS
-from serde.bridge.checks.kernels import check_kernel
+from serde.bridge.checks.kernels import kernel_refusal
 from serde.bridge.enums import SCALAR_TO_DTYPE, SCHEMA_TO_LAYOUT, SCHEMA_TO_MEMORY_FORMAT
 from serde.bridge.propagation import contract_failure
 from serde.core import schema
@@ -289,7 +289,9 @@ class _Point:
         except _Skip:
             return "skip", None
         pos, kwargs = built[:npos], dict(zip(kw, built[npos:], strict=False))
-        check_kernel(op, pos, kwargs, f"{self.what}: {self.where(pc)}")
+        bad = kernel_refusal(op, pos, kwargs)
+        if bad is not None:
+            return "refused", bad
         try:
             got = op(*pos, **kwargs)
         except Exception as e:  # noqa: BLE001 -- judged by contract_failure

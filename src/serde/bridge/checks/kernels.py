@@ -31,7 +31,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import FIX_EDITED, InconsistentProgramError
 
-__all__ = ["check_kernel", "KERNEL_OPS"]
+__all__ = ["check_kernel", "kernel_refusal", "KERNEL_OPS"]
 
 _Args = dict[str, Any]
 _Rule = Callable[[_Args], "tuple[str, str] | None"]  # (argument, what is wrong), or None
@@ -49,17 +49,25 @@ def check_kernel(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[st
     Raises:
         InconsistentProgramError: naming the node, the operator, the argument and the fix.
     """
+    bad = kernel_refusal(op, args, kwargs)
+    if bad is not None:
+        raise InconsistentProgramError(f"{where}: {bad}; {FIX_EDITED}")
+
+
+def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """What ``op``'s kernel would refuse in these arguments that its fake kernel does not check, or
+    None: the verdict of :func:`check_kernel` for a caller with its own error (the native loader's)."""
     rules = _RULES.get(op)
     if rules is None or (op in _KEYWORD_ONLY and _KEYWORD_ONLY[op] not in kwargs):
-        return
+        return None
     bound = _bind(op, args, kwargs)
     for rule in rules:
         bad = rule(bound)
         if bad is not None:
             name, why = bad
-            raise InconsistentProgramError(
-                f"{where}: argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
-                f"(its fake kernel does not check it); {FIX_EDITED}")
+            return (f"argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
+                    "(its fake kernel does not check it)")
+    return None
 
 
 def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> _Args:
