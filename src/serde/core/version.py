@@ -6,6 +6,8 @@ The version history (date, what changed, compatibility) is kept in one place: th
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["SCHEMA_VERSION", "MIN_SUPPORTED", "FORMAT_VERSION", "SUPPORTED_TORCH", "torch_release"]
 
 SCHEMA_VERSION: tuple[int, int] = (2, 6)
@@ -26,10 +28,10 @@ FORMAT_VERSION: int = 4
 SUPPORTED_TORCH: tuple[tuple[int, int], ...] = ((2, 13), (2, 14))
 
 
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
+
+
 def torch_release(version: str) -> tuple[int, int] | None:
-    """``"2.14.1+cu130"`` -> ``(2, 14)``; None for text that is not a torch version."""
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
+    """``"2.14.1+cu130"`` -> ``(2, 14)``; None for anything that does not start with a version."""
+    m = _RELEASE.match(version) if isinstance(version, str) else None
+    return None if m is None else (int(m.group(1)), int(m.group(2)))

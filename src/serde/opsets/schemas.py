@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
+from serde.core.version import torch_release
 from serde.errors import SerializeError
 
 __all__ = ["Arg", "OpSchema", "Schemas", "Snapshot", "Release", "release_of", "release_text", "parse_schema",
@@ -28,7 +29,6 @@ __all__ = ["Arg", "OpSchema", "Schemas", "Snapshot", "Release", "release_of", "r
 Release = tuple[int, int]
 
 _SNAPSHOT = re.compile(r"torch-(\d+)\.(\d+)\.json\Z")
-_VERSION = re.compile(r"(\d+)\.(\d+)")
 _OP_TARGET = re.compile(r"torch\.ops\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
 
 
@@ -115,8 +115,7 @@ def target_key(target: str) -> str | None:
 
 def release_of(version: str) -> Release | None:
     """``"2.14.1+cu130"`` -> ``(2, 14)``; None when the text does not start with a version."""
-    m = _VERSION.match(version) if isinstance(version, str) else None
-    return None if m is None else (int(m.group(1)), int(m.group(2)))
+    return torch_release(version)
 
 
 def release_text(release: Release) -> str:
