@@ -22,18 +22,21 @@ from tests.serde.attacks._attack_kit import rewrite_artifact, rewrite_program
 
 
 class Kernels(torch.nn.Module):
-    def forward(self, x, n, z, b):
+    def forward(self, x, n, z, b, w):
         sel = x.masked_select(x > 0)
+        w64 = w.double()
+        prod = x @ w64.float()  # its operand made from w64, so w64 comes first
         wide = x.to(torch.float64)  # export asserts x's metadata first
         k = torch.add(n, n, alpha=3) + torch.full((2,), 7, dtype=torch.int32)
         r = (torch.empty_like(z).random_(10) * 0 + torch.empty_like(z).uniform_(-1, 1) * 0
              + torch.randint(3, 10, (3,)) * 0 + torch.empty_like(z).normal_(0, 2) * 0)
-        return sel, wide, k, r + z, b.logical_not()
+        return sel, wide, k, r + z, b.logical_not(), prod, w64
 
 
 def _inputs() -> tuple:
     torch.manual_seed(0)
-    return torch.randn(2, 4), torch.ones(2, dtype=torch.int32), torch.randn(3), torch.tensor([True, False, True])
+    return (torch.randn(2, 4), torch.ones(2, dtype=torch.int32), torch.randn(3), torch.tensor([True, False, True]),
+            torch.randn(4, 3))
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,12 @@ EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
                       r"torch.int32", "without overflow"),
     "alpha_overflow": (lambda p: _arg(p, "add.Tensor", "alpha").update(as_int=2**40),
                        r"argument 'alpha' of aten.add.Tensor: 1099511627776 does not fit", "without overflow"),
+    "alpha_bool": (lambda p: _arg(p, "add.Tensor", "alpha").pop("as_int") and _arg(p, "add.Tensor", "alpha").update(
+                       as_bool=True), r"argument 'alpha' of aten.add.Tensor: a boolean alpha scales only a boolean "
+                   r"result, and this one is torch.int32", "Boolean alpha only supported for Boolean results"),
+    "matmul_dtypes": (lambda p: _arg(p, "matmul.default", "other")["as_tensor"].update(name=_double_of_w(p)),
+                  r"argument 'other' of aten.matmul.default: it is torch.float64 and 'self' is torch.float32",
+                  "expected m1 and m2 to have the same dtype"),
     "random_to": (lambda p: _arg(p, "random_.to", "to").update(as_int=0),
                   r"argument 'to' of aten.random_.to", "expects 'from' to be less than 'to'"),
     "uniform_from": (lambda p: _arg(p, "uniform_.default", "from").update(as_float=2.0),
@@ -74,6 +83,14 @@ EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "normal_std": (lambda p: _arg(p, "normal_.default", "std").update(as_float=-1.0),
                    r"argument 'std' of aten.normal_.default: -1.0 is outside", "std >= 0.0"),
 }
+
+def _double_of_w(program: dict) -> str:
+    """w.double(): a float64 tensor of the shape matmul's ``other`` has, defined before the matmul."""
+    other = _arg(program, "matmul.default", "other")["as_tensor"]["name"]
+    node = next(n for n in program["graph_module"]["graph"]["nodes"] if n["target"] == "torch.ops.aten.to.dtype"
+                and n["outputs"][0]["as_tensor"]["name"] == other)
+    return node["inputs"][0]["arg"]["as_tensor"]["name"]
+
 
 FAKE_CHECKS = frozenset({"normal_std", "randint_low"})
 

@@ -190,6 +190,29 @@ def _fits_dtype(name: str, dtype_of: Callable[[_Args], torch.dtype | None]) -> _
     return rule
 
 
+def _bool_alpha(a: _Args) -> tuple[str, str] | None:
+    """add/sub scale ``other`` by ``alpha``: a boolean alpha only for a boolean result."""
+    if type(a.get("alpha")) is not bool:
+        return None
+    dtype = _promoted("self", "other")(a)
+    if dtype is not None and dtype != torch.bool:
+        return "alpha", f"a boolean alpha scales only a boolean result, and this one is {dtype}"
+    return None
+
+
+def _same_dtype(*names: str) -> _Rule:
+    """Matrix products: the CPU kernels take operands of one dtype (their meta kernels do not ask)."""
+
+    def rule(a: _Args) -> tuple[str, str] | None:
+        tensors = [(n, a[n]) for n in names if _tensor(a.get(n))]
+        for n, t in tensors[1:]:
+            if t.dtype != tensors[0][1].dtype:
+                return n, f"it is {t.dtype} and {tensors[0][0]!r} is {tensors[0][1].dtype}; the kernel multiplies one dtype"
+        return None
+
+    return rule
+
+
 # What every dtype holds (int8's range; -1 wraps into the unsigned ones): alpha=1, fill 0, ...
 _FITS_ALL = 127
 
@@ -260,7 +283,11 @@ def _table() -> dict[torch._ops.OpOverload, tuple[_Rule, ...]]:
     add(["full_like", "new_full"], _fits_dtype("fill_value", _given_or_own))
     add(["fill.Scalar", "fill_.Scalar", "masked_fill.Scalar", "masked_fill_.Scalar", "index_fill.int_Scalar",
          "index_fill_.int_Scalar"], _fits_dtype("value", _own))
-    add(["add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor"], _fits_dtype("alpha", _promoted("self", "other")))
+    add(["add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor"], _fits_dtype("alpha", _promoted("self", "other")),
+        _bool_alpha)
+    add(["mm", "matmul", "mv", "dot"], _same_dtype("self", "mat2", "other", "vec", "tensor"))
+    add(["addmm", "addmm_", "addmv", "baddbmm", "addbmm"], _same_dtype("mat1", "mat2", "mat", "vec", "batch1", "batch2", "self"))
+    add(["linear"], _same_dtype("input", "weight", "bias"))
     add(["clamp", "clamp_"], _fits_dtype("min", _promoted("self", "min")), _fits_dtype("max", _promoted("self", "max")))
     add(["where.ScalarOther"], _fits_dtype("other", _promoted("self", "other")))
     add(["where.ScalarSelf"], _fits_dtype("self", _promoted("other", "self")))
