@@ -188,7 +188,8 @@ def _run_mode(mode, args, workdir: Path) -> subprocess.Popen:
         [str(_REPO / "src"), str(_REPO)] + [p for p in [env.get("PYTHONPATH")] if p]
     )
     log = open(workdir / f"{mode}.log", "w")
-    return subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=_interruptible)
 
 
 def _outcomes(xml_path: Path, mode: str) -> dict:
@@ -230,6 +231,13 @@ def compare(t: dict, s: dict) -> tuple[dict, list]:
 
 def _past(stop_at: float | None) -> bool:
     return stop_at is not None and time.monotonic() >= stop_at
+
+
+def _interruptible() -> None:
+    """In a way's process before it starts: SIGINT back to its default. A harness started in the
+    background (``&`` in a script, a pytest-xdist worker) inherits SIGINT ignored, and Python then
+    never raises KeyboardInterrupt, so --deadline could not stop the way."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_any(running: list, stop_at: float | None) -> None:

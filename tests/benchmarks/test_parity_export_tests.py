@@ -116,6 +116,7 @@ def test_a_test_only_one_pair_ran_is_no_difference():
 
 
 def test_the_deadline_interrupts_so_that_pytest_can_still_report(tmp_path):
+    import signal
     import subprocess
     import time
 
@@ -125,7 +126,13 @@ def test_the_deadline_interrupts_so_that_pytest_can_still_report(tmp_path):
     child = ("import pathlib, sys, time\n"
              "try:\n    time.sleep(600)\n"
              "except KeyboardInterrupt:\n    pathlib.Path(sys.argv[1]).write_text('interrupted')\n")
-    proc = subprocess.Popen([sys.executable, "-c", child, str(out)])
+    # as the harness starts its ways, and from a parent that ignores SIGINT (an xdist worker, a
+    # background job), which the child would inherit
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", child, str(out)], preexec_fn=harness._interruptible)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     running = [("torch", proc)]
     start = time.monotonic()
     harness._wait_any(running, start + 3.0)
