@@ -127,6 +127,14 @@ def _broken_unflatten(leaves, _):
 torch.utils._pytree.register_pytree_node(_Broken, lambda o: ([o.t], None), _broken_unflatten)
 
 
+def test_a_spec_whose_context_does_not_name_its_children_gives_no_keys():
+    # an edited in_spec: a dict naming two keys over three children (found by the fuzzer)
+    spec = torch.utils._pytree.tree_structure(((), {"a": 1, "b": 2, "c": 3}))
+    kwargs = spec.children()[1]
+    object.__setattr__(kwargs, "_context", ["a", "b"])  # what a decoded, edited spec can hold
+    assert leaf_keys(spec, inputs=True) == []
+
+
 def test_a_class_that_needs_real_leaves_gives_no_keys_and_its_bugs_surface():
     spec = torch.utils._pytree.tree_structure(((1, _NeedsTensors(torch.ones(1))), {}))
     assert leaf_keys(spec, inputs=True) == []  # int leaves have no clone(): names only

@@ -66,6 +66,8 @@ def _paths(spec: Any) -> list[tuple[str, ...]] | None:
         names = list(ctx._fields)
     else:
         return _registered_paths(spec)
+    if len(names) != spec.num_children:  # a context that does not name every child: no keys to give
+        return None
     out: list[tuple[str, ...]] = []
     for name, child in zip(names, spec.children(), strict=True):
         sub = _paths(child)
