@@ -23,7 +23,7 @@ __all__ = ["CHUNKS", "chunk_params", "OTHER_DTYPES", "UNINITIALIZED", "Sample", 
            "ModuleSample", "module_samples"]
 
 # Tests split the operators into this many parametrized chunks (one pytest item is a few seconds).
-CHUNKS = 8
+CHUNKS = 16
 
 
 def chunk_params(fast: int) -> list:

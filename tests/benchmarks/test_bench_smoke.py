@@ -28,11 +28,12 @@ def _load_runner():
 
 runner = _load_runner()
 CASE_NAMES = [c.name for c in runner.CASES]
-# ``make test`` runs the first case of each benchmark script through the runner's main; the other
-# cases (the same scripts at other models or sizes) run one by one under ``-m slow``.
-# A case whose smoke size still takes minutes (fast_smoke=False) runs only there.
+# ``make test`` runs the first case of the two headline scripts (programs, weights) through the
+# runner's main; every other case runs one by one under ``-m slow``. A case whose smoke size still
+# takes minutes (fast_smoke=False) runs only there.
+FAST_SCRIPTS = ("bench_save_load.py", "bench_weights.py")
 FAST = [c.name for i, c in enumerate(runner.CASES)
-        if c.fast_smoke and c.script not in {d.script for d in runner.CASES[:i]}]
+        if c.fast_smoke and c.script in FAST_SCRIPTS and c.script not in {d.script for d in runner.CASES[:i]}]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import serde
 from serde.testing import assert_programs_equal, zoo
 from serde.testing.zoo import Case, export_case, find_case
 from tests import zoo_breadth
+from tests.tiers import BREADTH_FAST, tiered
 
 
 class ItemEqualsSize(torch.nn.Module):
@@ -155,7 +156,7 @@ def test_zoo_programs_resave_to_the_same_bytes(name):
     _check(export_case(case), case)
 
 
-@pytest.mark.parametrize("name", [c.name for c in zoo_breadth.CASES])
+@pytest.mark.parametrize("name", tiered([c.name for c in zoo_breadth.CASES], BREADTH_FAST))
 def test_breadth_programs_resave_to_the_same_bytes(name, breadth_program):
     """Control flow, vmap fences (associative_scan), mixed tuples (flex_attention), custom ops,
     unbacked symbols, custom objects and joint graphs."""

@@ -20,8 +20,14 @@ from serde.bridge.propagation import check_propagation
 from serde.testing import zoo
 from tests import zoo_breadth
 from tests.serde.attacks._attack_kit import nodes, rewrite_artifact, rewrite_program
+from tests.tiers import BREADTH_FAST, tiered
 
 _CASES = [("zoo", c.name) for c in zoo.CASES] + [("breadth", c.name) for c in zoo_breadth.CASES]
+# make test: each kind of node the pass re-runs (plain, in-place, dynamic, unbacked, every
+# higher-order op family, custom and symbolic ops); the rest under -m slow.
+_FAST = [("zoo", n) for n in ("mlp", "transformer_block", "dynamic_arith", "input_mutation_aten", "cond",
+                              "while_loop", "unbacked_item", "all_dtypes")] + \
+        [("breadth", n) for n in BREADTH_FAST]
 HAVE_TORCHBIND = zoo_breadth.load_torchbind_test_classes()
 
 
@@ -29,7 +35,7 @@ def _case(where: str, name: str) -> zoo.Case:
     return (zoo if where == "zoo" else zoo_breadth).get(name)
 
 
-@pytest.mark.parametrize(("where", "name"), _CASES, ids=[f"{w}-{n}" for w, n in _CASES])
+@pytest.mark.parametrize(("where", "name"), tiered(_CASES, _FAST, ids=[f"{w}-{n}" for w, n in _CASES]))
 def test_real_programs_load_with_propagation(where, name):
     case = _case(where, name)
     if name.startswith("torchbind") and not HAVE_TORCHBIND:  # as test_breadth_custom_objects
