@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiers import tiered
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -68,7 +70,7 @@ def _ratio_ok(r: dict) -> None:
         assert isinstance(v, float) and v > 0 and math.isfinite(v)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in CASE_NAMES])
+@pytest.mark.parametrize("name", tiered(CASE_NAMES, FAST))
 def test_case_record_is_well_formed(request, name):
     if name in FAST:
         _, records, _, stderr = request.getfixturevalue("smoke_run")

@@ -19,6 +19,7 @@ from serde.core import schema as s
 from serde.core.expr import expr_from_text
 from serde.errors import MalformedArtifactError
 from serde.testing.zoo import CASES, export_case
+from tests.tiers import tiered
 
 POS, KW = s.ArgumentKind.POSITIONAL, s.ArgumentKind.KEYWORD
 
@@ -375,8 +376,7 @@ def _all_nodes(g: s.Graph):
             yield from _all_nodes(sub.graph)
 
 
-@pytest.mark.parametrize("name", [pytest.param(c.name, marks=() if c.name in _FAST else pytest.mark.slow)
-                                  for c in CASES])
+@pytest.mark.parametrize("name", tiered([c.name for c in CASES], _FAST))
 def test_zoo_program_renders_one_line_per_node(name):
     buf = io.BytesIO()
     serde.save(export_case(next(c for c in CASES if c.name == name)), buf)

@@ -22,6 +22,7 @@ from native.run.compare import compare, eager_values, format_comparison
 from native.run.runtime import Method
 from serde.cli import main
 from tests.native._native_util import CASES, UNSUPPORTED, exported, inputs_of
+from tests.tiers import tiered
 
 _NS = "pt2serde_cmp"
 _DEF = torch.library.Library(_NS, "DEF")
@@ -139,8 +140,7 @@ _QUICK = ("mlp", "tied_weights", "dynamic_arith", "sym_scalars", "cond", "input_
           "parameter_mutation_aten")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in _QUICK else pytest.mark.slow)
-                                  for n in CASES if n not in UNSUPPORTED])
+@pytest.mark.parametrize("name", tiered([n for n in CASES if n not in UNSUPPORTED], _QUICK))
 def test_zoo_programs_show_no_gap_and_their_node_names_agree(tmp_path, name):
     art = tmp_path / "m.pt2s"
     serde.save(exported(name), art)

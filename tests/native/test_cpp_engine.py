@@ -53,6 +53,7 @@ from tests.native._native_util import (
     int_paths,
     with_edge_int,
 )
+from tests.tiers import tiered
 
 pytestmark = pytest.mark.skipif(not cpp_engine.available(), reason=str(cpp_engine.unavailable_reason()))
 
@@ -61,7 +62,7 @@ CLI = cpp_engine.cli_path()
 
 
 def _params(names):
-    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+    return tiered(names, [n for n in FAST if n in names])
 
 
 def assert_bitwise(got, want, where):
@@ -117,8 +118,7 @@ _EXPORTDB_FAST = ("cond_closed_over_variable", "dynamic_shape_view", "list_conta
 
 
 @pytest.mark.parametrize("aten", [False, True], ids=["training", "decomposed"])
-@pytest.mark.parametrize("name", [pytest.param(c.key, marks=() if c.key in _EXPORTDB_FAST else pytest.mark.slow)
-                                  for c in _EXPORTDB])
+@pytest.mark.parametrize("name", tiered([c.key for c in _EXPORTDB], [k for k in _EXPORTDB_FAST if k in {c.key for c in _EXPORTDB}]))
 def test_exportdb_case_runs_like_the_python_runtime(name, aten):
     case = Case(f"exportdb/{name}" + ("@aten" if aten else ""), "exportdb", name, aten)
     ep, inputs = make(case)  # every supported ExportDB case exports; a failure fails

@@ -31,12 +31,13 @@ from tests.native._native_util import (
     emitted,
     exported,
 )
+from tests.tiers import tiered
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
 
 def _params(names):
-    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+    return tiered(names, [n for n in FAST if n in names])
 
 
 @pytest.mark.parametrize("name", _params(SUPPORTED))

@@ -39,6 +39,7 @@ from tests.native._native_util import (
     exported,
     inputs_of,
 )
+from tests.tiers import tiered
 
 SUPPORTED = [n for n in CASES if n not in UNSUPPORTED]
 
@@ -48,7 +49,7 @@ def _planned(native: P.NativeProgram, planner: str) -> P.NativeProgram:
     return decode(P.NativeProgram(p, native.segment).encode())  # the loader's checks, tightness included
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in SUPPORTED])
+@pytest.mark.parametrize("name", tiered(SUPPORTED, [n for n in FAST if n in SUPPORTED]))
 def test_every_planner_passes_the_verifier_on_the_zoo(name):
     native = emitted(name)
     plans = {}
@@ -68,9 +69,7 @@ def test_every_planner_passes_the_verifier_on_the_zoo(name):
 
 
 @pytest.mark.parametrize("planner", [p for p in PLANNERS if p != "greedy"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("mlp", "multi_output", "cond", "dynamic_arith",
-                                                                    "input_mutation_aten") else pytest.mark.slow)
-                                  for n in SUPPORTED])
+@pytest.mark.parametrize("name", tiered(SUPPORTED, ("mlp", "multi_output", "cond", "dynamic_arith", "input_mutation_aten")))
 def test_arena_runs_equal_eager_with_every_planner(name, planner):
     native = _planned(emitted(name), planner)
     assert_runs_like_eager(exported(name), native, inputs_of(name), arena=True)
