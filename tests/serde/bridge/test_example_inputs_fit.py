@@ -49,12 +49,12 @@ def _saved(ep: torch.export.ExportedProgram) -> bytes:
     return buf.getvalue()
 
 
-def _edit(data: bytes, change: Callable[[dict], None]) -> bytes:
+def _edit(data: bytes, change: Callable[[dict], None], member: str = "program.json") -> bytes:
     c = read_archive(data)
     members = {n: bytes(c.member(n)) for n in c.names if n != "manifest.json"}
-    program = json.loads(members["program.json"])
-    change(program)
-    members["program.json"] = json.dumps(program).encode()
+    doc = json.loads(members[member])
+    change(doc)
+    members[member] = json.dumps(doc).encode()
     out = io.BytesIO()
     write_archive(out, members, schema_version=c.schema_version, torch_version=c.manifest.torch_version)
     return out.getvalue()
@@ -119,6 +119,27 @@ def test_a_constant_input_its_example_is_not_is_refused() -> None:
     with pytest.raises(InconsistentProgramError, match=r"\(input 'alpha'\): is 0\.5, but the program requires "
                                                        r"alpha == 0\.25, the constant it was exported with"):
         serde.load(data)
+
+
+class Add(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+def test_inputs_sharing_a_size_whose_examples_differ_are_refused() -> None:
+    n = Dim("n", min=2, max=64)
+    ep = torch.export.export(Add(), (torch.randn(4, 3), torch.randn(4, 3)), dynamic_shapes=({0: n}, {0: n}))
+
+    def shrink_y(w: dict) -> None:  # the stored example y: 3 rows of its 4 (its storage still holds them)
+        w["example_inputs"]["leaves"][1]["as_tensor"]["sizes"][0] = 3
+
+    data = _edit(_saved(ep), shrink_y, member="weights.json")
+    with pytest.raises(InconsistentProgramError, match=r"\(input 'y', dimension 0\): is 3, but the program requires "
+                                                       r"y\.size\(\)\[0\] == x\.size\(\)\[0\] \(4\)"):
+        serde.load(data)
+    # torch's module refuses such inputs the same way
+    with pytest.raises(AssertionError, match=re.escape("Guard failed: y.size()[0] == x.size()[0]")):
+        ep.module()(torch.randn(4, 3), torch.randn(3, 3))
 
 
 def test_a_program_without_example_inputs_is_left_alone() -> None:
