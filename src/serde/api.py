@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # the safetensors files (serde.archive.safetensors) only artifacts that keep weights outside;
 # a first save or load in a process pays for neither unless it uses them.
 
-__all__ = ["save", "load", "attach_weights", "to_artifact_parts", "from_artifact", "TESTED_TORCH",
+__all__ = ["save", "load", "attach_weights", "to_artifact_parts", "from_artifact", "check_artifact", "TESTED_TORCH",
            "StructureOnlyError"]
 
 # The torch releases the test suite runs under (serde.core.version.SUPPORTED_TORCH): pt2serde
@@ -513,6 +513,16 @@ def _structure_only(a: Artifact, map_location: MapLocation, limits: Limits) -> E
     ep = from_artifact(a, map_location, limits=limits, bound=st.BoundWeights(w, {}))
     setattr(ep, _STRUCTURE_ATTR, a)
     return ep
+
+
+def check_artifact(a: Artifact, *, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Run on a decoded artifact every check :func:`load` runs on its program, reading no weight
+    payload (a structure-only load, ``load(f, weights=None)``, whose program is dropped).
+
+    For readers of artifacts that build something other than an ExportedProgram (the native
+    emitter): a file that :func:`load` refuses must be refused by them too, for the same reason.
+    """
+    _structure_only(a, None, limits)
 
 
 def attach_weights(ep: ExportedProgram, source: Any, *, mmap: bool = False,

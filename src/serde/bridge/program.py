@@ -31,7 +31,12 @@ from serde.core.limits import DEFAULT_LIMITS, Limits
 from serde.core.version import SCHEMA_VERSION
 from serde.errors import MalformedArtifactError, UnsupportedConstructError
 
-from .checks import check_module_call_graph, check_signature, check_weights_fit_graph
+from .checks import (
+    check_examples_fit_inputs,
+    check_module_call_graph,
+    check_signature,
+    check_weights_fit_graph,
+)
 from .custom_objects import decode_constants
 from .errors import InconsistentProgramError
 from .graph import LAZY_CODEGEN, GraphReader, GraphWriter, lazy_graph_module
@@ -137,6 +142,7 @@ def deserialize_program(p: schema.ExportedProgram, state_dict: dict[str, torch.T
         raise InconsistentProgramError(f"program: torch's verifier rejects it: {str(e).splitlines()[0]}; "
                                        "the artifact is damaged or was edited after saving") from None
     _set_example_inputs(ep, example_inputs)
+    check_examples_fit_inputs(ep)
     if gm_s.custom is not None:
         ep.graph_module.meta["custom"] = deserialize_custom(gm_s.custom, "graph_module")
     paths = guard_input_paths(gm_s, example_inputs) if p.guards is not None else None

@@ -167,7 +167,15 @@ def test_emit_refuses_an_unknown_layout_argument_as_load_does() -> None:
     out = io.BytesIO()
     write_archive(out, members, schema_version=c.schema_version, torch_version="test")
     data = out.getvalue()
-    with pytest.raises(MalformedArtifactError, match=r"layout"):
+    with pytest.raises(MalformedArtifactError, match=r"unsupported layout <Layout\.Unknown: 0>") as loaded:
         serde.load(data)
-    with pytest.raises(MalformedArtifactError, match=r"\.inputs\['layout'\]: layout <Layout\.Unknown: 0> has no torch value"):
+    with pytest.raises(MalformedArtifactError) as emitted:  # emit runs the load's checks first
         native.emit_artifact(data)
+    assert str(emitted.value) == str(loaded.value)
+    # the emitter's own check, for programs handed to emit() directly
+    from native.emit.emitter import emit
+    from serde.archive.artifact import read_artifact
+
+    a = read_artifact(data)
+    with pytest.raises(MalformedArtifactError, match=r"\.inputs\['layout'\]: layout <Layout\.Unknown: 0> has no torch value"):
+        emit(a.program, a.weights, a.payload)

@@ -290,6 +290,18 @@ def _revert_batch_dims() -> None:
     graph.check_batch_dim_result = lambda *args: None
 
 
+def _revert_example_inputs() -> None:
+    from serde.bridge import program
+
+    program.check_examples_fit_inputs = lambda ep: None
+
+
+def _revert_emit_load_checks() -> None:
+    import serde.api
+
+    serde.api.check_artifact = lambda a, **kwargs: None  # emit_artifact imports it when called
+
+
 REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder, "int64": _revert_int64,
            "arity": _revert_arity, "sort": _revert_sort, "hop_operands": _revert_hop_operands,
            "padding": _revert_padding, "plan_bounds": _revert_plan_bounds, "emit_checks": _revert_emit_checks,
@@ -299,7 +311,8 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "out_variant_call": _revert_out_variant_call, "kernel_masks": _revert_kernel_masks,
            "kernel_asserts": _revert_kernel_asserts, "kernel_scalars": _revert_kernel_scalars,
            "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims,
-           "native_propagation": _revert_native_propagation}
+           "native_propagation": _revert_native_propagation, "example_inputs": _revert_example_inputs,
+           "emit_load_checks": _revert_emit_load_checks}
 
 
 def main() -> None:
@@ -339,14 +352,19 @@ def main() -> None:
         try:
             if req["kind"] == "pt2s" and how == "emit":
                 loaded = native.load(native.emit_artifact(req["path"]).encode())
+                # emit runs every check of a default load (which leaves the extra files undecoded):
+                # a file that load refuses must not emit
+                try:
+                    serde.load(req["path"])
+                except SerializeError as e:
+                    outcome, detail = "emit_unchecked", f"emitted, but serde.load refuses it: {_describe(e)}"
                 # As for a plain load: what emit lets through, load(propagate=True) of the same file
                 # may refuse (emit does not re-run the operators), its own outcome.
-                try:
-                    serde.load(req["path"], propagate=True, extra_files={})
-                except InconsistentProgramError as e:
-                    outcome, detail = "rejected_propagate", _describe(e)
-                except SerializeError:
-                    pass  # what the load refuses but emit does not is judged by the run below
+                if outcome == "ok":
+                    try:
+                        serde.load(req["path"], propagate=True, extra_files={})
+                    except InconsistentProgramError as e:
+                        outcome, detail = "rejected_propagate", _describe(e)
             elif req["kind"] == "pt2s":
                 if how == "mmap":
                     loaded = serde.load(req["path"], mmap=True, extra_files={})

@@ -57,6 +57,7 @@ hang_load            no answer within the time limit while loading              
 hang_run             no answer within the time limit while running                      reported
 canary               a file appeared in the worker's directory: code was executed       bug
 undetected           a changed .pt2n file loaded (every byte is checksummed or zero)    bug
+emit_unchecked       emitted, though ``serde.load`` refuses the file                    bug
 ===================  =================================================================  =======
 
 The summaries of past campaigns (outcome counts, coverage, findings and what became of each) are
@@ -112,7 +113,7 @@ SEED_DIRS = (ROOT / "fixtures" / "v2.2", _NEWEST,
 
 # Asserted to be zero. run_inconsistent is reported, not asserted: a program the loader's
 # consistency checks let through that torch then fails to run; the campaign report lists each kind.
-BUGS = ("foreign", "foreign_run", "crash_load", "crash_run", "hang_load", "canary", "undetected")
+BUGS = ("foreign", "foreign_run", "crash_load", "crash_run", "hang_load", "canary", "undetected", "emit_unchecked")
 REVERT_ENV = "PT2SERDE_FUZZ_REVERT"
 REPORTED = ("run_inconsistent", "hang_run", "oom", "run_oom")
 CANARY = "CANARY"

@@ -181,6 +181,14 @@ FOCUS = {
     "native_propagation": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
                            ("transformer_block", "convnet_bn"), 60, "run_refused",
                            r"instruction \d+ \(aten::\w+\.\w+, node '\w+'.*\) failed: RuntimeError"),
+    # Found by the 50,000-case campaign with native propagation: a range constraint (or a static size,
+    # or a constant input) edited so that the program's own example inputs fail its module's input
+    # checks, which refused them only when run
+    "example_inputs": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(9,)), ("debug_extra",), 40,
+                       "run_guard", r"Guard failed: x\.size\(\)\[0\] [<>]="),
+    # a file the load refuses (an argument order, here) emitted, and ran when it could
+    "emit_load_checks": (dict(strategies=(("program", 1),), paths=(("emit", 1),), ops=(2,)), ("mlp",), 40,
+                         "emit_unchecked", r"serde\.load refuses it"),
 }
 assert set(FOCUS) == set(REVERTS)
 

@@ -9,15 +9,18 @@ time inside torch. They need torch's operator schemas, so they live in the bridg
 * :mod:`~serde.bridge.checks.hops`: higher-order ops and vmap nesting;
 * :mod:`~serde.bridge.checks.kernels`: what a few kernels check of their arguments that their fake
   kernels do not (a mask's dtype, a random op's range, a Scalar that must fit a dtype, ...);
-* :mod:`~serde.bridge.checks.signature`: the graph signature, the weights and the module call graph.
+* :mod:`~serde.bridge.checks.signature`: the graph signature, the weights and the module call graph;
+* :mod:`~serde.bridge.checks.examples`: the stored example inputs against the input checks the
+  program's module runs (static sizes, constants, range constraints).
 
 Every failure is :class:`serde.bridge.errors.InconsistentProgramError`.
 """
 
 from .calls import check_call, check_op_outputs, number_kind, symbolic_result_kinds
+from .examples import check_examples_fit_inputs
 from .hops import BATCH_DIM_AT, check_batch_dim_result, check_vmap_nesting
 from .kernels import check_kernel
 from .signature import check_module_call_graph, check_signature, check_weights_fit_graph
 
 __all__ = ["BATCH_DIM_AT", "check_batch_dim_result", "check_call", "check_kernel", "check_op_outputs", "check_vmap_nesting", "number_kind", "symbolic_result_kinds",
-           "check_signature", "check_weights_fit_graph", "check_module_call_graph"]
+           "check_signature", "check_weights_fit_graph", "check_module_call_graph", "check_examples_fit_inputs"]
