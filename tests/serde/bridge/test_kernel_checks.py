@@ -255,3 +255,14 @@ def test_no_operator_of_the_corpus_has_a_cpu_dtype_refusal_the_load_misses():
     assert found, "the sweep found no disagreement at all: it no longer reaches the kernels"
     missed = [d for d in found if not d.refused]
     assert not missed, "\n".join(f"{d.op} {d.argument} {d.was}->{d.now}: {d.message}" for d in missed)
+
+
+def test_the_probe_leaves_the_callers_random_stream_as_it_was(saved, monkeypatch):
+    # Kernels' random_, uniform_ and normal_ are probed on CPU: the default generator is restored.
+    monkeypatch.setattr(kernels, "_PROBE_CACHE", {})
+    torch.manual_seed(1)
+    want = torch.rand(4)
+    torch.manual_seed(1)
+    serde.load(io.BytesIO(saved))
+    assert any(key[0] == torch.ops.aten.uniform_.default for key in kernels._PROBE_CACHE)
+    assert torch.equal(torch.rand(4), want)

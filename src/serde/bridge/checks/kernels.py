@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -247,8 +248,14 @@ def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, s
             return None
         if _elements(got) > _PROBE_ELEMENTS:
             return None
+        # A random op draws from the default generator: a load must leave the caller's random
+        # stream as it was. The kernel's warnings (a deprecated index dtype) are not the load's.
+        seeded = torch.Tag.nondeterministic_seeded in op.tags
+        state = torch.get_rng_state() if seeded else None
         try:
-            op(*[_build(a, "cpu") for a in args], **{k: _build(v, "cpu") for k, v in kwargs.items()})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                op(*[_build(a, "cpu") for a in args], **{k: _build(v, "cpu") for k, v in kwargs.items()})
         except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
             lines = str(e).strip().splitlines()
             first = lines[0].strip() if lines else ""
@@ -256,6 +263,9 @@ def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, s
                 return ", ".join(_dtypes((args, kwargs))), first[:200]
         except Exception:  # noqa: BLE001,S110 -- anything else is no verdict
             pass
+        finally:
+            if state is not None:
+                torch.set_rng_state(state)
     return None
 
 
