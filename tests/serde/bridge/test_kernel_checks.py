@@ -105,7 +105,7 @@ def test_torch_fails_at_run_time_and_the_load_refuses(edit, saved, monkeypatch):
     # it through too, but where torch's fake kernel makes the same check (its Python reference
     # for normal and randint does): the rule makes the default load refuse it.
     monkeypatch.setattr(kernels, "_RULES", {})
-    monkeypatch.setattr(kernels, "_probed", lambda op: False)  # (the CPU probe refuses matmul's dtypes too)
+    monkeypatch.setattr(kernels, "_cpu_dtypes", lambda *a: None)  # (the CPU probe refuses matmul's dtypes too)
     if edit in FAKE_CHECKS:
         with pytest.raises(InconsistentProgramError, match="refuses the operands the program stores"):
             serde.load(io.BytesIO(data), propagate=True)
@@ -224,8 +224,9 @@ def test_a_dtype_the_cpu_kernel_refuses_is_refused_at_load(edit, saved_dtypes, m
     data = rewrite_artifact(saved_dtypes, change)
     with pytest.raises(InconsistentProgramError, match=refusal):
         serde.load(io.BytesIO(data))
-    # Without the probe the program loads, and its CPU kernel refuses it when it runs.
-    monkeypatch.setattr(kernels, "_probed", lambda op: False)
+    # Without the probe (and the SymInt check) the program loads, and its CPU kernel refuses it when it runs.
+    monkeypatch.setattr(kernels, "_cpu_dtypes", lambda *a: None)
+    monkeypatch.setattr(kernels, "_symint_refusal", lambda *a: None)
     loaded = serde.load(io.BytesIO(data))
     with pytest.raises(RuntimeError, match=run_error):
         loaded.module()(*_dtype_inputs())

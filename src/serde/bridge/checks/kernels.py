@@ -78,10 +78,13 @@ def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[
                 name, why = bad
                 return (f"argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
                         "(its fake kernel does not check it)")
-    if _probed(op):
+    if not judged(op):
+        return None
+    if _SYMINTS[op]:
         bad = _symint_refusal(op, args, kwargs)
         if bad is not None:
             return bad
+    if _PROBED[op] is not None:
         bad = _cpu_dtypes(op, args, kwargs)
         if bad is not None:
             return (f"{op} on operands of dtypes {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program "
@@ -92,7 +95,8 @@ def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[
 def judged(op: torch._ops.OpOverload) -> bool:
     """Whether :func:`kernel_refusal` judges calls of ``op``: a caller tests this before it gathers
     a call's values."""
-    return op in _RULES or _probed(op)
+    probed = _probed(op)  # (first: it reads the operator's facts)
+    return probed or op in _RULES or bool(_SYMINTS[op])
 
 
 def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> _Args:
@@ -132,7 +136,7 @@ _UNPROBED_PREFIXES = ("_assert", "_functional_assert", "_print", "sym_constrain"
 _PROBE_CACHE: dict[tuple, tuple[str, str] | None] = {}
 # Per operator: None (not probed), or whether it is pointwise (probed on zero-dimensional tensors).
 _PROBED: dict[torch._ops.OpOverload, bool | None] = {}
-# Per probed operator: (position, name) of its SymInt and SymInt[] parameters.
+# Per operator: (position, name) of its SymInt and SymInt[] parameters (aten's; a factory's too).
 _SYMINTS: dict[torch._ops.OpOverload, tuple[tuple[int, str], ...]] = {}
 
 
@@ -144,7 +148,7 @@ def _probed(op: torch._ops.OpOverload) -> bool:
             name.startswith("aten::") and not name[6:].startswith(_UNPROBED_PREFIXES)
             and any("Tensor" in str(a.type) for a in arguments)) else None
         _SYMINTS[op] = tuple((i, a.name) for i, a in enumerate(arguments)
-                             if a.real_type.str().removesuffix("?").startswith("SymInt"))
+                             if name.startswith("aten::") and a.real_type.str().removesuffix("?").startswith("SymInt"))
     return _PROBED[op] is not None
 
 
