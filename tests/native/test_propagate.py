@@ -263,3 +263,57 @@ def test_a_kernel_check_the_meta_kernel_does_not_make_is_refused(engine: str) ->
     bad = _with_value(good, asserted, v=5)  # int64
     _refused(bad, engine, r"aten::_assert_tensor_metadata.*argument 'dtype'.*asserts torch.int64",
              fails_when_run=(args, kwargs))
+
+
+# ---------------------------------------------------------------- what the CPU kernels check and meta kernels do not
+
+
+_SEEDS = Path(__file__).resolve().parents[1] / "serde" / "fuzz" / "seeds"
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_an_op_swapped_to_one_whose_cpu_kernel_has_no_bool_variant_is_refused(engine: str) -> None:
+    # logical_not of a bool tensor swapped to relu: relu's meta kernel returns a bool tensor, its
+    # CPU kernel refuses bool inputs
+    path = _SEEDS / "debug_extra" / "model.pt2s"
+    args, kwargs = load(path).example_inputs
+    good = native.emit_artifact(path)
+    p = good.program
+    pc, ins = _call(p, "aten::logical_not")
+    bad = _swapped(good, pc, _op(p, "aten::relu"))
+    _refused(bad, engine, rf"instructions\[{pc}\] \(aten::relu\.default, node '\w+'\): the kernel refuses "
+                          r"the declared operands \(.*torch\.bool.*\): aten\.relu\.default on operands of dtypes "
+                          r"bool: its CPU kernel refuses them \(Boolean inputs not supported for relu\)",
+             fails_when_run=(args, kwargs))
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_a_norm_parameter_of_another_dtype_than_the_cpu_kernel_takes_is_refused(engine: str) -> None:
+    # layer_norm's weight declared float16 for a float32 input: the meta kernel computes a float32
+    # result, the CPU kernel takes parameters of the input's dtype only
+    good, args, kwargs = _emitted("transformer_block")
+    p = good.program
+    pc, ins = _call(p, "aten::layer_norm")
+    weight = ins.args[2]
+    assert p.values[weight].dtype == int(schema.ScalarType.FLOAT)
+    bad = _with_value(good, weight, dtype=int(schema.ScalarType.HALF))
+    _refused(bad, engine, rf"instructions\[{pc}\] \(aten::layer_norm\.default, .*\): .*dtypes float32, float16, "
+                          r"float32: its CPU kernel refuses them \(mixed dtype \(CPU\): expect parameter to have "
+                          r"scalar type of Float\)",
+             fails_when_run=(args, kwargs))
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_a_size_below_the_least_concrete_symint_is_refused(engine: str) -> None:
+    # split_with_sizes([2, 3, 3]) with its 2 edited to -2**63: c10 keeps such an int as a symbolic
+    # node, and the kernel asks for concrete sizes
+    good, args, kwargs = _emitted("multi_output")
+    p = good.program
+    pc, ins = _call(p, "aten::split_with_sizes")
+    sizes = ins.args[1]
+    assert p.values[sizes] == P.IntList(v=[2, 3, 3])
+    bad = _with_value(good, sizes, v=[-(2**63), 3, 3])
+    _refused(bad, engine, rf"instructions\[{pc}\] \(aten::split_with_sizes\.default, node 'split_with_sizes'\): .*"
+                          r"argument 'split_sizes' of aten\.split_with_sizes\.default: -9223372036854775808 is below "
+                          r"-2\*\*62",
+             fails_when_run=(args, kwargs))

@@ -289,7 +289,7 @@ class _Point:
         except _Skip:
             return "skip", None
         pos, kwargs = built[:npos], dict(zip(kw, built[npos:], strict=False))
-        bad = kernel_refusal(op, pos, kwargs)
+        bad = kernel_refusal(op, pos, kwargs, probe=True)
         if bad is not None:
             return "refused", bad
         try:

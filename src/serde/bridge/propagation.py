@@ -11,7 +11,8 @@ size arithmetic is sympy work), so ``serde.load`` does it on request (``propagat
 
 What is compared: the number of results, each tensor's dtype, rank and sizes (symbolic sizes by
 expression, or, when the two expressions differ in form, by their example values), and numbers'
-kinds; the symbolic helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
+kinds and values (by expression or example value: ``sym_size`` of another tensor); the symbolic
+helpers' results (``operator.pow`` on a size, ``torch.sym_max``, ...) by
 expression or example value too. Sizes that hold an unbacked symbol (a data-dependent size) are
 left alone: running the operator names a fresh one. A lifted ``torch.Generator`` is replaced by a
 fresh one (it decides values, not metadata). A call torch's own fake kernel refuses with its
@@ -38,6 +39,7 @@ from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
 from .checks import number_kind
+from .checks.kernels import judged, kernel_refusal
 from .custom_objects import GENERATOR_CLASS
 from .errors import InconsistentProgramError
 from .operators import SYMBOLIC_TARGETS
@@ -126,6 +128,12 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     if op._schema.is_mutable:
         # Run on copies: an in-place operator would change the stored values' metadata.
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
+    # What the CPU kernel refuses of the operands' dtypes, which the fake kernel below takes: the
+    # default load leaves this probe to the propagation (it costs a kernel call per signature).
+    concrete = _on_meta((args, kwargs)) if judged(op, probe=True) else None
+    bad = kernel_refusal(op, *concrete, probe=True) if concrete is not None else None
+    if bad is not None:
+        raise InconsistentProgramError(f"{where}: {bad}; {_FIX}")
     try:
         got = op(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 -- see _refuses
@@ -215,6 +223,10 @@ def _differs(got: Any, stored: Any) -> str | None:
         return None if got is stored else f"{_show(got)}, the node stores {_show(stored)}"
     if _kind(got) != _kind(stored):
         return f"{_show(got)}, the node stores {_show(stored)}"
+    if number_kind(got) is not None and not _same_number(got, stored):
+        # A size read from another tensor (sym_size of an edited operand): the sizes computed from it
+        # fit the stored symbolic ones, and the kernels refuse them at the example values.
+        return f"{_number_text(got)}, the node stores {_number_text(stored)}"
     return None
 
 

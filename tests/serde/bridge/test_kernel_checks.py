@@ -105,6 +105,7 @@ def test_torch_fails_at_run_time_and_the_load_refuses(edit, saved, monkeypatch):
     # it through too, but where torch's fake kernel makes the same check (its Python reference
     # for normal and randint does): the rule makes the default load refuse it.
     monkeypatch.setattr(kernels, "_RULES", {})
+    monkeypatch.setattr(kernels, "_cpu_dtypes", lambda *a: None)  # (the CPU probe refuses matmul's dtypes too)
     if edit in FAKE_CHECKS:
         with pytest.raises(InconsistentProgramError, match="refuses the operands the program stores"):
             serde.load(io.BytesIO(data), propagate=True)
@@ -128,7 +129,11 @@ def test_check_kernel_takes_meta_tensors_and_numbers():
     with pytest.raises(InconsistentProgramError, match=r"argument 'fill_value' .*torch.uint8"):
         check_kernel(torch.ops.aten.full.default, ([2], 256), {"dtype": torch.uint8}, "w")
     check_kernel(torch.ops.aten.full.default, ([2], 255), {"dtype": torch.uint8}, "w")
-    check_kernel(torch.ops.aten.relu.default, (x,), {}, "w")  # no rule
+    # The probe of the CPU kernel's dtypes runs only when asked (the propagation passes ask).
+    relu, bools = torch.ops.aten.relu.default, torch.empty(3, dtype=torch.bool, device="meta")
+    assert kernels.kernel_refusal(relu, (x,), {}, probe=True) is None  # a dtype its CPU kernel implements
+    check_kernel(relu, (bools,), {}, "w")
+    assert "aten.relu.default on operands of dtypes bool" in kernels.kernel_refusal(relu, (bools,), {}, probe=True)
 
 
 def _batch_dims(p: dict) -> list[dict]:
@@ -164,3 +169,106 @@ def test_associative_scan_batch_dims(change, refusal, run_error, switch_off, mon
         # a failure inside a vmap level skips the graph's own decrement
         while torch._C._functorch.maybe_current_level() is not None:
             torch._C._functorch._vmap_decrement_nesting()
+
+
+# ---------------------------------------------------------------- the dtypes a CPU kernel implements
+
+
+class Dtypes(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(4)
+        self.register_buffer("h16", torch.ones(4, dtype=torch.float16))
+
+    def forward(self, x, b, i):
+        first, second = torch.split(x, [1, 1])
+        return self.ln(x).relu(), self.h16 * 2, b.logical_not(), i & i, first + second
+
+
+def _dtype_inputs() -> tuple:
+    torch.manual_seed(0)
+    return torch.randn(2, 4), torch.rand(2, 4) > 0.5, torch.arange(8, dtype=torch.int32).reshape(2, 4)
+
+
+@pytest.fixture(scope="module")
+def saved_dtypes() -> bytes:
+    buf = io.BytesIO()
+    serde.save(torch.export.export(Dtypes(), _dtype_inputs()), buf)
+    return buf.getvalue()
+
+
+def _operand(target: str, name: str, to: str) -> Callable[[dict], None]:
+    return lambda p: _arg(p, target, name)["as_tensor"].update(name=to)
+
+
+# An operand swapped for another tensor of the program of the same shape (and so of the same
+# stored result shape), which the CPU kernel refuses for its dtype:
+# (edit, the load's refusal, what torch says when the edited program runs)
+DTYPE_EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
+    "relu_of_bool": (_operand("relu.default", "self", "b"), r"nodes\['relu'\]: aten.relu.default on operands of "
+                     r"dtypes bool: its CPU kernel refuses them \(Boolean inputs not supported for relu\)",
+                     "Boolean inputs not supported for relu"),
+    "norm_weight_half": (_operand("layer_norm.default", "weight", "b_h16"),
+                         r"nodes\['layer_norm'\]: aten.layer_norm.default on operands of dtypes float32, float16, "
+                         r"float32: .*mixed dtype", "mixed dtype"),
+    "and_of_floats": (_operand("__and__.Tensor", "other", "x"), r"aten.__and__.Tensor on operands of dtypes "
+                      r"int32, float32: .*\"bitwise_and_cpu\" not implemented for 'Float'", "not implemented for"),
+    "split_size_not_concrete": (lambda p: _arg(p, "split_with_sizes.default", "split_sizes").update(
+                                    as_ints=[-(2**63), 1]),
+                                r"argument 'split_sizes' of aten.split_with_sizes.default: -9223372036854775808 is "
+                                r"below -2\*\*62", "expected to contain only concrete integers"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(DTYPE_EDITS))
+def test_a_dtype_the_cpu_kernel_refuses_is_refused_at_load(edit, saved_dtypes, monkeypatch):
+    change, refusal, run_error = DTYPE_EDITS[edit]
+    data = rewrite_artifact(saved_dtypes, change)
+    with pytest.raises(InconsistentProgramError, match=refusal):
+        serde.load(io.BytesIO(data), propagate=True)
+    if edit == "split_size_not_concrete":  # the SymInt check is cheap: the default load makes it too
+        with pytest.raises(InconsistentProgramError, match=refusal):
+            serde.load(io.BytesIO(data))
+    # Without the probe (and the SymInt check) the program loads, and its CPU kernel refuses it when it runs.
+    monkeypatch.setattr(kernels, "_cpu_dtypes", lambda *a: None)
+    monkeypatch.setattr(kernels, "_symint_refusal", lambda *a: None)
+    loaded = serde.load(io.BytesIO(data))
+    with pytest.raises(RuntimeError, match=run_error):
+        loaded.module()(*_dtype_inputs())
+
+
+def test_the_unedited_dtypes_program_loads_and_runs(saved_dtypes):
+    loaded = serde.load(io.BytesIO(saved_dtypes), propagate=True)
+    loaded.module()(*_dtype_inputs())
+
+
+def test_the_sweep_lists_what_the_probe_decides():
+    # The sweep's verdict on one call (a float relu made bool): a disagreement of the CPU and meta
+    # kernels, which kernel_refusal refuses, and does not without the probe.
+    from tests.serde.bridge.kernel_sweep import Call, sweep
+
+    relu = Call(torch.ops.aten.relu.default, (torch.empty(2, 3, device="meta"),), {}, "relu")
+    found = {(d.now, d.refused) for d in sweep([relu])}
+    assert (torch.bool, True) in found, found
+    assert all(refused for _, refused in found), found
+
+
+@pytest.mark.slow  # exports the corpus and runs about 3,000 calls on CPU and meta: a minute
+def test_no_operator_of_the_corpus_has_a_cpu_dtype_refusal_the_load_misses():
+    from tests.serde.bridge.kernel_sweep import sweep
+
+    found = sweep()
+    assert found, "the sweep found no disagreement at all: it no longer reaches the kernels"
+    missed = [d for d in found if not d.refused]
+    assert not missed, "\n".join(f"{d.op} {d.argument} {d.was}->{d.now}: {d.message}" for d in missed)
+
+
+def test_the_probe_leaves_the_callers_random_stream_as_it_was(saved, monkeypatch):
+    # Kernels' random_, uniform_ and normal_ are probed on CPU: the default generator is restored.
+    monkeypatch.setattr(kernels, "_PROBE_CACHE", {})
+    torch.manual_seed(1)
+    want = torch.rand(4)
+    torch.manual_seed(1)
+    serde.load(io.BytesIO(saved), propagate=True)
+    assert any(key[0] == torch.ops.aten.uniform_.default for key in kernels._PROBE_CACHE)
+    assert torch.equal(torch.rand(4), want)

@@ -161,3 +161,19 @@ def test_a_call_torchs_own_kernel_refuses_on_the_stored_values_is_refused():
                              r"tensor\): Expected tensor for argument .1 'indices'"):
         serde.load(io.BytesIO(data), propagate=True)
 
+
+
+def test_a_size_read_from_another_tensor_than_the_node_stores_is_refused():
+    # sym_size(x, 0) (x is [2*s0, 8]) edited to read the [8, 8] weight: the sizes computed from it fit
+    # the stored symbolic ones (s0 = (2*s0) // 2), and reshape refuses them when the program runs
+    def edit(p: dict) -> None:
+        nodes(p)["sym_size"]["inputs"][0]["arg"]["as_tensor"]["name"] = "p_lin_weight"
+
+    data = rewrite_program("dynamic_arith", edit)
+    loaded = serde.load(io.BytesIO(data))
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(RuntimeError, match=r"shape '\[4, 2, 8\]' is invalid for input of size 48"):
+        loaded.module()(*args, **kwargs)
+    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['sym_size'\]: aten\.sym_size\.int computes "
+                                                       r"the int 8, the node stores the int 2\*s0 \(example value 6\)"):
+        serde.load(io.BytesIO(data), propagate=True)

@@ -278,6 +278,33 @@ def _revert_kernel_scalars() -> None:
                          "clamp_", "where")
 
 
+def _revert_kernel_dtypes() -> None:
+    # The probe of a CPU kernel's operand dtypes (relu of bool, a norm's float16 weight, ...).
+    from serde.bridge.checks import kernels
+
+    kernels._cpu_dtypes = lambda *args: None
+
+
+def _revert_concrete_symints() -> None:
+    from serde.bridge.checks import kernels
+
+    kernels._symint_refusal = lambda *args: None
+
+
+def _revert_number_results() -> None:
+    # Propagation compares an operator's number results by kind only, as before.
+    from serde.bridge import propagation
+
+    differs = propagation._differs
+
+    def kinds_only(got, stored):
+        if propagation.number_kind(got) is not None and propagation._kind(got) == propagation._kind(stored):
+            return None
+        return differs(got, stored)
+
+    propagation._differs = kinds_only
+
+
 def _revert_vmap_levels() -> None:
     from serde.bridge.checks import hops
 
@@ -312,7 +339,8 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "kernel_asserts": _revert_kernel_asserts, "kernel_scalars": _revert_kernel_scalars,
            "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims,
            "native_propagation": _revert_native_propagation, "example_inputs": _revert_example_inputs,
-           "emit_load_checks": _revert_emit_load_checks}
+           "emit_load_checks": _revert_emit_load_checks, "kernel_dtypes": _revert_kernel_dtypes,
+           "concrete_symints": _revert_concrete_symints, "number_results": _revert_number_results}
 
 
 def main() -> None:

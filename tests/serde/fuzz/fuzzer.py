@@ -391,7 +391,9 @@ def _mutate_dict(v: dict, rng: random.Random, doc: Any) -> Any:
     return v
 
 
-TARGETED_OPS = 20
+TARGETED_OPS = 21
+# an item of a size list a kernel needs as concrete integers, at a bound (the kernel's own check)
+SIZE_ITEM_OP = 20
 # an argument a kernel checks and its fake kernel does not (_kernel_arg)
 KERNEL_ARG_OP = 19
 # an enum at or past its range, in program.json (_targeted) or a .pt2n header (_mutate_native_header)
@@ -583,6 +585,13 @@ def _targeted(doc: Any, rng: random.Random, ops: tuple[int, ...] | None = None) 
             return "operand:wrong_meta"
     elif op == KERNEL_ARG_OP:
         return _kernel_arg(doc, nodes, rng)
+    elif op == SIZE_ITEM_OP and nodes:  # an item of an operator's constant size list (SymInt[])
+        lists = [na["arg"]["as_ints"] for n in nodes if _takes_sizes(n.get("target")) for na in n["inputs"]
+                 if isinstance(na.get("arg"), dict) and isinstance(na["arg"].get("as_ints"), list) and na["arg"]["as_ints"]]
+        if lists:
+            items = rng.choice(lists)
+            items[rng.randrange(len(items))] = rng.choice(_KERNEL_INTS)
+            return "as_ints:size_item"
     elif op == ENUM_OP:  # a dtype, layout or memory format at or past its range, Unknown (0) included
         slots = [(c, k) for c, k in _slots(doc) if k in _ENUM_FIELDS and type(c[k]) is int]
         if slots:
@@ -606,6 +615,17 @@ def _kernel_targets() -> frozenset[str]:
     from serde.bridge.checks.kernels import KERNEL_OPS
 
     return frozenset(f"torch.ops.{op}" for op in KERNEL_OPS) | _BATCH_DIM_TARGETS
+
+
+def _takes_sizes(target: Any) -> bool:
+    """Whether ``target`` (``torch.ops.aten.split_with_sizes.default``) is an aten operator with a
+    SymInt[] parameter: a size list, whose items the kernel needs as concrete integers."""
+    import torch
+
+    packet, _, overload = str(target).removeprefix("torch.ops.aten.").rpartition(".")
+    op = getattr(getattr(torch.ops.aten, packet, None), overload, None) if str(target).startswith("torch.ops.aten.") \
+        else None
+    return isinstance(op, torch._ops.OpOverload) and any(a.real_type.str() == "SymInt[]" for a in op._schema.arguments)
 
 
 def _kernel_arg(doc: Any, nodes: list[dict], rng: random.Random) -> str | None:

@@ -27,6 +27,7 @@ from tests.serde.fuzz.fuzzer import (
     PAYLOAD_PREFIX,
     RARE_KINDS,
     SEED_DIRS,
+    SIZE_ITEM_OP,
     STRATEGIES,
     campaign,
     load_seeds,
@@ -189,6 +190,18 @@ FOCUS = {
     # a file the load refuses (an argument order, here) emitted, and ran when it could
     "emit_load_checks": (dict(strategies=(("program", 1),), paths=(("emit", 1),), ops=(2,)), ("mlp",), 40,
                          "emit_unchecked", r"serde\.load refuses it"),
+    # Found by the 50,000-case campaign with native propagation: an operand dtype the CPU kernel
+    # refuses and its meta kernel accepts (a bool-valued call swapped to relu or neg)
+    "kernel_dtypes": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
+                      ("debug_extra", "transformer_block"), 150, "run_refused",
+                      r"Boolean inputs not supported|bool tensor is not supported|not implemented"),
+    # a size list item below -2**62, which c10 keeps symbolic and the kernel refuses as not concrete
+    "concrete_symints": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(SIZE_ITEM_OP,)),
+                         ("multi_output",), 60, "run_torch", r"expected to contain only concrete integers"),
+    # sym_size of another tensor than the stored one: the sizes computed from it fit the stored
+    # symbolic ones, and reshape refuses them at the example values
+    "number_results": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(17,)), ("dynamic_arith",),
+                       60, "run_torch", r"is invalid for input of size"),
 }
 assert set(FOCUS) == set(REVERTS)
 

@@ -37,7 +37,7 @@ from ..custom_objects import GENERATOR_CLASS
 from ..errors import FIX_EDITED, InconsistentProgramError
 from ..operators import PREDISPATCH_TARGETS, SYMBOLIC_TARGETS
 from .hops import BATCH_DIM_AT, HOPS
-from .kernels import KERNEL_OPS, check_kernel
+from .kernels import check_kernel, judged
 
 __all__ = ["check_call", "check_op_outputs", "number_kind", "symbolic_result_kinds"]
 
@@ -57,7 +57,7 @@ def check_call(target: Any, node: schema.Node, args: Sequence[Any], kwargs: dict
     """
     if isinstance(target, torch._ops.OpOverload):
         _check_op(target, node, args, kwargs, where)
-        if target in KERNEL_OPS:  # a few operators: the rest pay one set lookup
+        if judged(target):  # (a dict lookup for the others)
             check_kernel(target, _values(args), _values(kwargs), where)
     elif isinstance(target, torch._ops.HigherOrderOperator):
         name = target.name()

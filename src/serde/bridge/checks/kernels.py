@@ -13,7 +13,17 @@ fake or meta kernel does, so an edited call passes both and fails only when the 
   a non-negative ``std``, probabilities in their interval, a positive ``lambd``;
 * a Scalar converted to a tensor's dtype (``full``'s ``fill_value``, ``add``'s ``alpha``,
   ``clamp``'s bounds, ...) must fit it: ``full((2,), -2**63, dtype=torch.int32)`` raises "value
-  cannot be converted to type int without overflow".
+  cannot be converted to type int without overflow";
+* the operand dtypes a CPU kernel implements: meta kernels mostly compute a result dtype and do not
+  ask whether a kernel exists for it (``relu`` of a bool tensor, ``gelu`` of an integer one,
+  ``bitwise_and`` of floats, a comparison of complex numbers), nor the CPU kernels' own dtype
+  contracts (``layer_norm``'s and ``batch_norm``'s parameters in the input's dtype or, for a half
+  or bfloat16 input, float32; ``conv2d``'s weight in its input's; ``index_put``'s values in its
+  destination's). These are decided by torch itself, not a table: :func:`_cpu_dtypes` runs the
+  operator's CPU kernel on small tensors of the call's dtypes (zero-dimensional ones for a pointwise
+  operator, whose kernel broadcasts; the call's own sizes, when small, for the others) and takes
+  the kernel's refusal when it is about a dtype. The verdict is cached per operator and operand
+  dtypes (and sizes), so that a program's many calls of one signature cost one probe.
 
 :func:`check_kernel` takes the values as they reach the kernel (fake or meta tensors, Python numbers,
 dtypes, devices), so that both the graph reader and the native loader's propagation can call it. A
@@ -23,6 +33,8 @@ value only known symbolically (a SymInt) is left alone: the rules judge constant
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +43,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import FIX_EDITED, InconsistentProgramError
 
-__all__ = ["check_kernel", "kernel_refusal", "KERNEL_OPS"]
+__all__ = ["check_kernel", "kernel_refusal", "judged", "KERNEL_OPS"]
 
 _Args = dict[str, Any]
 _Rule = Callable[[_Args], "tuple[str, str] | None"]  # (argument, what is wrong), or None
@@ -54,20 +66,43 @@ def check_kernel(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[st
         raise InconsistentProgramError(f"{where}: {bad}; {FIX_EDITED}")
 
 
-def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any], *,
+                   probe: bool = False) -> str | None:
     """What ``op``'s kernel would refuse in these arguments that its fake kernel does not check, or
-    None: the verdict of :func:`check_kernel` for a caller with its own error (the native loader's)."""
+    None: the verdict of :func:`check_kernel` for a caller with its own error (the native loader's).
+
+    ``probe``: also run the CPU kernel on small tensors of the call's dtypes (:func:`_cpu_dtypes`).
+    The propagation passes ask for it; the default load does not, because the first probe of each
+    signature costs a kernel call (a program's first load took 1.13 to 1.22 times as long with it).
+    """
     rules = _RULES.get(op)
-    if rules is None or (op in _KEYWORD_ONLY and _KEYWORD_ONLY[op] not in kwargs):
+    if rules is not None and not (op in _KEYWORD_ONLY and _KEYWORD_ONLY[op] not in kwargs):
+        bound = _bind(op, args, kwargs)
+        for rule in rules:
+            bad = rule(bound)
+            if bad is not None:
+                name, why = bad
+                return (f"argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
+                        "(its fake kernel does not check it)")
+    if not judged(op, probe=probe):
         return None
-    bound = _bind(op, args, kwargs)
-    for rule in rules:
-        bad = rule(bound)
+    if _SYMINTS[op]:
+        bad = _symint_refusal(op, args, kwargs)
         if bad is not None:
-            name, why = bad
-            return (f"argument {name!r} of {op}: {why}; its kernel refuses this when the program runs "
-                    "(its fake kernel does not check it)")
+            return bad
+    if probe and _PROBED[op] is not None:
+        bad = _cpu_dtypes(op, args, kwargs)
+        if bad is not None:
+            return (f"{op} on operands of dtypes {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program "
+                    "runs (its fake kernel does not check it)")
     return None
+
+
+def judged(op: torch._ops.OpOverload, *, probe: bool = False) -> bool:
+    """Whether :func:`kernel_refusal` (with that ``probe``) judges calls of ``op``: a caller tests
+    this before it gathers a call's values."""
+    probed = _probed(op)  # (first: it reads the operator's facts)
+    return (probe and probed) or op in _RULES or bool(_SYMINTS[op])
 
 
 def _bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> _Args:
@@ -85,6 +120,173 @@ def _num(v: Any) -> bool:
 
 def _tensor(v: Any) -> bool:
     return isinstance(v, torch.Tensor)
+
+
+# ---------------------------------------------------------------- the dtypes a CPU kernel implements
+
+
+# Words of torch's dtype refusals: AT_DISPATCH's "not implemented for 'Bool'", the mixed-dtype checks of
+# the norms, "expected scalar type", "should be the same" of the convolutions, the bool and complex
+# refusals of relu, sub, sort, topk, max, ... A refusal in other words (a size, an index, data) is no
+# verdict: the probe's sizes and data are not the program's.
+_DTYPE_WORDS = re.compile(
+    r"not implemented for '|mixed dtype|scalar type|dtype|Boolean inputs|bool tensor|complex (?:types|tensors|input)"
+    r"|can't be cast to the desired output type|type \(.*\) and weight type \(.*\) should be the same"
+    r"|value cannot be converted to type")
+# Operands (elements over all tensors and results) up to which a non-pointwise call is probed at its
+# own sizes; past it, no verdict.
+_PROBE_ELEMENTS = 1 << 16
+# Operators whose CPU kernel refuses by design on data it is given (an assertion's own message),
+# or prints: never probed.
+_UNPROBED_PREFIXES = ("_assert", "_functional_assert", "_print", "sym_constrain", "_make_dep_token")
+_PROBE_CACHE: dict[tuple, tuple[str, str] | None] = {}
+# Per operator: None (not probed), or whether it is pointwise (probed on zero-dimensional tensors).
+_PROBED: dict[torch._ops.OpOverload, bool | None] = {}
+# Per operator: (position, name) of its SymInt and SymInt[] parameters (aten's; a factory's too).
+_SYMINTS: dict[torch._ops.OpOverload, tuple[tuple[int, str], ...]] = {}
+
+
+def _probed(op: torch._ops.OpOverload) -> bool:
+    if op not in _PROBED:
+        name = op._schema.name
+        arguments = op._schema.arguments
+        _PROBED[op] = (torch.Tag.pointwise in op.tags) if (
+            name.startswith("aten::") and not name[6:].startswith(_UNPROBED_PREFIXES)
+            and any("Tensor" in str(a.type) for a in arguments)) else None
+        _SYMINTS[op] = tuple((i, a.name) for i, a in enumerate(arguments)
+                             if name.startswith("aten::") and a.real_type.str().removesuffix("?").startswith("SymInt"))
+    return _PROBED[op] is not None
+
+
+# c10::SymInt keeps an integer below this as a symbolic node (it packs the rest into its own word),
+# so a kernel that needs concrete sizes refuses it ("SymIntArrayRef expected to contain only concrete
+# integers"), while meta kernels take it through their symbolic paths.
+_LEAST_CONCRETE_SYMINT = -(1 << 62)
+
+
+def _symint_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    for i, name in _SYMINTS[op]:
+        v = args[i] if i < len(args) else kwargs.get(name)
+        for n in (v if isinstance(v, (list, tuple)) else (v,)):
+            if type(n) is int and n < _LEAST_CONCRETE_SYMINT:
+                return (f"argument {name!r} of {op}: {n} is below -2**62, the least integer torch passes to a kernel "
+                        "as a concrete SymInt; its kernel refuses it when the program runs (its fake kernel does not "
+                        "check it)")
+    return None
+
+
+class _NoVerdict(Exception):
+    """An operand the probe cannot stand for (a symbolic number, an object)."""
+
+
+def _cpu_dtypes(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """(the operands' dtypes, the CPU kernel's first line) when the CPU kernel refuses the call's
+    operand dtypes and the meta kernel accepts them, else None."""
+    pointwise = _PROBED[op]
+    try:
+        key = (op, tuple([_probe_key(a, pointwise) for a in args]),
+               tuple([(k, _probe_key(v, pointwise)) for k, v in kwargs.items()]))
+    except _NoVerdict:
+        return None
+    try:
+        return _PROBE_CACHE[key]
+    except KeyError:
+        pass
+    if len(_PROBE_CACHE) > 4096:
+        _PROBE_CACHE.clear()
+    verdict = _PROBE_CACHE[key] = _probe(op, key[1], dict(key[2]))
+    return verdict
+
+
+# A pointwise kernel's dtype verdict does not depend on its Scalars' values (whether a value fits the
+# dtype is _fits_dtype's): one probe for every constant of a chain of ``x * c + d``.
+_SCALAR_STANDS_FOR = {int: 1, float: 1.0, bool: True, complex: 1j}
+
+
+def _probe_key(v: Any, pointwise: bool) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.device.type not in ("cpu", "meta") or v.layout != torch.strided or v.is_quantized:
+            raise _NoVerdict  # (a program for another device runs other kernels)
+        if pointwise:
+            return ("tensor", v.dtype, ())
+        sizes = tuple(v.shape)
+        if any(type(n) is not int for n in sizes):
+            raise _NoVerdict
+        return ("tensor", v.dtype, sizes)
+    t = type(v)
+    if t in _SCALAR_STANDS_FOR:  # (tagged with its type: True, 1 and 1.0 are equal keys)
+        return ("scalar", t, _SCALAR_STANDS_FOR[t] if pointwise else v)
+    if v is None or t is str or isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return ("list", tuple([_probe_key(x, pointwise) for x in v]))
+    if isinstance(v, torch.device):
+        return torch.device("cpu")
+    raise _NoVerdict  # a SymInt, a generator, a script object, ...
+
+
+def _build(k: Any, device: str) -> Any:
+    if isinstance(k, tuple) and k and k[0] == "tensor":
+        _, dtype, sizes = k
+        if device == "meta":
+            return torch.empty(sizes, dtype=dtype, device="meta")
+        # Ones for floats (a logarithm, a division), zeros for integers (valid indices).
+        return (torch.ones if dtype.is_floating_point or dtype.is_complex else torch.zeros)(sizes, dtype=dtype)
+    if isinstance(k, tuple) and k and k[0] == "list":
+        return [_build(x, device) for x in k[1]]
+    if isinstance(k, tuple) and k and k[0] == "scalar":
+        return k[2]
+    return k
+
+
+def _elements(v: Any) -> int:
+    if isinstance(v, torch.Tensor):
+        return v.numel()
+    if isinstance(v, (list, tuple)):
+        return sum(_elements(x) for x in v)
+    return 0
+
+
+def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, str] | None:
+    with unset_fake_temporarily(), torch.no_grad():
+        meta_args, meta_kwargs = [_build(a, "meta") for a in args], {k: _build(v, "meta") for k, v in kwargs.items()}
+        if _elements((meta_args, meta_kwargs)) > _PROBE_ELEMENTS:
+            return None
+        try:
+            got = op(*meta_args, **meta_kwargs)
+        except Exception:  # noqa: BLE001 -- the meta kernel's own refusal is the propagation's to judge
+            return None
+        if _elements(got) > _PROBE_ELEMENTS:
+            return None
+        # A random op draws from the default generator: a load must leave the caller's random
+        # stream as it was. The kernel's warnings (a deprecated index dtype) are not the load's.
+        seeded = torch.Tag.nondeterministic_seeded in op.tags
+        state = torch.get_rng_state() if seeded else None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                op(*[_build(a, "cpu") for a in args], **{k: _build(v, "cpu") for k, v in kwargs.items()})
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+            lines = str(e).strip().splitlines()
+            first = lines[0].strip() if lines else ""
+            if _DTYPE_WORDS.search(first):
+                return ", ".join(_dtypes((args, kwargs))), first[:200]
+        except Exception:  # noqa: BLE001,S110 -- anything else is no verdict
+            pass
+        finally:
+            if state is not None:
+                torch.set_rng_state(state)
+    return None
+
+
+def _dtypes(k: Any) -> list[str]:
+    if isinstance(k, tuple) and k and k[0] == "tensor":
+        return [str(k[1]).removeprefix("torch.")]
+    if isinstance(k, (tuple, list)):
+        return [d for x in k for d in _dtypes(x)]
+    if isinstance(k, dict):
+        return [d for x in k.values() for d in _dtypes(x)]
+    return []
 
 
 # ---------------------------------------------------------------- masks
