@@ -210,7 +210,7 @@ KINDS = frozenset({
     # targeted edits (_targeted) and the .pt2n header's enum constants
     "shorten", "swap", "kind_or_keyword", "drop_or_dup", "io_count", "edit", "member_swap", "hostile_int",
     "canary", "quote_breaker", "fx_name", "int_bound", "wrong_arity", "wrong_sort", "wrong_meta", "enum_bound",
-    "kernel_arg",
+    "kernel_arg", "size_item",
     # the .pt2n header's structure (_header_structure): a symbol unbound, a size constant near int64,
     # a call's op swapped for another of the program's operators
     "unbind_symbol", "size_overflow", "op_swap",
