@@ -39,7 +39,7 @@ from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
 from .checks import number_kind
-from .checks.kernels import judged, kernel_refusal
+from .checks.kernels import dtype_refusal, judged
 from .custom_objects import GENERATOR_CLASS
 from .errors import InconsistentProgramError
 from .operators import SYMBOLIC_TARGETS
@@ -129,9 +129,10 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
         # Run on copies: an in-place operator would change the stored values' metadata.
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (args, kwargs))
     # What the CPU kernel refuses of the operands' dtypes, which the fake kernel below takes: the
-    # default load leaves this probe to the propagation (it costs a kernel call per signature).
+    # default load, which applied the other kernel rules, leaves this probe to the propagation (it
+    # costs a kernel call per signature).
     concrete = _on_meta((args, kwargs)) if judged(op, probe=True) else None
-    bad = kernel_refusal(op, *concrete, probe=True) if concrete is not None else None
+    bad = dtype_refusal(op, *concrete) if concrete is not None else None
     if bad is not None:
         raise InconsistentProgramError(f"{where}: {bad}; {_FIX}")
     try:

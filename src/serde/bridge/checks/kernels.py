@@ -43,7 +43,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import FIX_EDITED, InconsistentProgramError
 
-__all__ = ["check_kernel", "kernel_refusal", "judged", "KERNEL_OPS"]
+__all__ = ["check_kernel", "kernel_refusal", "dtype_refusal", "judged", "KERNEL_OPS"]
 
 _Args = dict[str, Any]
 _Rule = Callable[[_Args], "tuple[str, str] | None"]  # (argument, what is wrong), or None
@@ -90,12 +90,19 @@ def kernel_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[
         bad = _symint_refusal(op, args, kwargs)
         if bad is not None:
             return bad
-    if probe and _PROBED[op] is not None:
-        bad = _cpu_dtypes(op, args, kwargs)
-        if bad is not None:
-            return (f"{op} on operands of dtypes {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program "
-                    "runs (its fake kernel does not check it)")
-    return None
+    return dtype_refusal(op, args, kwargs) if probe else None
+
+
+def dtype_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The probe alone (:func:`_cpu_dtypes`): what ``op``'s CPU kernel refuses of these operands'
+    dtypes, or None; for a caller whose load already applied the rest of :func:`kernel_refusal`."""
+    if not _probed(op):
+        return None
+    bad = _cpu_dtypes(op, args, kwargs)
+    if bad is None:
+        return None
+    return (f"{op} on operands of dtypes {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program "
+            "runs (its fake kernel does not check it)")
 
 
 def judged(op: torch._ops.OpOverload, *, probe: bool = False) -> bool:
