@@ -10,7 +10,9 @@ For each model:
   the page cache) of a fresh process, one process per side and repeat, sides alternating. A save
   process has imported torch, transformers and timm and built and exported the model itself
   (untimed), as a user saves after exporting; a load process has imported torch, transformers and
-  timm (their pytree classes are registered, as in the exporting process) and nothing of pt2serde.
+  timm and the modules that define the program's input and output classes (a load needs their pytree
+  registrations, as the exporting process had them: transformers defines its output dataclasses in
+  modules its package imports lazily) and nothing of pt2serde.
   ``import torch`` is outside the clock; every lazy import of either side is inside it, with
   pt2serde's modules compiled to bytecode beforehand as an installed package's are
   (``_harness.installed_env``). (The corpus's models are defined with ``serde.testing.zoo``'s
@@ -68,17 +70,51 @@ def _libraries() -> None:
     import tests.zoo_model_libs  # noqa: F401
 
 
+def _pytree_modules(ep) -> list[str]:
+    """The modules defining the classes of ``ep``'s input and output trees, beyond the builtins and
+    torch: a process that loads ``ep`` imports them first (``CLIPVisionModelOutput`` is registered
+    only once ``transformers.models.clip.modeling_clip`` is imported)."""
+    out: set[str] = set()
+    todo = [ep.call_spec.in_spec, ep.call_spec.out_spec]
+    while todo:
+        spec = todo.pop()
+        if spec is None:
+            continue
+        mod = getattr(spec.type, "__module__", None) or "builtins"
+        if mod.split(".")[0] not in ("builtins", "collections", "torch", "typing"):
+            out.add(mod)
+        todo.extend(spec.children_specs)
+    return sorted(out)
+
+
+def _import(modules: list[str]) -> None:
+    import importlib
+
+    for m in modules:
+        importlib.import_module(m)
+
+
 def _export(name: str):
     zoo_models = _cases()  # imports transformers and timm: registers their pytree classes
     return zoo_models.export_model(zoo_models.get(name))
 
 
-def child(side: str, name: str, path: str) -> dict:
+def child(side: str, name: str, path: str, modules: list[str]) -> dict:
     """A spawned cold sample (``--cold-mode spawn``): this fresh process's first save or load."""
     if side.endswith("_save"):
         return timed_call(side, _export(name))
     _libraries()
+    _import(modules)
     return timed_call(side, path)
+
+
+def _call(side: str, subject) -> dict:
+    """A forked cold sample: a save of the program ``subject``, or a load of ``subject["path"]``
+    after importing ``subject["modules"]`` (untimed)."""
+    if isinstance(subject, dict):
+        _import(subject["modules"])
+        subject = subject["path"]
+    return timed_call(side, subject)
 
 
 def warm(ep, d: str, repeats: int) -> dict:
@@ -99,7 +135,8 @@ def warm(ep, d: str, repeats: int) -> dict:
         fn()
     t = time_interleaved(fns, repeats)
     return {"nodes": len(ep.graph.nodes), "ops": sum(n.op == "call_function" for n in ep.graph.nodes),
-            "warm_save": ratio(t["torch_save"], t["serde_save"]), "warm_load": ratio(t["torch_load"], t["serde_load"])}
+            "modules": _pytree_modules(ep), "warm_save": ratio(t["torch_save"], t["serde_save"]),
+            "warm_load": ratio(t["torch_load"], t["serde_load"])}
 
 
 def _finish(ep, spec: dict) -> dict:
@@ -108,7 +145,7 @@ def _finish(ep, spec: dict) -> dict:
 
 def serve() -> int:
     """The fork server of the cold samples (``_harness.ForkServer``)."""
-    return serve_forks(_libraries, _export, timed_call, _finish)
+    return serve_forks(_libraries, _export, _call, _finish)
 
 
 def forked(server: ForkServer, name: str, d: str, repeats: int) -> tuple[dict, dict[str, list[float]]]:
@@ -120,7 +157,8 @@ def forked(server: ForkServer, name: str, d: str, repeats: int) -> tuple[dict, d
                          prepare=name, finish={"dir": d, "repeats": repeats})
     saves, rec = out["answers"], out["finish"]
     ours, theirs = os.path.join(d, "m.pt2s"), os.path.join(d, "m.pt2")
-    loads = server.calls([{"side": s, "subject": ours if s == "serde_load" else theirs}
+    loads = server.calls([{"side": s, "subject": {"path": ours if s == "serde_load" else theirs,
+                                                  "modules": rec["modules"]}}
                           for _ in range(repeats) for s in ("serde_load", "torch_load")])
     return rec, _by_side(saves, loads)
 
@@ -136,13 +174,14 @@ def _by_side(saves: list[dict], loads: list[dict]) -> dict[str, list]:
     return out
 
 
-def cold_spawned(name: str, ours: str, theirs: str, repeats: int) -> dict[str, list[float]]:
+def cold_spawned(name: str, ours: str, theirs: str, repeats: int, modules: list[str]) -> dict[str, list[float]]:
     """Seconds of each cold sample, one new interpreter per side and repeat, sides alternating."""
     answers: dict[str, list[dict]] = {s: [] for s in SIDES}
     for _ in range(repeats):
         for side in SIDES:
             path = theirs if side.startswith("torch") else ours
-            answers[side].append(run_child(__file__, ["--child", side, "--model", name, "--path", path]))
+            answers[side].append(run_child(__file__, ["--child", side, "--model", name, "--path", path,
+                                                      "--modules", ",".join(modules)]))
     return {**{s: [a["seconds"] for a in v] for s, v in answers.items()},
             **{"detail:" + s: v for s, v in answers.items()}}
 
@@ -174,7 +213,7 @@ def run(names: list[str] | None, repeats: int, cold: bool, mode: str = "fork") -
                 t1 = time.monotonic()
                 if cold and mode in ("spawn", "both"):
                     ours, theirs = os.path.join(d, "m.pt2s"), os.path.join(d, "m.pt2")
-                    ways["_spawn" if server else ""] = cold_spawned(name, ours, theirs, repeats)
+                    ways["_spawn" if server else ""] = cold_spawned(name, ours, theirs, repeats, rec["modules"])
                 # wall seconds this model took, forked and spawned (for planning a run, not a result)
                 rec["wall_seconds"] = {"forked" if server else "warm": round(t1 - t0, 1),
                                        **({"spawned": round(time.monotonic() - t1, 1)} if mode != "fork" else {})}
@@ -223,11 +262,12 @@ def main() -> int:
     p.add_argument("--fork-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
+    p.add_argument("--modules", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.fork_server:
         return serve()
     if a.child:
-        print(json.dumps(child(a.child, a.model, a.path)))
+        print(json.dumps(child(a.child, a.model, a.path, [m for m in a.modules.split(",") if m])))
         return 0
     names = a.models.split(",") if a.models else None
     return main_guard(a.case, lambda: run(names, a.repeats, not a.no_cold, a.cold_mode))
