@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from serde.core import schema
 
@@ -112,7 +113,9 @@ def check_weights_fit_graph(graph: torch.fx.Graph, input_specs: Sequence[Any], s
         have = table.get(spec.target)
         if not (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor)):
             continue
-        plain = type(have) in (torch.Tensor, torch.nn.Parameter)  # a subclass's outer strides are its own
+        # A wrapper subclass's outer strides are its own; a structure-only load's FakeTensors
+        # carry the stored strides and are compared like the real tensors.
+        plain = not is_traceable_wrapper_subclass(have)
         if have.dtype != want.dtype or have.shape != want.shape or (plain and have.stride() != want.stride()):
             raise InconsistentProgramError(
                 f"graph_module.signature.input_specs[{i}] ({spec.target!r}): the weight is {have.dtype} "
