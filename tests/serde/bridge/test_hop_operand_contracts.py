@@ -89,6 +89,14 @@ def _map_program() -> tuple[bytes, tuple]:
     return _saved(Map(), args), args
 
 
+def _flex_program() -> tuple[bytes, tuple]:
+    from tests.zoo_breadth import FlexAttention
+
+    torch.manual_seed(0)
+    args = (torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 4))
+    return _saved(FlexAttention(), args), args
+
+
 def _name_of(graph: dict, shape_rank: int, dtype: int, avoid: str) -> str:
     for name, meta in sorted(graph["tensor_values"].items()):
         if name != avoid and len(meta["sizes"]) == shape_rank and meta["dtype"] == dtype:
@@ -114,6 +122,10 @@ CASES: dict[str, tuple[Callable[[], tuple[bytes, tuple]], Callable[[dict], None]
     "map_xs_wrong_rank": (_map_program, lambda g: _retarget(g, "map_impl", 1, "y", item=0),
                           r"inputs\[1\]: mapped input slice 0 is torch.float32 \[\] on one side and "
                           r"torch.float32 \[3\] on the other"),
+    # the query becomes v, whose embedding size (4) is not the key's (8): q @ k.T cannot run
+    "flex_query_embedding": (_flex_program, lambda g: _retarget(g, "flex_attention", 0, "v"),
+                             r"inputs\[1\]: flex_attention's query's and key's embedding sizes \(dim 3\) "
+                             r"differ: 4 and 8"),
 }
 
 
@@ -137,14 +149,14 @@ def test_without_the_check_the_program_fails_or_breaks_its_own_metas(case: str,
     make, change, _ = CASES[case]
     data, args = make()
     want = pytree.tree_leaves(serde.load(data).module()(*args))
-    target = {"map": "map_impl"}.get(case.split("_")[0], case.split("_")[0])
+    target = {"map": "map_impl", "flex": "flex_attention"}.get(case.split("_")[0], case.split("_")[0])
     monkeypatch.setitem(hops.HOPS, target, lambda *a: None)
     loaded = serde.load(_edit(data, change))
     try:
         got = pytree.tree_leaves(loaded.module()(*args))
     except Exception as e:  # noqa: BLE001 -- whatever torch raises, as long as it is torch's
-        assert case == "cond_predicate_symbolic_size", f"{type(e).__name__}: {e}"
-        assert "more than one value is ambiguous" in str(e)
+        assert case in ("cond_predicate_symbolic_size", "flex_query_embedding"), f"{type(e).__name__}: {e}"
+        assert ("more than one value is ambiguous" if case.startswith("cond") else "Expected size for first two dimensions of batch2") in str(e)
         return
     assert [t.shape for t in got] != [t.shape for t in want]
 

@@ -265,14 +265,53 @@ def _flex_attention(args: Sequence[Any], node: schema.Node, where: str, subs: di
     # (query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_other_buffers,
     #  mask_mod_other_buffers): score_mod takes (score, batch, head, q_idx, kv_idx, *its buffers)
     _arity(args, 9, "flex_attention", where)
+    block_mask = _operands(args[4], "the block mask (inputs[4])", f"{where}.inputs[4]")
+    _attention_operands(args[:3], bool(block_mask), where)
     buffers = _operands(args[7], "score_mod's buffers (inputs[7])", f"{where}.inputs[7]")
     g = _subgraph(args[3], "score_mod (inputs[3])", f"{where}.inputs[3]", subs)
     _takes(g, 5 + len(buffers), "score_mod (inputs[3])", f"{where}.inputs[3]")
     mask_buffers = _operands(args[8], "mask_mod's buffers (inputs[8])", f"{where}.inputs[8]")
-    block_mask = _operands(args[4], "the block mask (inputs[4])", f"{where}.inputs[4]")
     if block_mask:  # its last element is mask_mod, taking (batch, head, q_idx, kv_idx, *its buffers)
         g = _subgraph(block_mask[-1], "mask_mod (the block mask's last element)", f"{where}.inputs[4]", subs)
         _takes(g, 4 + len(mask_buffers), "mask_mod (the block mask's last element)", f"{where}.inputs[4]")
+
+
+def _attention_operands(qkv: Sequence[Any], has_block_mask: bool, where: str) -> None:
+    """Query, key and value as ``torch.nn.attention.flex_attention`` accepts them (it checks them
+    before the operator is traced, so an exported call passed): floating tensors of rank 4 (batch,
+    heads, length, embedding), query and key of one embedding size, key and value of one batch,
+    head count and length, query heads a multiple of key heads, and one batch size unless a block
+    mask maps the query's batch. Sizes are compared where both are fixed; the kernel fails at run
+    time on any other call."""
+    names = ("query", "key", "value")
+    ts = []
+    for i, (a, name) in enumerate(zip(qkv, names, strict=True)):
+        t = _tensor_val(a)
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not (t.is_floating_point() or t.is_complex()):
+            got = _kind(a) if not isinstance(t, torch.Tensor) else f"{t.dtype} {list(t.shape)}"
+            raise InconsistentProgramError(
+                f"{where}.inputs[{i}]: flex_attention's {name} must be a floating tensor of rank 4 (batch, heads, "
+                f"length, embedding), got {got}; {FIX_EDITED}")
+        ts.append(t)
+    q, k, v = (t.shape for t in ts)
+
+    def differ(x: Any, y: Any) -> bool:
+        return type(x) is int and type(y) is int and x != y
+
+    pairs = [(q[3], k[3], "query's and key's embedding sizes (dim 3)", 1),
+             (k[0], v[0], "key's and value's batch sizes (dim 0)", 2),
+             (k[1], v[1], "key's and value's head counts (dim 1)", 2),
+             (k[2], v[2], "key's and value's lengths (dim 2)", 2)]
+    if not has_block_mask:
+        pairs.append((q[0], k[0], "query's and key's batch sizes (dim 0) without a block mask", 1))
+    for x, y, what, at in pairs:
+        if differ(x, y):
+            raise InconsistentProgramError(f"{where}.inputs[{at}]: flex_attention's {what} differ: {x} and {y}; "
+                                           f"{FIX_EDITED}")
+    if type(q[1]) is int and type(k[1]) is int and (k[1] == 0 or q[1] % k[1]):
+        raise InconsistentProgramError(
+            f"{where}.inputs[1]: flex_attention's query has {q[1]} heads, not a multiple of the key's {k[1]}; "
+            f"{FIX_EDITED}")
 
 
 def _with_effects(args: Sequence[Any], node: schema.Node, where: str, subs: dict[str, Any]) -> None:
@@ -291,9 +330,9 @@ HOPS: dict[str, Callable[[Sequence[Any], schema.Node, str, dict[str, Any]], None
     "associative_scan": _associative_scan,
     "invoke_subgraph": _invoke_subgraph,                          # (subgraph, identifier, *operands)
     "wrap_with_set_grad_enabled": _subgraph_then_operands(1, 2),  # (enabled, subgraph, *operands)
-    "wrap_with_autocast": _subgraph_then_operands(4, 5),
-    "with_effects": _with_effects,
-    "flex_attention": _flex_attention,                                # (token, op, *args)          # (device, dtype, enabled, cache, subgraph, *operands)
+    "wrap_with_autocast": _subgraph_then_operands(4, 5),          # (device, dtype, enabled, cache, subgraph, *operands)
+    "with_effects": _with_effects,                                # (token, op, *args)
+    "flex_attention": _flex_attention,
 }
 
 
