@@ -323,6 +323,20 @@ def _revert_example_inputs() -> None:
     program.check_examples_fit_inputs = lambda ep: None
 
 
+def _revert_flex_operands() -> None:
+    from serde.bridge.checks import hops
+
+    hops._attention_operands = lambda *a: None
+
+
+def _revert_structure_strides() -> None:
+    from serde.bridge.checks import signature
+
+    import torch
+
+    signature.is_traceable_wrapper_subclass = lambda t: type(t) not in (torch.Tensor, torch.nn.Parameter)
+
+
 def _revert_emit_load_checks() -> None:
     import serde.api
 
@@ -339,7 +353,8 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "kernel_asserts": _revert_kernel_asserts, "kernel_scalars": _revert_kernel_scalars,
            "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims,
            "native_propagation": _revert_native_propagation, "example_inputs": _revert_example_inputs,
-           "emit_load_checks": _revert_emit_load_checks, "kernel_dtypes": _revert_kernel_dtypes,
+           "emit_load_checks": _revert_emit_load_checks, "flex_operands": _revert_flex_operands,
+           "structure_strides": _revert_structure_strides, "kernel_dtypes": _revert_kernel_dtypes,
            "concrete_symints": _revert_concrete_symints, "number_results": _revert_number_results}
 
 

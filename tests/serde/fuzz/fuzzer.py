@@ -1222,6 +1222,9 @@ def summarize_bugs(report: Report, limit: int = 40) -> str:
     for key, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:limit]:
         r = rs[0]
         lines.append(f"{len(rs):>5}  {key}\n       e.g. case {r.case_id} ({r.strategy}, {r.seed}): {r.detail[:400]}")
+        if len(rs) > 1:  # every case of the group, to replay them with --case
+            ids = ", ".join(str(x.case_id) for x in rs[:50])
+            lines.append(f"       cases: {ids}{', ...' if len(rs) > 50 else ''}")
     return "\n".join(lines)
 
 

@@ -190,6 +190,14 @@ FOCUS = {
     # a file the load refuses (an argument order, here) emitted, and ran when it could
     "emit_load_checks": (dict(strategies=(("program", 1),), paths=(("emit", 1),), ops=(2,)), ("mlp",), 40,
                          "emit_unchecked", r"serde\.load refuses it"),
+    # Found by the 50,000-case campaign of seed 11: flex_attention's query swapped for a tensor of
+    # another embedding size fails in the kernel at run time
+    "flex_operands": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(16,)),
+                      ("flex_attention_aten",), 60, "run_inconsistent", r"batch2 tensor|size|shape"),
+    # and a structure-only load (emit's checks) skipped the weights' strides, FakeTensors being a
+    # tensor subclass: a placeholder's stride edited away from its weight's emitted
+    "structure_strides": (dict(strategies=(("program", 1),), paths=(("emit", 1),)), ("mlp",), 300,
+                          "emit_unchecked", r"with strides"),
     # Found by the 50,000-case campaign with native propagation: an operand dtype the CPU kernel
     # refuses and its meta kernel accepts (a bool-valued call swapped to relu or neg)
     "kernel_dtypes": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),
