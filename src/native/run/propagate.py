@@ -295,7 +295,7 @@ class _Point:
         try:
             got = op(*pos, **kwargs)
         except Exception as e:  # noqa: BLE001 -- judged by contract_failure
-            return ("refused", _first_line(e)) if contract_failure(e, op) else ("skip", None)
+            return ("refused", _first_line(e)) if contract_failure(e, op, concrete=True) else ("skip", None)
         return "ok", _summary(got)
 
     # ------------------------------------------------------------ operands

@@ -253,12 +253,15 @@ _CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
 # and may be missing or partial.
 _TORCH_NAMESPACES = frozenset({"aten", "prims"})
 # Plain RuntimeErrors that say a kernel cannot run on fake or meta tensors, not that its operands
-# break its contract: reading a tensor's data or storage, sizes only known symbolically, torch's
-# own internal asserts. (A storage size that overflows is a contract violation.)
+# break its contract: reading a tensor's data or storage, torch's own internal asserts. (A storage
+# size that overflows is a contract violation.)
 _CANNOT_RUN_HERE = re.compile(
     r"data pointer|data_ptr|access\w* (the )?storage|no storage|without storage|not allocated|meta tensor|fake"
-    r"|symbolic|SymInt|SymFloat|SymBool|unbacked|data.dependent|Could not run|not implemented|INTERNAL ASSERT"
-    r"|customized tensor|item\(\)|local_scalar_dense", re.IGNORECASE)
+    r"|Could not run|not implemented|INTERNAL ASSERT|customized tensor|item\(\)|local_scalar_dense", re.IGNORECASE)
+# And those that say sizes are only known symbolically: no verdict on symbolic operands, but words a
+# kernel's message may hold whatever its operands ("invalid shape dimension -5. If this was
+# symbolic, ..."), so they say nothing when the operands are concrete.
+_SYMBOLIC_HERE = re.compile(r"symbolic|SymInt|SymFloat|SymBool|unbacked|data.dependent", re.IGNORECASE)
 
 
 def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
@@ -269,11 +272,11 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     floats, a matmul of mismatched sizes) refuses a call the file stores but tracing never made:
     the program cannot run, and says so only when called. A fake kernel also fails for what fake
     tensors cannot do (symbolic sizes some kernels cannot take, data they cannot read): so the
-    verdict needs an operand-check failure from the meta kernel too, on meta tensors of the
-    example sizes. Everything else is no verdict: a valid program must never be refused for what fake
-    tensors cannot do.
+    verdict is the meta kernel's, on meta tensors of the example sizes, which must refuse them with
+    an operand check too. Everything else is no verdict: a valid program must never be refused for
+    what fake tensors cannot do.
     """
-    if not contract_failure(e, op):
+    if not contract_failure(e, op, concrete=True):  # the symbolic words are judged by the meta run
         return False
     concrete = _on_meta((args, kwargs))
     if concrete is None:
@@ -283,15 +286,18 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
             op(*concrete[0], **concrete[1])
     except Exception as again:  # noqa: BLE001 -- judged as the first failure was
         # not necessarily the same exception: the two kernels check in their own order and words
-        return contract_failure(again, op)
+        return contract_failure(again, op, concrete=True)
     return False
 
 
-def contract_failure(e: Exception, op: Any) -> bool:
+def contract_failure(e: Exception, op: Any, *, concrete: bool = False) -> bool:
     """Whether ``e``, raised by ``op`` on fake or meta tensors, is its operand check refusing the
-    operands (torch's own operators only), not a kernel that cannot run on such tensors."""
+    operands (torch's own operators only), not a kernel that cannot run on such tensors.
+    ``concrete``: the operands had fixed sizes and numbers (meta tensors of example sizes), so a
+    message that speaks of symbolic sizes cannot mean that they were symbolic."""
+    text = str(e)
     return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
-            and not _CANNOT_RUN_HERE.search(str(e)))
+            and not _CANNOT_RUN_HERE.search(text) and (concrete or not _SYMBOLIC_HERE.search(text)))
 
 
 class _NoExample(Exception):

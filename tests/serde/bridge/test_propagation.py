@@ -177,3 +177,20 @@ def test_a_size_read_from_another_tensor_than_the_node_stores_is_refused():
     with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['sym_size'\]: aten\.sym_size\.int computes "
                                                        r"the int 8, the node stores the int 2\*s0 \(example value 6\)"):
         serde.load(io.BytesIO(data), propagate=True)
+
+
+def test_a_kernel_message_that_mentions_symbolic_sizes_is_a_verdict_on_concrete_operands():
+    # view's size list edited to [128, -5]: its fake and meta kernels refuse it with "invalid shape
+    # dimension -5. If this was symbolic, ...", words that once made the failure count as one fake
+    # tensors cannot help; the meta kernel's refusal on the example sizes is the verdict
+    def edit(p: dict) -> None:
+        nodes(p)["view_jqqsw"]["inputs"][1]["arg"] = {"as_ints": [128, -5]}
+
+    data = rewrite_program("flex_attention_aten", edit)
+    loaded = serde.load(io.BytesIO(data))
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(RuntimeError, match=r"invalid shape dimension -5"):
+        loaded.module()(*args, **kwargs)
+    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['view_jqqsw'\]: aten\.view\.default refuses the "
+                                                       r"operands the program stores .*invalid shape dimension -5"):
+        serde.load(io.BytesIO(data), propagate=True)
