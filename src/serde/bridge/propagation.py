@@ -278,15 +278,20 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     """
     if not contract_failure(e, op, concrete=True):  # the symbolic words are judged by the meta run
         return False
-    concrete = _on_meta((args, kwargs))
+    concrete, guessed = _on_meta((args, kwargs)), False
     if concrete is None:
-        return False
+        # A data-dependent size has no example value: the meta run takes a value from its range, and
+        # then only a refusal in the very words of the fake kernel's counts, one that does not
+        # depend on the sizes (an argument naming a dimension the operand does not have).
+        concrete, guessed = _on_meta((args, kwargs), unbacked=True), True
+        if concrete is None:
+            return False
     try:
         with unset_fake_temporarily(), torch.device("meta"):
             op(*concrete[0], **concrete[1])
     except Exception as again:  # noqa: BLE001 -- judged as the first failure was
         # not necessarily the same exception: the two kernels check in their own order and words
-        return contract_failure(again, op, concrete=True)
+        return contract_failure(again, op, concrete=True) and (not guessed or str(again) == str(e))
     return False
 
 
@@ -304,16 +309,20 @@ class _NoExample(Exception):
     pass
 
 
-def _on_meta(tree: Any) -> Any:
+def _on_meta(tree: Any, *, unbacked: bool = False) -> Any:
     """``tree`` with fake tensors as meta tensors of their example sizes and strides, numbers as
-    their example values and devices as meta; None when something has no example value."""
+    their example values and devices as meta; None when something has no example value. With
+    ``unbacked``, a data-dependent size takes a value torch picks from its range instead."""
+
+    def example(n: Any) -> Any:
+        return _example(n) if not unbacked else _example_or_guess(n)
 
     def concrete(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            sizes, strides = [_example(n) for n in v.shape], [_example(n) for n in v.stride()]
+            sizes, strides = [example(n) for n in v.shape], [example(n) for n in v.stride()]
             return torch.empty_strided(sizes, strides, dtype=v.dtype, device="meta")
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return _example(v)
+            return example(v)
         if isinstance(v, torch.device):
             return torch.device("meta")
         return v
@@ -330,6 +339,20 @@ def _example(n: Any) -> Any:
     if hint is None:
         raise _NoExample
     return hint
+
+
+def _example_or_guess(n: Any) -> Any:
+    hint = _number_hint(n)
+    if hint is not None:
+        return hint
+    if isinstance(n, torch.SymInt):
+        guess = getattr(n.node.shape_env, "optimization_hint", None)  # (torch 2.13 and later)
+        if guess is not None:
+            try:
+                return int(guess(n.node.expr, fallback=2))
+            except Exception:  # noqa: BLE001 -- no value to try
+                pass
+    raise _NoExample
 
 
 def _operands(args: Any, kwargs: Any) -> str:

@@ -194,3 +194,20 @@ def test_a_kernel_message_that_mentions_symbolic_sizes_is_a_verdict_on_concrete_
     with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['view_jqqsw'\]: aten\.view\.default refuses the "
                                                        r"operands the program stores .*invalid shape dimension -5"):
         serde.load(io.BytesIO(data), propagate=True)
+
+
+def test_a_refusal_that_does_not_depend_on_a_data_dependent_size_is_a_verdict():
+    # sym_size(nonzero, 0) edited to dim 7: nonzero's [u1, 1] result has no example size, so the
+    # meta re-run takes one from u1's range, and refuses in the fake kernel's very words
+    def edit(p: dict) -> None:
+        nodes(p)["sym_size_hrxmf"]["inputs"][1]["arg"] = {"as_int": 7}
+
+    data = rewrite_program("unbacked", edit)
+    loaded = serde.load(io.BytesIO(data))
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 7\)"):
+        loaded.module()(*args, **kwargs)
+    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['sym_size_hrxmf'\]: aten\.sym_size\.int refuses "
+                                                       r"the operands the program stores \(a torch\.int64 \[u\d+, 1\] "
+                                                       r"tensor\): Dimension out of range"):
+        serde.load(io.BytesIO(data), propagate=True)
