@@ -157,6 +157,10 @@ def _loop_condition_of_two(p: dict) -> None:
      r"inputs\[3\]: _remove_batch_dim names dim 3 of a rank-2 tensor"),
     ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"][1]["arg"].update(as_int=-3),
      r"inputs\[1\]: _add_batch_dim names dim -3 of a rank-\d tensor"),
+    # batched with 5 where its level maps over 2: the level's mul then meets batch sizes 5 and 2
+    ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"][0]["arg"].update(
+        as_tensor={"name": "movedim_tgmwg"}),
+     r"inputs\[0\]: 'movedim_tgmwg' has 5 elements at its batch dim 0, but vmap level 1 maps over 2"),
     ("multi_output", lambda p: nodes(p)["topk"].update(target="torch._functorch.predispatch._add_batch_dim")
      or nodes(p)["topk"]["inputs"][1]["arg"].update(as_int=0),
      r"nodes\['topk'\]: _add_batch_dim outside any vmap level"),
@@ -169,7 +173,7 @@ def _loop_condition_of_two(p: dict) -> None:
      r"nodes\['pow_'\]\.inputs\[1\]: _operator\.pow raises a size to 9223372036854775807, beyond the exponent cap of 64"),
 ], ids=["cond_predicate_of_six", "loop_condition_of_two", "vmap_randomness", "vmap_batch_size", "add_batch_dim_level",
         "remove_batch_dim_level", "add_batch_dim_tensor_dim", "remove_batch_dim_out_of_range",
-        "add_batch_dim_out_of_range", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero",
+        "add_batch_dim_out_of_range", "add_batch_dim_batch_size", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero",
         "huge_exponent"])
 def test_higher_order_and_vmap_arguments_torch_checks_at_run_time_are_checked_at_load(case, change, match):
     # Each loaded before, and failed when run: a RuntimeError inside torch, or a functorch internal assert.

@@ -378,11 +378,16 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
     an unbalanced graph would leave the interpreter inside a vmap level after it returns. In the
     program's own graph, batch dims are added and removed only inside a level it opened."""
     depth = 0
+    batch_sizes: list[int | None] = []  # of the open levels, as their _vmap_increment_nesting says
     for sn in g.nodes:
         depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
         if depth < 0:
             raise InconsistentProgramError(
                 f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {FIX_EDITED}")
+        if sn.target == _VMAP_IN:
+            batch_sizes.append(sn.inputs[0].arg.as_int if sn.inputs else None)
+        elif sn.target == _VMAP_OUT:
+            batch_sizes.pop()
         at = _LEVEL_AT.get(sn.target)
         if at is not None and top_level and depth == 0:
             raise InconsistentProgramError(
@@ -396,8 +401,27 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
                     f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}; levels count from 1; {FIX_EDITED}")
             if level is not None and top_level:
                 _check_level_open(level, depth, f"{where}.nodes[{sn.name!r}].inputs[{at}]")
+                if sn.target.endswith("_add_batch_dim"):
+                    _check_batch_size(g, sn, batch_sizes[level - 1], level, f"{where}.nodes[{sn.name!r}]")
     if depth:
         raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {FIX_EDITED}")
+
+
+def _check_batch_size(g: schema.Graph, sn: schema.Node, batch_size: int | None, level: int, where: str) -> None:
+    """A vmap level maps over one batch size, the one tracing entered it with: a tensor whose batch
+    dim has another size is batched anyway, and the level's operators then fail on operands of two
+    batch sizes when the program runs (or compute with the wrong one)."""
+    if batch_size is None or len(sn.inputs) < 2:
+        return
+    t, dim = sn.inputs[0].arg.as_tensor, sn.inputs[1].arg.as_int
+    meta = g.tensor_values.get(t.name) if t is not None else None
+    if meta is None or dim is None or not -len(meta.sizes) <= dim < len(meta.sizes):
+        return
+    size = meta.sizes[dim].as_int
+    if size is not None and size != batch_size:
+        raise InconsistentProgramError(
+            f"{where}.inputs[0]: {t.name!r} has {size} elements at its batch dim {dim}, but vmap level {level} "
+            f"maps over {batch_size}; {FIX_EDITED}")
 
 
 def _check_level_open(level: int, depth: int, where: str) -> None:
