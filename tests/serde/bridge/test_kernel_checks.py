@@ -16,7 +16,7 @@ import torch
 
 import serde
 from serde.bridge import graph as graph_reader
-from serde.bridge.checks import check_kernel, kernels
+from serde.bridge.checks import check_kernel, hops, kernels
 from serde.bridge.errors import InconsistentProgramError
 from tests.serde.attacks._attack_kit import rewrite_artifact, rewrite_program
 
@@ -160,6 +160,8 @@ def test_associative_scan_batch_dims(change, refusal, run_error, switch_off, mon
     with pytest.raises(InconsistentProgramError, match=refusal):
         serde.load(io.BytesIO(data))
     monkeypatch.setattr(graph_reader, switch_off, lambda *a, **k: None)
+    # (the batch size check of the vmap levels refuses the moved batch dim too)
+    monkeypatch.setattr(hops, "_check_batch_size", lambda *a, **k: None)
     loaded = serde.load(io.BytesIO(data), propagate=True)
     args, kwargs = loaded.example_inputs
     try:
@@ -272,3 +274,37 @@ def test_the_probe_leaves_the_callers_random_stream_as_it_was(saved, monkeypatch
     serde.load(io.BytesIO(saved), propagate=True)
     assert any(key[0] == torch.ops.aten.uniform_.default for key in kernels._PROBE_CACHE)
     assert torch.equal(torch.rand(4), want)
+
+
+# ---------------------------------------------------------------- sizes and arguments the CPU kernel checks
+
+
+def _conv_stride(p: dict) -> None:
+    _node(p, "conv1_conv2d")["inputs"][3]["arg"] = {"as_ints": [-129, 1]}
+
+
+def _conv_bias(p: dict) -> None:
+    _node(p, "conv2_conv2d")["inputs"][2]["arg"] = {"as_tensor": {"name": "p_conv1_bias"}}  # 8 for 16 channels
+
+
+def _node(p: dict, name: str) -> dict:
+    return next(n for n in p["graph_module"]["graph"]["nodes"] if n["name"] == name)
+
+
+@pytest.mark.parametrize(("change", "refusal"), [
+    (_conv_stride, r"nodes\['conv1_conv2d'\]: aten\.conv2d\.default on operands of sizes \[2, 3, 16, 16\], "
+                   r"\[8, 3, 3, 3\], \[8\]: its CPU kernel refuses them \(non-positive stride is not supported\)"),
+    (_conv_bias, r"nodes\['conv2_conv2d'\]: aten\.conv2d\.default on operands of sizes .*: its CPU kernel refuses "
+                 r"them \(Given weight of size \[16, 8, 3, 3\], expected bias to be 1-dimensional with 16 elements"),
+], ids=["conv_stride", "conv_bias"])
+def test_a_size_or_argument_only_the_cpu_kernel_refuses_is_refused_with_propagation(change, refusal):
+    # Both fit every stored meta, and the meta kernel of conv2d takes them: the CPU kernel, probed at
+    # the call's own sizes on two fillings, refuses them in the same words; so does the program, run.
+    data = rewrite_program("convnet_bn", change)
+    loaded = serde.load(io.BytesIO(data))
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(RuntimeError, match=r"non-positive stride|expected bias"):
+        loaded.module()(*args, **kwargs)
+    with pytest.raises(InconsistentProgramError, match=refusal):
+        serde.load(io.BytesIO(data), propagate=True)
+

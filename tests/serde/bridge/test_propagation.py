@@ -211,3 +211,18 @@ def test_a_refusal_that_does_not_depend_on_a_data_dependent_size_is_a_verdict():
                                                        r"the operands the program stores \(a torch\.int64 \[u\d+, 1\] "
                                                        r"tensor\): Dimension out of range"):
         serde.load(io.BytesIO(data), propagate=True)
+
+
+def test_an_operand_check_a_python_meta_kernel_asserts_is_a_verdict():
+    # the embedding's table swapped for a bias vector: embedding's meta kernel refuses it with a bare
+    # assert ("'weight' must be 2-D"), both on the fake values and on meta tensors of example sizes
+    def edit(p: dict) -> None:
+        nodes(p)["embedding"]["inputs"][0]["arg"] = {"as_tensor": {"name": "p_body_bias"}}
+
+    data = rewrite_program("tied_weights", edit)
+    loaded = serde.load(io.BytesIO(data))
+    with pytest.raises(RuntimeError, match=r"'weight' must be 2-D"):
+        loaded.module()(torch.randint(0, 50, (2, 7)))
+    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses "
+                                                       r"the operands the program stores .*'weight' must be 2-D"):
+        serde.load(io.BytesIO(data), propagate=True)

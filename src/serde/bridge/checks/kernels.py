@@ -23,7 +23,11 @@ fake or meta kernel does, so an edited call passes both and fails only when the 
   operator's CPU kernel on small tensors of the call's dtypes (zero-dimensional ones for a pointwise
   operator, whose kernel broadcasts; the call's own sizes, when small, for the others) and takes
   the kernel's refusal when it is about a dtype. The verdict is cached per operator and operand
-  dtypes (and sizes), so that a program's many calls of one signature cost one probe.
+  dtypes (and sizes), so that a program's many calls of one signature cost one probe;
+* the sizes and arguments a CPU kernel checks and its meta kernel does not (a convolution's bias
+  of another length than its output channels, a negative stride): the same probe, at the call's own
+  sizes, takes a refusal worded about sizes or arguments when it is not about the data and comes
+  again, in the same words, on other data.
 
 :func:`check_kernel` takes the values as they reach the kernel (fake or meta tensors, Python numbers,
 dtypes, devices), so that both the graph reader and the native loader's propagation can call it. A
@@ -101,8 +105,8 @@ def dtype_refusal(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[s
     bad = _cpu_dtypes(op, args, kwargs)
     if bad is None:
         return None
-    return (f"{op} on operands of dtypes {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program "
-            "runs (its fake kernel does not check it)")
+    return (f"{op} on {bad[0]}: its CPU kernel refuses them ({bad[1]}) when the program runs (its fake kernel "
+            "does not check it)")
 
 
 def judged(op: torch._ops.OpOverload, *, probe: bool = False) -> bool:
@@ -140,6 +144,17 @@ _DTYPE_WORDS = re.compile(
     r"not implemented for '|mixed dtype|scalar type|dtype|Boolean inputs|bool tensor|complex (?:types|tensors|input)"
     r"|can't be cast to the desired output type|type \(.*\) and weight type \(.*\) should be the same"
     r"|value cannot be converted to type")
+# Words of the CPU kernels' refusals of sizes and arguments that their meta kernels skip (a
+# convolution's bias of the wrong length, a non-positive stride, an embedding table that is not 2-D).
+# A non-pointwise operator is probed at the call's own sizes, so such a refusal is about the
+# program's call, unless it is about the data (an index past a size, a singular matrix): those words
+# are excluded, and the refusal must come again, in the same words, on other data.
+_SIZE_WORDS = re.compile(
+    r"stride|padding|dilation|\bbias\b|weight of size|must be \d-D|-dimensional|\d+D|channels|groups"
+    r"|kernel size|output size|input size|expected .*size", re.IGNORECASE)
+_DATA_WORDS = re.compile(
+    r"out of (?:bounds|range)|index|singular|positive.definite|invertible|probabilit|nan\b|inf\b|converge"
+    r"|non-?finite|sum of|negative values|empty", re.IGNORECASE)
 # Operands (elements over all tensors and results) up to which a non-pointwise call is probed at its
 # own sizes; past it, no verdict.
 _PROBE_ELEMENTS = 1 << 16
@@ -232,15 +247,18 @@ def _probe_key(v: Any, pointwise: bool) -> Any:
     raise _NoVerdict  # a SymInt, a generator, a script object, ...
 
 
-def _build(k: Any, device: str) -> Any:
+def _build(k: Any, device: str, fill: int = 1) -> Any:
     if isinstance(k, tuple) and k and k[0] == "tensor":
         _, dtype, sizes = k
         if device == "meta":
             return torch.empty(sizes, dtype=dtype, device="meta")
-        # Ones for floats (a logarithm, a division), zeros for integers (valid indices).
-        return (torch.ones if dtype.is_floating_point or dtype.is_complex else torch.zeros)(sizes, dtype=dtype)
+        # Ones for floats (a logarithm, a division), zeros for integers (valid indices); ``fill``
+        # other than 1: other data of the same sizes.
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.full(sizes, float(fill), dtype=dtype)
+        return torch.zeros(sizes, dtype=dtype) if fill == 1 or dtype == torch.bool else torch.ones(sizes, dtype=dtype)
     if isinstance(k, tuple) and k and k[0] == "list":
-        return [_build(x, device) for x in k[1]]
+        return [_build(x, device, fill) for x in k[1]]
     if isinstance(k, tuple) and k and k[0] == "scalar":
         return k[2]
     return k
@@ -270,20 +288,40 @@ def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, s
         seeded = torch.Tag.nondeterministic_seeded in op.tags
         state = torch.get_rng_state() if seeded else None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                op(*[_build(a, "cpu") for a in args], **{k: _build(v, "cpu") for k, v in kwargs.items()})
-        except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
-            lines = str(e).strip().splitlines()
-            first = lines[0].strip() if lines else ""
-            if _DTYPE_WORDS.search(first):
-                return ", ".join(_dtypes((args, kwargs))), first[:200]
-        except Exception:  # noqa: BLE001,S110 -- anything else is no verdict
-            pass
+            first = _cpu_refusal(op, args, kwargs, 1)
+            if first is not None and _DTYPE_WORDS.search(first):
+                return "operands of dtypes " + ", ".join(_dtypes((args, kwargs))), first[:200]
+            if first is not None and not _PROBED[op] and _SIZE_WORDS.search(first) \
+                    and not _DATA_WORDS.search(first) and _cpu_refusal(op, args, kwargs, 2) == first:
+                return "operands of sizes " + ", ".join(_sizes((args, kwargs))), first[:200]
         finally:
             if state is not None:
                 torch.set_rng_state(state)
     return None
+
+
+def _cpu_refusal(op: torch._ops.OpOverload, args: tuple, kwargs: dict, fill: int) -> str | None:
+    """The first line of the CPU kernel's refusal of the probe's operands (filled with ``fill``), or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op(*[_build(a, "cpu", fill) for a in args], **{k: _build(v, "cpu", fill) for k, v in kwargs.items()})
+    except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+        lines = str(e).strip().splitlines()
+        return lines[0].strip() if lines else ""
+    except Exception:  # noqa: BLE001 -- anything else is no verdict
+        return None
+    return None
+
+
+def _sizes(k: Any) -> list[str]:
+    if isinstance(k, tuple) and k and k[0] == "tensor":
+        return [str(list(k[2]))]
+    if isinstance(k, (tuple, list)):
+        return [d for x in k for d in _sizes(x)]
+    if isinstance(k, dict):
+        return [d for x in k.values() for d in _sizes(x)]
+    return []
 
 
 def _dtypes(k: Any) -> list[str]:
