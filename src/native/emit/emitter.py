@@ -79,16 +79,14 @@ def emit_artifact(src: str | os.PathLike | BinaryIO | bytes, *, plan: bool = Tru
 
     from serde.api import check_artifact
     from serde.archive.artifact import read_artifact
-    from serde.core.checks import check_program, check_weight_names
     from serde.opsets import upgrade_operators
 
     a = read_artifact(src, limits=limits)
-    check_program(a.program, limits)
-    check_weight_names(a.weights, limits)
-    # Every check of serde.load, on the program as a load builds it (weights not read): the emitter
-    # walks the stored program and trusts that its parts fit each other, which only those checks
-    # prove (a call's operands against its operator, the signature against the graph, ...), so a
-    # file the load refuses would otherwise emit into a program that fails inside a kernel.
+    # Every check of serde.load (names and sizes first), on the program as a load builds it (weights
+    # not read): the emitter walks the stored program and trusts that its parts fit each other, which
+    # only those checks prove (a call's operands against its operator, the signature against the
+    # graph, ...), so a file the load refuses would otherwise emit into a program that fails inside
+    # a kernel.
     check_artifact(a, limits=limits)
     # The storages and views as a load checks them: a view past its storage would otherwise be
     # emitted into a program the native loaders then refuse, or its numbers overflow the format.
