@@ -9,6 +9,7 @@ again leaves the stored values as they were.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -163,66 +164,54 @@ def test_a_call_torchs_own_kernel_refuses_on_the_stored_values_is_refused():
 
 
 
-def test_a_size_read_from_another_tensor_than_the_node_stores_is_refused():
-    # sym_size(x, 0) (x is [2*s0, 8]) edited to read the [8, 8] weight: the sizes computed from it fit
-    # the stored symbolic ones (s0 = (2*s0) // 2), and reshape refuses them when the program runs
+def _set_arg(node: str, at: int, arg: dict) -> Callable[[dict], None]:
     def edit(p: dict) -> None:
-        nodes(p)["sym_size"]["inputs"][0]["arg"]["as_tensor"]["name"] = "p_lin_weight"
-
-    data = rewrite_program("dynamic_arith", edit)
-    loaded = serde.load(io.BytesIO(data))
-    args, kwargs = loaded.example_inputs
-    with pytest.raises(RuntimeError, match=r"shape '\[4, 2, 8\]' is invalid for input of size 48"):
-        loaded.module()(*args, **kwargs)
-    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['sym_size'\]: aten\.sym_size\.int computes "
-                                                       r"the int 8, the node stores the int 2\*s0 \(example value 6\)"):
-        serde.load(io.BytesIO(data), propagate=True)
+        nodes(p)[node]["inputs"][at]["arg"] = arg
+    return edit
 
 
-def test_a_kernel_message_that_mentions_symbolic_sizes_is_a_verdict_on_concrete_operands():
+# fixture, edit, what torch raises when the edited program runs, and propagation's refusal. Each
+# loads by default (every stored part fits the others) and fails when called.
+RUN_TIME_EDITS = {
+    # sym_size(x, 0) (x is [2*s0, 8]) edited to read the [8, 8] weight: the sizes computed from it
+    # fit the stored symbolic ones (s0 = (2*s0) // 2), and reshape refuses them
+    "size_of_another_tensor": (
+        "dynamic_arith", _set_arg("sym_size", 0, {"as_tensor": {"name": "p_lin_weight"}}),
+        RuntimeError, r"shape '\[4, 2, 8\]' is invalid for input of size 48",
+        r"graph\.nodes\['sym_size'\]: aten\.sym_size\.int computes the int 8, the node stores the int 2\*s0 "
+        r"\(example value 6\)"),
     # view's size list edited to [128, -5]: its fake and meta kernels refuse it with "invalid shape
     # dimension -5. If this was symbolic, ...", words that once made the failure count as one fake
     # tensors cannot help; the meta kernel's refusal on the example sizes is the verdict
-    def edit(p: dict) -> None:
-        nodes(p)["view_jqqsw"]["inputs"][1]["arg"] = {"as_ints": [128, -5]}
-
-    data = rewrite_program("flex_attention_aten", edit)
-    loaded = serde.load(io.BytesIO(data))
-    args, kwargs = loaded.example_inputs
-    with pytest.raises(RuntimeError, match=r"invalid shape dimension -5"):
-        loaded.module()(*args, **kwargs)
-    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['view_jqqsw'\]: aten\.view\.default refuses the "
-                                                       r"operands the program stores .*invalid shape dimension -5"):
-        serde.load(io.BytesIO(data), propagate=True)
-
-
-def test_a_refusal_that_does_not_depend_on_a_data_dependent_size_is_a_verdict():
+    "symbolic_words": (
+        "flex_attention_aten", _set_arg("view_jqqsw", 1, {"as_ints": [128, -5]}),
+        RuntimeError, r"invalid shape dimension -5",
+        r"graph\.nodes\['view_jqqsw'\]: aten\.view\.default refuses the operands the program stores "
+        r".*invalid shape dimension -5"),
     # sym_size(nonzero, 0) edited to dim 7: nonzero's [u1, 1] result has no example size, so the
     # meta re-run takes one from u1's range, and refuses in the fake kernel's very words
-    def edit(p: dict) -> None:
-        nodes(p)["sym_size_hrxmf"]["inputs"][1]["arg"] = {"as_int": 7}
-
-    data = rewrite_program("unbacked", edit)
-    loaded = serde.load(io.BytesIO(data))
-    args, kwargs = loaded.example_inputs
-    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 7\)"):
-        loaded.module()(*args, **kwargs)
-    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['sym_size_hrxmf'\]: aten\.sym_size\.int refuses "
-                                                       r"the operands the program stores \(a torch\.int64 \[u\d+, 1\] "
-                                                       r"tensor\): Dimension out of range"):
-        serde.load(io.BytesIO(data), propagate=True)
-
-
-def test_an_operand_check_a_python_meta_kernel_asserts_is_a_verdict():
+    "data_dependent_size": (
+        "unbacked", _set_arg("sym_size_hrxmf", 1, {"as_int": 7}),
+        IndexError, r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 7\)",
+        r"graph\.nodes\['sym_size_hrxmf'\]: aten\.sym_size\.int refuses the operands the program stores "
+        r"\(a torch\.int64 \[u\d+, 1\] tensor\): Dimension out of range"),
     # the embedding's table swapped for a bias vector: embedding's meta kernel refuses it with a bare
     # assert ("'weight' must be 2-D"), both on the fake values and on meta tensors of example sizes
-    def edit(p: dict) -> None:
-        nodes(p)["embedding"]["inputs"][0]["arg"] = {"as_tensor": {"name": "p_body_bias"}}
+    "python_meta_assert": (
+        "tied_weights", _set_arg("embedding", 0, {"as_tensor": {"name": "p_body_bias"}}),
+        RuntimeError, r"'weight' must be 2-D",
+        r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses the operands the program stores "
+        r".*'weight' must be 2-D"),
+}
 
-    data = rewrite_program("tied_weights", edit)
+
+@pytest.mark.parametrize("case", sorted(RUN_TIME_EDITS))
+def test_an_edit_that_fails_when_run_is_refused_with_propagation(case):
+    fixture, edit, error, run_message, refusal = RUN_TIME_EDITS[case]
+    data = rewrite_program(fixture, edit)
     loaded = serde.load(io.BytesIO(data))
-    with pytest.raises(RuntimeError, match=r"'weight' must be 2-D"):
-        loaded.module()(torch.randint(0, 50, (2, 7)))
-    with pytest.raises(InconsistentProgramError, match=r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses "
-                                                       r"the operands the program stores .*'weight' must be 2-D"):
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(error, match=run_message):
+        loaded.module()(*args, **kwargs)
+    with pytest.raises(InconsistentProgramError, match=refusal):
         serde.load(io.BytesIO(data), propagate=True)

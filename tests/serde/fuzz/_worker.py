@@ -330,9 +330,9 @@ def _revert_flex_operands() -> None:
 
 
 def _revert_structure_strides() -> None:
-    from serde.bridge.checks import signature
-
     import torch
+
+    from serde.bridge.checks import signature
 
     signature.is_traceable_wrapper_subclass = lambda t: type(t) not in (torch.Tensor, torch.nn.Parameter)
 
