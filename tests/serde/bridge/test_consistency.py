@@ -161,6 +161,11 @@ def _loop_condition_of_two(p: dict) -> None:
     ("associative_scan", lambda p: _first(p, "_add_batch_dim")["inputs"][0]["arg"].update(
         as_tensor={"name": "movedim_tgmwg"}),
      r"inputs\[0\]: 'movedim_tgmwg' has 5 elements at its batch dim 0, but vmap level 1 maps over 2"),
+    # a tensor batched in the first vmap call (batch size 2) used in the second (batch size 1)
+    ("associative_scan", lambda p: nodes(p)["maximum_jrzpc"]["inputs"][1]["arg"].update(
+        as_tensor={"name": "_add_batch_dim_zxqqm"}),
+     r"nodes\['maximum_jrzpc'\]: takes '_add_batch_dim_zxqqm', which is batched at a vmap level that is no longer "
+     r"open here"),
     ("multi_output", lambda p: nodes(p)["topk"].update(target="torch._functorch.predispatch._add_batch_dim")
      or nodes(p)["topk"]["inputs"][1]["arg"].update(as_int=0),
      r"nodes\['topk'\]: _add_batch_dim outside any vmap level"),
@@ -173,7 +178,7 @@ def _loop_condition_of_two(p: dict) -> None:
      r"nodes\['pow_'\]\.inputs\[1\]: _operator\.pow raises a size to 9223372036854775807, beyond the exponent cap of 64"),
 ], ids=["cond_predicate_of_six", "loop_condition_of_two", "vmap_randomness", "vmap_batch_size", "add_batch_dim_level",
         "remove_batch_dim_level", "add_batch_dim_tensor_dim", "remove_batch_dim_out_of_range",
-        "add_batch_dim_out_of_range", "add_batch_dim_batch_size", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero",
+        "add_batch_dim_out_of_range", "add_batch_dim_batch_size", "batched_in_another_vmap", "batch_dim_outside_vmap", "loop_condition_in_tuple", "divide_by_zero",
         "huge_exponent"])
 def test_higher_order_and_vmap_arguments_torch_checks_at_run_time_are_checked_at_load(case, change, match):
     # Each loaded before, and failed when run: a RuntimeError inside torch, or a functorch internal assert.

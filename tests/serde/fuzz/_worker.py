@@ -337,6 +337,21 @@ def _revert_structure_strides() -> None:
     signature.is_traceable_wrapper_subclass = lambda t: type(t) not in (torch.Tensor, torch.nn.Parameter)
 
 
+def _revert_kernel_sizes() -> None:
+    import re
+
+    from serde.bridge.checks import kernels
+
+    kernels._SIZE_WORDS = re.compile(r"(?!)")  # matches nothing: the probe takes dtype refusals only
+
+
+def _revert_vmap_batches() -> None:
+    from serde.bridge.checks import hops
+
+    hops._check_batch_size = lambda *a: None
+    hops._check_batched_operands = lambda *a: None
+
+
 def _revert_emit_load_checks() -> None:
     import serde.api
 
@@ -354,7 +369,8 @@ REVERTS = {"fx_names": _revert_fx_names, "debug_decoder": _revert_debug_decoder,
            "vmap_levels": _revert_vmap_levels, "batch_dims": _revert_batch_dims,
            "native_propagation": _revert_native_propagation, "example_inputs": _revert_example_inputs,
            "emit_load_checks": _revert_emit_load_checks, "flex_operands": _revert_flex_operands,
-           "structure_strides": _revert_structure_strides, "kernel_dtypes": _revert_kernel_dtypes,
+           "structure_strides": _revert_structure_strides, "kernel_sizes": _revert_kernel_sizes,
+           "vmap_batches": _revert_vmap_batches, "kernel_dtypes": _revert_kernel_dtypes,
            "concrete_symints": _revert_concrete_symints, "number_results": _revert_number_results}
 
 

@@ -198,6 +198,13 @@ FOCUS = {
     # tensor subclass: a placeholder's stride edited away from its weight's emitted
     "structure_strides": (dict(strategies=(("program", 1),), paths=(("emit", 1),)), ("mlp",), 300,
                           "emit_unchecked", r"with strides"),
+    # a size only conv2d's CPU kernel checks (a negative stride), which the probe takes now
+    "kernel_sizes": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(SIZE_ITEM_OP,)),
+                     ("convnet_bn",), 60, "run_torch", r"non-positive stride|expected bias"),
+    # a tensor batched at a vmap level with another batch size than the level's, or in another
+    # vmap call than its own
+    "vmap_batches": (dict(strategies=(("program", 1),), paths=(("plain", 1),), ops=(17,)),
+                     ("associative_scan",), 150, "run_torch", r"must match the size|stack expects each tensor"),
     # Found by the 50,000-case campaign with native propagation: an operand dtype the CPU kernel
     # refuses and its meta kernel accepts (a bool-valued call swapped to relu or neg)
     "kernel_dtypes": (dict(strategies=(("pt2n_header", 1),), ops=(HEADER_OP_SWAP_OP,), cpp=False),

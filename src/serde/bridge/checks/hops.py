@@ -379,15 +379,28 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
     program's own graph, batch dims are added and removed only inside a level it opened."""
     depth = 0
     batch_sizes: list[int | None] = []  # of the open levels, as their _vmap_increment_nesting says
+    regions: list[int] = []  # the open levels' ids: each entry into a level is a region of its own
+    entered = 0
+    owner: dict[str, tuple[int, int]] = {}  # a value made inside a level -> (its region, its depth)
     for sn in g.nodes:
+        _check_batched_operands(sn, owner, regions, f"{where}.nodes[{sn.name!r}]")
         depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
         if depth < 0:
             raise InconsistentProgramError(
                 f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {FIX_EDITED}")
         if sn.target == _VMAP_IN:
             batch_sizes.append(sn.inputs[0].arg.as_int if sn.inputs else None)
+            entered += 1
+            regions.append(entered)
         elif sn.target == _VMAP_OUT:
             batch_sizes.pop()
+            regions.pop()
+        # What a node inside a level computes is batched at it; _remove_batch_dim gives the
+        # level outside its own back.
+        inner = len(regions) - (1 if sn.target.endswith("_remove_batch_dim") else 0)
+        if top_level and inner > 0:
+            for name in _tensor_names(sn.outputs):
+                owner[name] = (regions[inner - 1], inner)
         at = _LEVEL_AT.get(sn.target)
         if at is not None and top_level and depth == 0:
             raise InconsistentProgramError(
@@ -405,6 +418,30 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
                     _check_batch_size(g, sn, batch_sizes[level - 1], level, f"{where}.nodes[{sn.name!r}]")
     if depth:
         raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {FIX_EDITED}")
+
+
+def _tensor_names(args: Sequence[Any]) -> list[str]:
+    out = []
+    for a in args:
+        a = getattr(a, "arg", a)  # a NamedArgument's argument
+        if a.as_tensor is not None:
+            out.append(a.as_tensor.name)
+        elif a.as_tensors is not None:
+            out.extend(t.name for t in a.as_tensors)
+    return out
+
+
+def _check_batched_operands(sn: schema.Node, owner: dict[str, tuple[int, int]], regions: list[int],
+                            where: str) -> None:
+    """A tensor batched at a vmap level is used only while that very level is open: after it
+    closes, or in another entry of the same level (another vmap call, with its own batch size),
+    its batch dim means nothing, and operators mix it with others of another batch size."""
+    for name in _tensor_names(sn.inputs):
+        made = owner.get(name)
+        if made is not None and (len(regions) < made[1] or regions[made[1] - 1] != made[0]):
+            raise InconsistentProgramError(
+                f"{where}: takes {name!r}, which is batched at a vmap level that is no longer open here; "
+                f"{FIX_EDITED}")
 
 
 def _check_batch_size(g: schema.Graph, sn: schema.Node, batch_size: int | None, level: int, where: str) -> None:
