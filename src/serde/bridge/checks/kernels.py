@@ -150,11 +150,10 @@ _DTYPE_WORDS = re.compile(
 # program's call, unless it is about the data (an index past a size, a singular matrix): those words
 # are excluded, and the refusal must come again, in the same words, on other data.
 _SIZE_WORDS = re.compile(
-    r"stride|padding|dilation|\bbias\b|weight of size|must be \d-D|-dimensional|\d+D|channels|groups"
-    r"|kernel size|output size|input size|expected .*size", re.IGNORECASE)
+    r"stride|padding|dilation|\bbias\b|must be \d-D|groups|kernel size", re.IGNORECASE)
 _DATA_WORDS = re.compile(
     r"out of (?:bounds|range)|index|singular|positive.definite|invertible|probabilit|nan\b|inf\b|converge"
-    r"|non-?finite|sum of|negative values|empty", re.IGNORECASE)
+    r"|non-?finite|\bsum|negative values|empty|lengths|values of", re.IGNORECASE)
 # Operands (elements over all tensors and results) up to which a non-pointwise call is probed at its
 # own sizes; past it, no verdict.
 _PROBE_ELEMENTS = 1 << 16
