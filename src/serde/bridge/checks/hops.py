@@ -377,30 +377,27 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
     """vmap levels open and close in pairs within a graph, as tracing through torch.func leaves them;
     an unbalanced graph would leave the interpreter inside a vmap level after it returns. In the
     program's own graph, batch dims are added and removed only inside a level it opened."""
-    depth = 0
-    batch_sizes: list[int | None] = []  # of the open levels, as their _vmap_increment_nesting says
-    regions: list[int] = []  # the open levels' ids: each entry into a level is a region of its own
-    entered = 0
-    owner: dict[str, tuple[int, int]] = {}  # a value made inside a level -> (its region, its depth)
-    for sn in g.nodes:
-        _check_batched_operands(sn, owner, regions, f"{where}.nodes[{sn.name!r}]")
-        depth += (sn.target == _VMAP_IN) - (sn.target == _VMAP_OUT)
-        if depth < 0:
-            raise InconsistentProgramError(
-                f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {FIX_EDITED}")
+    # The open levels, innermost last: (the entering node's index, which names this entry of the
+    # level, and the batch size its _vmap_increment_nesting says).
+    levels: list[tuple[int, int | None]] = []
+    owner: dict[str, int] = {}  # a value made inside a level -> the entry of that level
+    for i, sn in enumerate(g.nodes):
+        if owner:
+            _check_batched_operands(sn, owner, levels, f"{where}.nodes[{sn.name!r}]")
         if sn.target == _VMAP_IN:
-            batch_sizes.append(sn.inputs[0].arg.as_int if sn.inputs else None)
-            entered += 1
-            regions.append(entered)
+            levels.append((i, sn.inputs[0].arg.as_int if sn.inputs else None))
         elif sn.target == _VMAP_OUT:
-            batch_sizes.pop()
-            regions.pop()
+            if not levels:
+                raise InconsistentProgramError(
+                    f"{where}.nodes[{sn.name!r}]: leaves a vmap level that was never entered; {FIX_EDITED}")
+            levels.pop()
+        depth = len(levels)
         # What a node inside a level computes is batched at it; _remove_batch_dim gives the
         # level outside its own back.
-        inner = len(regions) - (1 if sn.target.endswith("_remove_batch_dim") else 0)
+        inner = depth - (1 if sn.target.endswith("_remove_batch_dim") else 0)
         if top_level and inner > 0:
             for name in _tensor_names(sn.outputs):
-                owner[name] = (regions[inner - 1], inner)
+                owner[name] = levels[inner - 1][0]
         at = _LEVEL_AT.get(sn.target)
         if at is not None and top_level and depth == 0:
             raise InconsistentProgramError(
@@ -415,9 +412,9 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
             if level is not None and top_level:
                 _check_level_open(level, depth, f"{where}.nodes[{sn.name!r}].inputs[{at}]")
                 if sn.target.endswith("_add_batch_dim"):
-                    _check_batch_size(g, sn, batch_sizes[level - 1], level, f"{where}.nodes[{sn.name!r}]")
-    if depth:
-        raise InconsistentProgramError(f"{where}: enters {depth} vmap level(s) it never leaves; {FIX_EDITED}")
+                    _check_batch_size(g, sn, levels[level - 1][1], level, f"{where}.nodes[{sn.name!r}]")
+    if levels:
+        raise InconsistentProgramError(f"{where}: enters {len(levels)} vmap level(s) it never leaves; {FIX_EDITED}")
 
 
 def _tensor_names(args: Sequence[Any]) -> list[str]:
@@ -431,14 +428,14 @@ def _tensor_names(args: Sequence[Any]) -> list[str]:
     return out
 
 
-def _check_batched_operands(sn: schema.Node, owner: dict[str, tuple[int, int]], regions: list[int],
+def _check_batched_operands(sn: schema.Node, owner: dict[str, int], levels: list[tuple[int, int | None]],
                             where: str) -> None:
     """A tensor batched at a vmap level is used only while that very level is open: after it
     closes, or in another entry of the same level (another vmap call, with its own batch size),
     its batch dim means nothing, and operators mix it with others of another batch size."""
     for name in _tensor_names(sn.inputs):
         made = owner.get(name)
-        if made is not None and (len(regions) < made[1] or regions[made[1] - 1] != made[0]):
+        if made is not None and all(entry != made for entry, _ in levels):
             raise InconsistentProgramError(
                 f"{where}: takes {name!r}, which is batched at a vmap level that is no longer open here; "
                 f"{FIX_EDITED}")

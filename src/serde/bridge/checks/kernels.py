@@ -246,18 +246,18 @@ def _probe_key(v: Any, pointwise: bool) -> Any:
     raise _NoVerdict  # a SymInt, a generator, a script object, ...
 
 
-def _build(k: Any, device: str, fill: int = 1) -> Any:
+def _build(k: Any, device: str, other: bool = False) -> Any:
     if isinstance(k, tuple) and k and k[0] == "tensor":
         _, dtype, sizes = k
         if device == "meta":
             return torch.empty(sizes, dtype=dtype, device="meta")
-        # Ones for floats (a logarithm, a division), zeros for integers (valid indices); ``fill``
-        # other than 1: other data of the same sizes.
+        # Ones for floats (a logarithm, a division), zeros for integers (valid indices); ``other``:
+        # twos and ones instead, other data of the same sizes.
         if dtype.is_floating_point or dtype.is_complex:
-            return torch.full(sizes, float(fill), dtype=dtype)
-        return torch.zeros(sizes, dtype=dtype) if fill == 1 or dtype == torch.bool else torch.ones(sizes, dtype=dtype)
+            return torch.full(sizes, 2.0 if other else 1.0, dtype=dtype)
+        return (torch.ones if other and dtype != torch.bool else torch.zeros)(sizes, dtype=dtype)
     if isinstance(k, tuple) and k and k[0] == "list":
-        return [_build(x, device, fill) for x in k[1]]
+        return [_build(x, device, other) for x in k[1]]
     if isinstance(k, tuple) and k and k[0] == "scalar":
         return k[2]
     return k
@@ -287,24 +287,26 @@ def _probe(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, s
         seeded = torch.Tag.nondeterministic_seeded in op.tags
         state = torch.get_rng_state() if seeded else None
         try:
-            first = _cpu_refusal(op, args, kwargs, 1)
+            first = _cpu_refusal(op, args, kwargs)
             if first is not None and _DTYPE_WORDS.search(first):
-                return "operands of dtypes " + ", ".join(_dtypes((args, kwargs))), first[:200]
+                dtypes = [str(d).removeprefix("torch.") for d, _ in _tensors((args, kwargs))]
+                return "operands of dtypes " + ", ".join(dtypes), first[:200]
             if first is not None and not _PROBED[op] and _SIZE_WORDS.search(first) \
-                    and not _DATA_WORDS.search(first) and _cpu_refusal(op, args, kwargs, 2) == first:
-                return "operands of sizes " + ", ".join(_sizes((args, kwargs))), first[:200]
+                    and not _DATA_WORDS.search(first) and _cpu_refusal(op, args, kwargs, other=True) == first:
+                return "operands of sizes " + ", ".join(str(list(n)) for _, n in _tensors((args, kwargs))), first[:200]
         finally:
             if state is not None:
                 torch.set_rng_state(state)
     return None
 
 
-def _cpu_refusal(op: torch._ops.OpOverload, args: tuple, kwargs: dict, fill: int) -> str | None:
-    """The first line of the CPU kernel's refusal of the probe's operands (filled with ``fill``), or None."""
+def _cpu_refusal(op: torch._ops.OpOverload, args: tuple, kwargs: dict, *, other: bool = False) -> str | None:
+    """The first line of the CPU kernel's refusal of the probe's operands (``other``: their other
+    data, see :func:`_build`), or None."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            op(*[_build(a, "cpu", fill) for a in args], **{k: _build(v, "cpu", fill) for k, v in kwargs.items()})
+            op(*[_build(a, "cpu", other) for a in args], **{k: _build(v, "cpu", other) for k, v in kwargs.items()})
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
         lines = str(e).strip().splitlines()
         return lines[0].strip() if lines else ""
@@ -313,23 +315,14 @@ def _cpu_refusal(op: torch._ops.OpOverload, args: tuple, kwargs: dict, fill: int
     return None
 
 
-def _sizes(k: Any) -> list[str]:
+def _tensors(k: Any) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    """(dtype, sizes) of every tensor of a probe key, in order."""
     if isinstance(k, tuple) and k and k[0] == "tensor":
-        return [str(list(k[2]))]
+        return [(k[1], k[2])]
     if isinstance(k, (tuple, list)):
-        return [d for x in k for d in _sizes(x)]
+        return [t for x in k for t in _tensors(x)]
     if isinstance(k, dict):
-        return [d for x in k.values() for d in _sizes(x)]
-    return []
-
-
-def _dtypes(k: Any) -> list[str]:
-    if isinstance(k, tuple) and k and k[0] == "tensor":
-        return [str(k[1]).removeprefix("torch.")]
-    if isinstance(k, (tuple, list)):
-        return [d for x in k for d in _dtypes(x)]
-    if isinstance(k, dict):
-        return [d for x in k.values() for d in _dtypes(x)]
+        return [t for x in k.values() for t in _tensors(x)]
     return []
 
 
