@@ -249,6 +249,9 @@ def _show(v: Any) -> str:
 # subclasses of RuntimeError (data-dependent outputs, operators without a fake kernel, guards on
 # unbacked sizes), and NotImplementedError says an operator has no meta kernel at all.
 _CONTRACT_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+# The errors of a Python meta kernel's own asserts and arithmetic on the operands; on fake tensors
+# they may also be the fake machinery's, so there they count only when a meta run repeats them.
+_PYTHON_CHECKS = (AssertionError, ZeroDivisionError)
 # Operators whose fake kernels are torch's own: a custom operator's fake kernel is its author's,
 # and may be missing or partial.
 _TORCH_NAMESPACES = frozenset({"aten", "prims"})
@@ -276,10 +279,11 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     an operand check too. Everything else is no verdict: a valid program must never be refused for
     what fake tensors cannot do.
     """
-    # torch's Python meta kernels also check operands with a bare assert ("'weight' must be 2-D"),
-    # and fake tensors assert their own invariants the same way: an AssertionError counts only when
-    # the meta run asserts it again in the very same words.
-    asserted = type(e) is AssertionError and bool(str(e)) and getattr(op, "namespace", None) in _TORCH_NAMESPACES
+    # torch's Python meta kernels also check operands with a bare assert ("'weight' must be 2-D"), or
+    # fail on them in their arithmetic (a zero stride they divide by), and fake tensors assert their
+    # own invariants the same way: such an error counts only when the meta run raises it again in
+    # the very same words.
+    asserted = type(e) in _PYTHON_CHECKS and bool(str(e)) and getattr(op, "namespace", None) in _TORCH_NAMESPACES
     if not asserted and not contract_failure(e, op, concrete=True):  # symbolic words: the meta run judges
         return False
     concrete, guessed = _on_meta((args, kwargs)), False
@@ -296,7 +300,7 @@ def _refuses(e: Exception, op: Any, args: Any, kwargs: Any) -> bool:
     except Exception as again:  # noqa: BLE001 -- judged as the first failure was
         # not necessarily the same exception: the two kernels check in their own order and words
         if asserted:
-            return type(again) is AssertionError and str(again) == str(e)
+            return type(again) is type(e) and str(again) == str(e)
         return contract_failure(again, op, concrete=True) and (not guessed or str(again) == str(e))
     return False
 
@@ -307,6 +311,8 @@ def contract_failure(e: Exception, op: Any, *, concrete: bool = False) -> bool:
     ``concrete``: the operands had fixed sizes and numbers (meta tensors of example sizes), so a
     message that speaks of symbolic sizes cannot mean that they were symbolic."""
     text = str(e)
+    if concrete and type(e) in _PYTHON_CHECKS and text and getattr(op, "namespace", None) in _TORCH_NAMESPACES:
+        return True  # (meta tensors of fixed sizes: no fake machinery to have asserted)
     return (type(e) in _CONTRACT_ERRORS and getattr(op, "namespace", None) in _TORCH_NAMESPACES
             and not _CANNOT_RUN_HERE.search(text) and (concrete or not _SYMBOLIC_HERE.search(text)))
 
@@ -362,8 +368,18 @@ def _example_or_guess(n: Any) -> Any:
 
 
 def _operands(args: Any, kwargs: Any) -> str:
-    shown = [_show(v) for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
-    return ", ".join(shown) if shown else "no tensors"
+    """Every argument, tensors by their meta: the refusal may be of a number (a zero stride)."""
+    shown = [_argument(v) for v in args] + [f"{k}={_argument(v)}" for k, v in kwargs.items()]
+    return ", ".join(shown) if shown else "no arguments"
+
+
+def _argument(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return _show(v)
+    if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+        return "[" + ", ".join(_argument(x) for x in v) + "]"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _first_line(e: Exception) -> str:

@@ -194,7 +194,7 @@ RUN_TIME_EDITS = {
         "unbacked", _set_arg("sym_size_hrxmf", 1, {"as_int": 7}),
         IndexError, r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 7\)",
         r"graph\.nodes\['sym_size_hrxmf'\]: aten\.sym_size\.int refuses the operands the program stores "
-        r"\(a torch\.int64 \[u\d+, 1\] tensor\): Dimension out of range"),
+        r"\(a torch\.int64 \[u\d+, 1\] tensor, 7\): Dimension out of range"),
     # the embedding's table swapped for a bias vector: embedding's meta kernel refuses it with a bare
     # assert ("'weight' must be 2-D"), both on the fake values and on meta tensors of example sizes
     "python_meta_assert": (
@@ -202,6 +202,13 @@ RUN_TIME_EDITS = {
         RuntimeError, r"'weight' must be 2-D",
         r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses the operands the program stores "
         r".*'weight' must be 2-D"),
+    # the second convolution's stride edited to [2, 0]: conv2d's Python meta kernel divides by it
+    # (a ZeroDivisionError, on fake and on meta tensors alike), its CPU kernel refuses it
+    "python_meta_division": (
+        "convnet_bn", _set_arg("conv2_conv2d", 3, {"as_ints": [2, 0]}),
+        RuntimeError, r"non-positive stride is not supported",
+        r"graph\.nodes\['conv2_conv2d'\]: aten\.conv2d\.default refuses the operands the program stores "
+        r"\(.*\[2, 0\]\): non-positive stride"),
 }
 
 
