@@ -51,7 +51,8 @@ class TensorSizeError(LimitError):
 
 
 class IntegerTooLargeError(LimitError):
-    """An integer or an exponent exceeds ``Limits.max_int_bits`` / ``max_exponent`` / ``max_power_bits``."""
+    """An integer, an exponent or a degree exceeds ``Limits.max_int_bits`` / ``max_exponent`` /
+    ``max_power_bits`` / ``max_degree``."""
 
 
 # ---------------------------------------------------------------- stored tensors (weights.json)

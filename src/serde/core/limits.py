@@ -42,6 +42,12 @@ class Limits:
     max_int_bits: int = 128             # an integer literal in an expression or a size
     max_exponent: int = 64              # an exponent applied to a symbolic (unknown) base
     max_power_bits: int = 1 << 16       # bits of a power of two literals, computed exactly
+    # The degree of one expression as factoring sees it (serde.core.expr.tree.degree: (s0 + 1)**3
+    # is 3, a product of distinct symbols 1). torch solves size relations by factoring
+    # polynomials, whose time grows steeply with the degree: a product of 16 distinct linear
+    # factors of one symbol took 19 s there, of 12 sums s0 + s1 + i 21 s, of 8 under half a second.
+    # The sizes torch writes are monomials and their sums and quotients, of degree 1 or 2.
+    max_degree: int = 8
     # native programs (native.format.verify.decode)
     max_arena_bytes: int = 1 << 36      # one memory-plan arena, allocated when a Method is built
     max_flow_cells: int = 1 << 28       # values x (jumps + jump targets) x passes of the data-flow check

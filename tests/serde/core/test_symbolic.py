@@ -33,6 +33,7 @@ from serde.core.expr import (
     tree_to_str,
     tree_to_sympy,
 )
+from serde.core.expr.tree import degree as tree_degree
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 # --- real expressions -----------------------------------------------------------------------
@@ -463,6 +464,36 @@ def test_resource_limits(text, fragment):
     expected = IntegerTooLargeError if fragment == "bits" else MalformedArtifactError
     with pytest.raises(expected, match=fragment):
         parse_expr(text, _lookup(table), where="w")
+
+
+@pytest.mark.parametrize(("text", "degree"), [
+    ("s0*s1*s2*s3*s4*s5*s6*s7*s8*s9", 1),             # a flattened 10-D tensor, every dim dynamic
+    ("96*s1*96*s1", 2),
+    ("(s0 + 1)**3*s1", 4),
+    ("(s0 + s1 + 1)*(s0 + s1 + 2)*(s0 + s1 + 3)", 3),
+    ("FloorDiv(s0**5, 2) + s1**3", 5),
+    (("Mul", ("Mul", ("Symbol", "s0"), ("Symbol", "s1")), ("Symbol", "s2")), 1),  # a guard's nesting
+])
+def test_the_degree_counts_what_factoring_costs(text, degree):
+    tree = parse_to_tree(text, where="w") if isinstance(text, str) else text
+    assert tree_degree(tree) == degree
+    table = {f"s{i}": sympy.Symbol(f"s{i}", integer=True, positive=True) for i in range(10)}
+    assert tree_to_sympy(tree, _lookup(table), where="w") is not None
+
+
+@pytest.mark.parametrize("text", [
+    "*".join(["96*s1"] * 51),                          # a list edit of a stride 96*s1 (fuzz seed 12)
+    "*".join(f"(s0 + {i})" for i in range(1, 17)),   # took torch 19 s to load as a size
+    "*".join(f"(s0 + s1 + {i})" for i in range(1, 13)),  # 21 s
+    "s0**9",
+])
+def test_a_degree_past_the_cap_is_refused_before_torch_factors_it(text):
+    table = {"s0": s0, "s1": sympy.Symbol("s1", integer=True, positive=True)}
+    with pytest.raises(IntegerTooLargeError, match=r"w: the degree of .* more than Limits\.max_degree=8"):
+        parse_expr(text, _lookup(table), where="w")
+    with pytest.raises(UnsupportedConstructError, match=r"polynomial of degree \d+; pt2serde stores size expressions up "
+                                                          r"to degree 8"):
+        sympy_to_tree(sympy.sympify(text, locals=table), where="w")
 
 
 def test_depth_limit_is_reachable_without_recursion_error():

@@ -28,6 +28,7 @@ from .tree import (
     ExprTree,
     bad_tree,
     check_symbol_name,
+    degree,
     node_shape,
     snippet,
 )
@@ -41,6 +42,7 @@ _MAX_POWER_BITS = DEFAULT_LIMITS.max_power_bits
 # their hints, and s0**(2**62) or a 4000-digit literal would pin a core there instead.
 _MAX_INT_BITS = DEFAULT_LIMITS.max_int_bits
 _MAX_EXPONENT = DEFAULT_LIMITS.max_exponent
+_MAX_DEGREE = DEFAULT_LIMITS.max_degree
 
 def print_expr(e: Any) -> str:
     """Print a sympy expression (or a torch SymInt/SymFloat/SymBool) as canonical text.
@@ -83,7 +85,11 @@ def tree_to_sympy(tree: Any, symbol: Callable[[str], Any], *, where: str = "expr
         MalformedArtifactError: unknown op, wrong arity or payload, too deep, or sympy refuses
             the arguments (e.g. ``FloorDiv(s0, 0)``).
     """
-    return _Builder(symbol, where).build(tree, 0)
+    built = _Builder(symbol, where).build(tree, 0)
+    if degree(tree) > _MAX_DEGREE:
+        raise IntegerTooLargeError(too_large(where, f"the degree of {snippet(str(built))}",
+                                             degree(tree), "max_degree", _MAX_DEGREE, per_load=False))
+    return built
 
 
 def sympy_to_tree(e: Any, *, where: str = "expression") -> ExprTree:
@@ -93,7 +99,14 @@ def sympy_to_tree(e: Any, *, where: str = "expression") -> ExprTree:
         UnsupportedConstructError: a class outside the allow-list, a symbol name the grammar cannot
             carry, or a Float with more than double precision.
     """
-    return render(from_sympy(as_sympy(e), where, 0), where, 0).tree
+    tree = render(from_sympy(as_sympy(e), where, 0), where, 0).tree
+    if degree(tree) > _MAX_DEGREE:
+        # (a file that no load would take)
+        raise UnsupportedConstructError(
+            f"{where}: {snippet(str(e))} is a polynomial of degree {degree(tree)}; pt2serde stores size expressions "
+            f"up to degree {_MAX_DEGREE} (serde.core.limits.Limits.max_degree), as loading one makes torch factor it. "
+            "Mark fewer dims of one tensor dynamic, or keep the size static")
+    return tree
 
 
 # --- sympy side (imports sympy and torch lazily) ---------------------------------------------

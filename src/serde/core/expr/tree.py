@@ -31,7 +31,7 @@ __all__ = [
     "ExprTree", "MAX_EXPR_CHARS", "MAX_EXPR_DEPTH", "MAX_CALL_ARGS", "ARITY", "SYMBOL_CLASS_RE",
     "symbol_assumptions", "TORCH_FUNCS", "FUNCS", "PARSE_ALIASES", "CONSTANTS", "NUMERIC_LEAVES",
     "COEFF_LEAVES", "COMMUTATIVE", "FLATTEN", "clip", "snippet", "bad_tree", "check_symbol_name",
-    "node_shape", "walk_symbols", "renamed",
+    "node_shape", "walk_symbols", "renamed", "degree",
 ]
 
 ExprTree = tuple
@@ -176,6 +176,37 @@ _FLOAT_TEXT_RE = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?\Z")
 
 def _float_text_ok(text: str) -> bool:
     return bool(_FLOAT_TEXT_RE.match(text)) and math.isfinite(float(text))
+
+
+_POWERS = frozenset({"Pow", "PowByNatural", "FloatPow"})
+
+
+def degree(tree: ExprTree) -> int:
+    """The polynomial degree of a validated tree as factoring it costs: a symbol 1, a number 0, a
+    power by an integer the base's times the exponent, any other node (a sum, a floor division, a
+    Max) that of its largest argument, and a product the sum of its factors', except that the
+    symbols standing bare in it count by their largest repetition. A product of distinct symbols
+    (the size of a flattened tensor whose dims are all dynamic) is a monomial, which factoring
+    takes out first and at no cost: s0*s1*s2 is 1, s0*s0 is 2, (s0 + 1)*(s0 + 2)*s1 is 3."""
+    op = tree[0]
+    if op == "Symbol":
+        return 1
+    if op in ("Integer", "Rational", "Float") or len(tree) == 1:
+        return 0
+    if op == "Mul":
+        factors, bare, rest = list(tree[1:]), {}, 0
+        while factors:  # (a guard's a*b*c is Mul(Mul(a, b), c))
+            ch = factors.pop()
+            if ch[0] == "Mul":
+                factors.extend(ch[1:])
+            elif ch[0] == "Symbol":
+                bare[ch[1]] = bare.get(ch[1], 0) + 1
+            else:
+                rest += degree(ch)
+        return rest + max(bare.values(), default=0)
+    if op in _POWERS and tree[2][0] == "Integer":
+        return degree(tree[1]) * abs(tree[2][1])
+    return max(degree(ch) for ch in tree[1:])
 
 
 def walk_symbols(tree: ExprTree, visit: Callable[[str], Any]) -> None:

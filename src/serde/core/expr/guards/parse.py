@@ -14,7 +14,8 @@ from serde.errors import UnsupportedConstructError
 
 from ... import schema
 from ...limits import DEFAULT_LIMITS
-from ..tree import MAX_EXPR_DEPTH, clip
+from ..stored import expr_to_tree
+from ..tree import MAX_EXPR_DEPTH, clip, degree
 from .grammar import (
     ALLOWED_CHARS,
     BINOPS,
@@ -59,7 +60,11 @@ class Parser:
             tree = ast.parse(text.strip(), mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             self._refuse(text, f"not a Python expression ({type(e).__name__})")
-        return self._expr(tree.body, 0)
+        expr = self._expr(tree.body, 0)
+        if (d := degree(expr_to_tree(expr, where=where))) > _MAX_DEGREE:
+            # (torch factors checks it simplifies: see Limits.max_degree)
+            self._refuse(text, f"its degree is {d}, more than Limits.max_degree={_MAX_DEGREE}")
+        return expr
 
     def _refuse(self, text: str, why: str) -> Any:
         raise UnsupportedConstructError(
@@ -187,6 +192,7 @@ class Parser:
 
 
 _MAX_EXPONENT = DEFAULT_LIMITS.max_exponent  # as for stored size expressions
+_MAX_DEGREE = DEFAULT_LIMITS.max_degree
 
 
 def _small_literal(e: schema.Expr) -> bool:
