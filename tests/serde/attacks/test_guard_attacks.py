@@ -20,6 +20,7 @@ from torch.export import Dim
 import serde
 from serde.archive.artifact import read_artifact, write_artifact
 from serde.core import schema
+from serde.core.errors import IntegerTooLargeError
 from serde.errors import MalformedArtifactError, UnsafeArtifactError, UnsupportedConstructError
 
 
@@ -150,8 +151,8 @@ def test_hostile_source_key_is_refused_at_load(k: int, position: str, guarded: P
      r"guards\.checks\[0\] \(\(L\['x'\]\.size\(\)\[0\] < 0\)\) is False at the example values \(L\['x'\]\.size\(\)\[0\] = \d+\)"),
     (lambda p: _with_checks(p, [_E(eq=[_E(python_mod=[_G0, _E(floor_div=[_G0, _E(integer=2 ** 63 - 1)])]), _E(integer=0)])]),
      r"guards\.checks\[0\] .* fails at the example values .*: ZeroDivisionError"),
-    (lambda p: _with_checks(p, [_E(gt=[_E(pow=[_E(pow=[_E(pow=[_G0, _E(integer=64)]), _E(integer=64)]), _E(integer=64)]),
-                                        _E(integer=0)])]),
+    (lambda p: _with_checks(p, [_E(gt=[_E(pow=[_E(pow=[_E(pow=[_E(integer=3), _E(integer=64)]), _E(integer=64)]),
+                                               _E(integer=64)]), _G0])]),
      r"fails at the example values .*: OverflowError: .* has more than 65536 bits"),
     # An exponent read from the inputs: the compiled guard could take any time on some call.
     (lambda p: _with_checks(p, [_E(gt=[_E(pow=[_E(integer=2), _G0]), _E(integer=0)])]),
@@ -161,6 +162,15 @@ def test_inconsistent_guards_are_refused_at_load(change, match: str, guarded: Pa
     hostile = tmp_path / "bad.pt2s"
     _edit(guarded, hostile, change)
     with pytest.raises(MalformedArtifactError, match=match):
+        serde.load(hostile)
+
+
+def test_a_check_of_a_degree_torch_would_factor_for_minutes_is_refused(guarded: Path, tmp_path: Path) -> None:
+    hostile = tmp_path / "bad.pt2s"
+    power = lambda e: _E(pow=[e, _E(integer=64)])  # noqa: E731
+    _edit(guarded, hostile, lambda p: _with_checks(p, [_E(gt=[power(power(power(_G0))), _E(integer=0)])]))
+    with pytest.raises(IntegerTooLargeError, match=r"guards\.checks\[0\]: the degree of the check .* is 262144, "
+                                                   r"more than Limits\.max_degree=8; the artifact is damaged or hostile"):
         serde.load(hostile)
 
 

@@ -125,9 +125,9 @@ def test_timm_convnext_at_a_dynamic_image_size(tmp_path: Path) -> None:
     """The real model: timm's convnext_atto with H = W = 32*h."""
     # tests.zoo_models makes timm importable whichever torchvision build is installed (its C ops
     # defined only where its own extension does not load: defining them beside it aborts the process).
-    import timm
+    import tests.zoo_models  # noqa: F401, I001 -- first: it prepares the import of timm
 
-    import tests.zoo_models  # noqa: F401
+    import timm
 
     torch.manual_seed(0)
     model = timm.create_model("convnext_atto", pretrained=False).eval()

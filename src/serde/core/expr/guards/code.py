@@ -85,7 +85,7 @@ def guards_to_code(g: schema.InputGuards, *, where: str = "guards", spelling: st
     out = []
     for w, text in printed_checks(g, where, spelling):
         # Defence in depth: what torch will compile must pass the same allow-list as saving.
-        _revalidate(Parser(w), text, w)
+        _revalidate(Parser(w, stored=True), text, w)
         out.append(text)
     _PRINTED.remember(key, tuple(out))
     return out
@@ -118,7 +118,7 @@ def canonical_guards(g: schema.InputGuards | None, *, where: str = "guards") -> 
         return g
     # guards_from_code(guards_to_code(g)), with one parse of each printed check instead of two:
     # the parse that re-validates the printed text is the one whose tree gets numbered.
-    parser = Parser(where)
+    parser = Parser(where, stored=True)
     trees = [_revalidate(parser, text, w) for w, text in printed_checks(g, where)]
     return _number(parser.sources, trees) if trees else None
 

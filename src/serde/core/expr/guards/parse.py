@@ -13,7 +13,8 @@ from typing import Any
 from serde.errors import UnsupportedConstructError
 
 from ... import schema
-from ...limits import DEFAULT_LIMITS
+from ...errors import IntegerTooLargeError
+from ...limits import DEFAULT_LIMITS, too_large
 from ..stored import expr_to_tree
 from ..tree import MAX_EXPR_DEPTH, clip, degree
 from .grammar import (
@@ -42,8 +43,10 @@ class Parser:
     """Allow-list walk over ``ast.parse(..., mode="eval")``; sources get symbols in order of first
     appearance, which :func:`_number` puts in sorted-source order."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, *, stored: bool = False) -> None:
+        """``stored``: the text is printed from a stored check (a load), not torch's (a save)."""
         self.where = where
+        self.stored = stored
         self.sources: dict[SourceKey, str] = {}
 
     def guard(self, text: Any, where: str) -> schema.Expr:
@@ -63,6 +66,9 @@ class Parser:
         expr = self._expr(tree.body, 0)
         if (d := degree(expr_to_tree(expr, where=where))) > _MAX_DEGREE:
             # (torch factors checks it simplifies: see Limits.max_degree)
+            if self.stored:
+                raise IntegerTooLargeError(too_large(where, f"the degree of the check {clip(text)!r}", d,
+                                                     "max_degree", _MAX_DEGREE, per_load=False))
             self._refuse(text, f"its degree is {d}, more than Limits.max_degree={_MAX_DEGREE}")
         return expr
 
