@@ -237,3 +237,21 @@ def test_a_tensor_with_more_strides_than_sizes_is_refused_as_by_load():
         emit_artifact(out.getvalue())
     with pytest.raises(MalformedArtifactError, match=r"tensor_values\['relu'\]: 2 sizes but 3 strides"):
         serde.load(out.getvalue())
+
+
+def test_a_layout_argument_other_than_strided_is_refused():
+    # The runtimes make dense tensors only. A call asking for another layout (here an edited
+    # full: fuzz seed 13, case 20279) is refused at emit, as a tensor meta of that layout is, and
+    # before the program's flex_attention, which the emitter does not take either.
+    import serde
+    from tests.serde.attacks._attack_kit import rewrite_program
+
+    def mkldnn(p: dict) -> None:
+        node = next(n for n in p["graph_module"]["graph"]["nodes"] if n["name"] == "full_bskml")
+        node["inputs"][3]["arg"] = {"as_layout": 6}
+
+    data = rewrite_program("flex_attention_aten", mkldnn)
+    assert serde.load(data) is not None
+    with pytest.raises(UnsupportedConstructError, match=r"\('full_bskml', torch\.ops\.aten\.full\.default\)\.inputs\['layout'\]: "
+                                                        r"layout _mkldnn is not supported natively"):
+        emit_artifact(data)

@@ -697,6 +697,14 @@ def _known(make: Callable[[int], P.Value], what: str) -> Callable[[_Emitter, Any
     return arg
 
 
+def _layout(em: _Emitter, v: Any, s: Scope, w: str) -> int:
+    """A layout argument: the runtimes make dense tensors only, as for the tensors' own metas."""
+    if int(v) != 0 and v != schema.Layout.Strided:
+        raise UnsupportedConstructError(f"{w}: layout {getattr(v, 'name', v)} is not supported natively; "
+                                        "only dense (strided) tensors are")
+    return _known(P.Layout, "layout")(em, v, s, w)
+
+
 _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_none": lambda em, v, s, w: em.b.const(P.NoneValue()),
     "as_tensor": lambda em, v, s, w: em.ref(v.name, s, w),
@@ -711,7 +719,7 @@ _ARGUMENTS: dict[str, Callable[[_Emitter, Any, Scope, str], int]] = {
     "as_sym_ints": _sym_list(P.IntList, _sym_int),
     "as_scalar_type": _known(P.ScalarType, "scalar type"),
     "as_memory_format": _known(P.MemoryFormat, "memory format"),
-    "as_layout": _known(P.Layout, "layout"),
+    "as_layout": _layout,
     "as_device": lambda em, v, s, w: em.b.const(P.Device(v.type, v.index)),
     "as_bool": lambda em, v, s, w: em.b.const(P.Bool(v)),
     "as_bools": lambda em, v, s, w: em.b.const(P.BoolList(list(v))),

@@ -131,6 +131,13 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     # What the CPU kernel refuses of the operands' dtypes, which the fake kernel below takes: the
     # default load, which applied the other kernel rules, leaves this probe to the propagation (it
     # costs a kernel call per signature).
+    declared = _declared_layout(op, args, kwargs)
+    stored = node.meta.get("val")
+    if declared is not None and isinstance(stored, torch.Tensor) and stored.layout != declared:
+        # (no fake kernel makes an mkldnn tensor: the call below could not say so)
+        raise InconsistentProgramError(
+            f"{where}: {op} makes a tensor of layout {declared} (its argument 'layout'), the node stores a "
+            f"{stored.layout} tensor; {_FIX}")
     concrete = _on_meta((args, kwargs)) if judged(op, probe=True) else None
     bad = dtype_refusal(op, *concrete) if concrete is not None else None
     if bad is not None:
@@ -147,6 +154,20 @@ def _check_node(node: torch.fx.Node, where: str) -> int:
     if why:
         raise InconsistentProgramError(f"{where}: {op} computes {why}; {_FIX}")
     return 1
+
+
+def _declared_layout(op: Any, args: Any, kwargs: Any) -> Any:
+    """The ``layout`` argument of a call, when it names one: the layout of the tensor it makes."""
+    at = _LAYOUT_AT.get(op)
+    if at is None:
+        at = _LAYOUT_AT[op] = next((i for i, a in enumerate(op._schema.arguments) if a.name == "layout"), -1)
+    if at < 0:
+        return None
+    v = kwargs.get("layout", args[at] if at < len(args) else None)
+    return v if isinstance(v, torch.layout) else None
+
+
+_LAYOUT_AT: dict[Any, int] = {}
 
 
 def _check_symbolic(node: torch.fx.Node, where: str) -> int:

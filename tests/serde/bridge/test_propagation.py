@@ -202,6 +202,13 @@ RUN_TIME_EDITS = {
         RuntimeError, r"'weight' must be 2-D",
         r"graph\.nodes\['embedding'\]: aten\.embedding\.default refuses the operands the program stores "
         r".*'weight' must be 2-D"),
+    # a full's layout argument edited from strided to mkldnn: its node stores a strided tensor, no
+    # fake kernel makes an mkldnn one (fuzz seed 13, case 20279), and its CPU kernel refuses int32
+    "layout_argument": (
+        "flex_attention_aten", _set_arg("full_bskml", 3, {"as_layout": 6}),
+        RuntimeError, r"get_mkldnn_dtype: unsupported data type",
+        r"graph\.nodes\['full_bskml'\]: aten\.full\.default makes a tensor of layout torch\._mkldnn \(its argument "
+        r"'layout'\), the node stores a torch\.strided tensor"),
     # the second convolution's stride edited to [2, 0]: conv2d's Python meta kernel divides by it
     # (a ZeroDivisionError, on fake and on meta tensors alike), its CPU kernel refuses it
     "python_meta_division": (
