@@ -39,7 +39,7 @@ from torch.export.graph_signature import CustomObjArgument
 from torch.fx.experimental import symbolic_shapes
 
 from .checks import number_kind
-from .checks.kernels import dtype_refusal, judged
+from .checks.kernels import as_layout, dtype_refusal, judged
 from .custom_objects import GENERATOR_CLASS
 from .errors import InconsistentProgramError
 from .operators import SYMBOLIC_TARGETS
@@ -163,8 +163,7 @@ def _declared_layout(op: Any, args: Any, kwargs: Any) -> Any:
         at = _LAYOUT_AT[op] = next((i for i, a in enumerate(op._schema.arguments) if a.name == "layout"), -1)
     if at < 0:
         return None
-    v = kwargs.get("layout", args[at] if at < len(args) else None)
-    return v if isinstance(v, torch.layout) else None
+    return as_layout(kwargs.get("layout", args[at] if at < len(args) else None))
 
 
 _LAYOUT_AT: dict[Any, int] = {}

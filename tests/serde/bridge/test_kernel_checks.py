@@ -63,6 +63,16 @@ EDITS: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "asserted_dtype": (lambda p: _arg(p, "_assert_tensor_metadata.default", "dtype").update(as_scalar_type=8),
                        r"argument 'dtype' of aten._assert_tensor_metadata.default: asserts torch.float64",
                        "Tensor dtype mismatch"),
+    # an integer where the schema says Layout or ScalarType: the kernel reads c10's numbering
+    # (7 is jagged, and float64), which the dispatcher's matcher lets through (fuzz seed 14)
+    "asserted_layout_number": (lambda p: _arg(p, "_assert_tensor_metadata.default", "layout").pop("as_layout")
+                               and _arg(p, "_assert_tensor_metadata.default", "layout").update(as_int=7),
+                               r"argument 'layout' of aten._assert_tensor_metadata.default: asserts torch.jagged, "
+                               r"the operand is torch.strided", "Tensor layout mismatch"),
+    "asserted_dtype_number": (lambda p: _arg(p, "_assert_tensor_metadata.default", "dtype").pop("as_scalar_type")
+                              and _arg(p, "_assert_tensor_metadata.default", "dtype").update(as_int=7),
+                              r"argument 'dtype' of aten._assert_tensor_metadata.default: asserts torch.float64, "
+                              r"the operand is torch.float32", "Tensor dtype mismatch"),
     "fill_overflow": (lambda p: _arg(p, "full.default", "fill_value").update(as_int=-(2**63)),
                       r"argument 'fill_value' of aten.full.default: -9223372036854775808 does not fit the "
                       r"torch.int32", "without overflow"),
@@ -308,3 +318,24 @@ def test_a_size_or_argument_only_the_cpu_kernel_refuses_is_refused_with_propagat
     with pytest.raises(InconsistentProgramError, match=refusal):
         serde.load(io.BytesIO(data), propagate=True)
 
+
+
+@pytest.mark.parametrize("dropout", ["nan", -0.25, 1.5])  # (the format spells non-finite floats as text)
+def test_attention_dropout_outside_a_probability_is_refused(dropout):
+    # NaN or a negative dropout sends the CPU kernel to its flash path, which refuses it (fuzz
+    # seed 14, case 46977); past 1 the kernel refuses it itself (and so does its fake kernel, which
+    # propagate=True runs: without the rule, the default load takes all three).
+    def change(p: dict) -> None:
+        node = next(n for n in p["graph_module"]["graph"]["nodes"] if n["name"] == "scaled_dot_product_attention")
+        next(na for na in node["inputs"] if na["name"] == "dropout_p")["arg"] = {"as_float": dropout}
+
+    data = rewrite_program("transformer_block", change)
+    with pytest.raises(InconsistentProgramError, match=r"nodes\['scaled_dot_product_attention'\]: argument 'dropout_p' "
+                                                       r"of aten.scaled_dot_product_attention.default: .* is outside \[0, 1\]"):
+        serde.load(io.BytesIO(data))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, "_RULES", {})
+        loaded = serde.load(io.BytesIO(data))
+    args, kwargs = loaded.example_inputs
+    with pytest.raises(RuntimeError, match=r"dropout"):
+        loaded.module()(*args, **kwargs)

@@ -47,7 +47,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import FIX_EDITED, InconsistentProgramError
 
-__all__ = ["check_kernel", "kernel_refusal", "dtype_refusal", "judged", "KERNEL_OPS"]
+__all__ = ["check_kernel", "kernel_refusal", "dtype_refusal", "judged", "KERNEL_OPS", "as_dtype", "as_layout"]
 
 _Args = dict[str, Any]
 _Rule = Callable[[_Args], "tuple[str, str] | None"]  # (argument, what is wrong), or None
@@ -353,20 +353,52 @@ def _broadcastable(a: Sequence[Any], b: Sequence[Any]) -> bool:
 # ---------------------------------------------------------------- _assert_tensor_metadata
 
 
+# c10's numbering of layouts (c10/core/Layout.h), in which a kernel reads a Layout argument given
+# as an integer: the dispatcher takes one where the schema says Layout, as it takes an integer
+# ScalarType (``as_dtype``).
+_LAYOUTS = (torch.strided, torch.sparse_coo, torch.sparse_csr, torch._mkldnn, torch.sparse_csc, torch.sparse_bsr,
+            torch.sparse_bsc, torch.jagged)
+_DTYPE_NUMBERS: dict[int, torch.dtype | None] = {}
+
+
+def as_layout(v: Any) -> torch.layout | None:
+    """The layout a kernel reads from the argument ``v`` (a layout, or c10's number of one), or None."""
+    if isinstance(v, torch.layout):
+        return v
+    return _LAYOUTS[v] if type(v) is int and 0 <= v < len(_LAYOUTS) else None
+
+
+def as_dtype(v: Any) -> torch.dtype | None:
+    """The dtype a kernel reads from the argument ``v`` (a dtype, or c10's number of one), or None."""
+    if isinstance(v, torch.dtype):
+        return v
+    if type(v) is not int or not 0 <= v < 256:
+        return None
+    if v not in _DTYPE_NUMBERS:
+        # torch's own reading of the number (its table grows with its releases)
+        with warnings.catch_warnings(), unset_fake_temporarily():
+            warnings.simplefilter("ignore")
+            try:
+                _DTYPE_NUMBERS[v] = torch.ops.aten.empty.memory_format([0], dtype=v, device="meta").dtype
+            except (RuntimeError, TypeError, ValueError):
+                _DTYPE_NUMBERS[v] = None
+    return _DTYPE_NUMBERS[v]
+
+
 def _assert_metadata(a: _Args) -> tuple[str, str] | None:
     t = a.get("a")
     if not _tensor(t):
         return None
-    dtype = a.get("dtype")
-    if isinstance(dtype, torch.dtype) and dtype != t.dtype:
+    dtype = as_dtype(a.get("dtype"))
+    if dtype is not None and dtype != t.dtype:
         return "dtype", f"asserts {dtype}, the operand is {t.dtype}"
     for name, have in (("size", t.shape), ("stride", t.stride())):
         want = a.get(name)
         if isinstance(want, (list, tuple)) and all(type(n) is int for n in want) \
                 and all(type(n) is int for n in have) and list(want) != list(have):
             return name, f"asserts {list(want)}, the operand's is {list(have)}"
-    layout = a.get("layout")
-    if isinstance(layout, torch.layout) and layout != t.layout:
+    layout = as_layout(a.get("layout"))
+    if layout is not None and layout != t.layout:
         return "layout", f"asserts {layout}, the operand is {t.layout}"
     device = a.get("device")
     if isinstance(device, torch.device) and (device.type != t.device.type or (
@@ -517,6 +549,10 @@ def _table() -> dict[torch._ops.OpOverload, tuple[_Rule, ...]]:
     add(["bernoulli_.float", "bernoulli.p"], _within("p", 0, 1))
     add(["exponential_", "exponential"], _within("lambd", 0, math.inf, open_lo=True))
     add(["geometric_", "geometric"], _within("p", 0, 1, open_lo=True, open_hi=True))
+    # Attention's dropout is a probability (NaN or a negative one sends the CPU kernel to its flash
+    # path, which refuses it); the CPU flash kernel itself takes none at all.
+    add(["scaled_dot_product_attention"], _within("dropout_p", 0, 1))
+    add(["_scaled_dot_product_flash_attention_for_cpu"], _within("dropout_p", 0, 0))
     # Scalars converted (checked) to the dtype of the tensor they fill or combine with.
     add(["full", "scalar_tensor"], _fits_dtype("fill_value", _given), _fits_dtype("s", _given))
     add(["full_like", "new_full"], _fits_dtype("fill_value", _given_or_own))
