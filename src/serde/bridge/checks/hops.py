@@ -411,7 +411,7 @@ def check_vmap_nesting(g: schema.Graph, where: str, top_level: bool = False) -> 
                     f"{where}.nodes[{sn.name!r}].inputs[{at}]: vmap level {level}; levels count from 1; {FIX_EDITED}")
             if level is not None and top_level:
                 _check_level_open(level, depth, f"{where}.nodes[{sn.name!r}].inputs[{at}]")
-                if sn.target.endswith("_add_batch_dim"):
+                if sn.target.endswith("_add_batch_dim") and level <= depth:
                     _check_batch_size(g, sn, levels[level - 1][1], level, f"{where}.nodes[{sn.name!r}]")
     if levels:
         raise InconsistentProgramError(f"{where}: enters {len(levels)} vmap level(s) it never leaves; {FIX_EDITED}")
