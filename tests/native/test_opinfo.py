@@ -26,7 +26,17 @@ from native.format.verify import decode
 from native.run import cpp_engine
 from native.run.runtime import Method
 from serde.errors import SerializeError
-from tests.opinfo import CHUNKS, Sample, chunk_params, export, module_samples, resized_inputs, same, samples
+from tests.opinfo import (
+    CHUNKS,
+    Sample,
+    chunk_params,
+    export,
+    module_samples,
+    resized_inputs,
+    same,
+    samples,
+    torch_cannot_run,
+)
 
 _ENGINES = ("heap", "arena") + (("cpp",) if cpp_engine.available() else ())
 
@@ -165,7 +175,7 @@ LAST_BITS = frozenset({"nn.Transformer[1] (eval)", "nn.Transformer[1] (train)"})
 
 @pytest.mark.parametrize("chunk", chunk_params(fast=1))
 def test_module_samples_run_natively_like_the_exported_program(chunk: int) -> None:
-    total = compared = 0
+    total = compared = known = 0
     failures = []
     for s in module_samples(chunk=chunk):
         try:
@@ -187,6 +197,7 @@ def test_module_samples_run_natively_like_the_exported_program(chunk: int) -> No
             with torch.no_grad():
                 want = pytree.tree_leaves(module(*want_in[0], **want_in[1]))
         except Exception:  # noqa: BLE001 -- the exported program itself fails: nothing to compare with
+            known += torch_cannot_run(s.name)
             continue
         state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
         for engine in _ENGINES:
@@ -212,4 +223,5 @@ def test_module_samples_run_natively_like_the_exported_program(chunk: int) -> No
             elif not all(same(state[n], t) for n, t in m.state_dict().items() if n in state):
                 failures.append(f"{s.name}: the {engine} runtime left other parameters or buffers")
     assert not failures, "\n".join(failures)
-    assert compared > total * len(_ENGINES) * 0.9, (total, compared)  # 418 programs of all chunks run in torch 2.13
+    # 418 programs of all chunks export in torch 2.13; all but TORCH_CANNOT_RUN's 4 run there
+    assert compared > (total - known) * len(_ENGINES) * 0.9, (total, known, compared)

@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim
 
 import serde
-from tests.opinfo import chunk_params, module_samples, resized_inputs, same
+from tests.opinfo import chunk_params, module_samples, resized_inputs, same, torch_cannot_run
 
 _REFUSED = object()
 
@@ -67,7 +67,7 @@ def _round_trip(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgra
 
 @pytest.mark.parametrize("chunk", chunk_params(fast=0))
 def test_module_samples_compute_like_the_exported_program(chunk: int) -> None:
-    total = exported = compared = 0
+    total = exported = compared = known = 0
     failures = []
     for s in module_samples(chunk=chunk):
         total += 1
@@ -85,11 +85,14 @@ def test_module_samples_compute_like_the_exported_program(chunk: int) -> None:
         outcome = _compare(s.name, ep.module(), loaded.module(), s.args, s.kwargs)
         if outcome == "compared":
             compared += 1
-        elif outcome != "refused":  # (the exported program itself failing on its sample is torch's)
+        elif outcome == "refused":  # (the exported program itself failing on its sample is torch's)
+            known += torch_cannot_run(s.name)
+        else:
             failures.append(outcome)
     assert not failures, "\n".join(failures)
-    # Not vacuous: in torch 2.13, of the whole database (all chunks), 456 samples, 418 export and 414 run.
-    assert exported > total * 0.8 and compared > exported * 0.9, (total, exported, compared)
+    # Not vacuous: in torch 2.13, of the whole database (all chunks), 456 samples, 418 export and 414 run
+    # (the 4 others are TORCH_CANNOT_RUN's).
+    assert exported > total * 0.8 and compared > (exported - known) * 0.9, (total, exported, known, compared)
 
 
 @pytest.mark.slow
